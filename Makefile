@@ -1,0 +1,46 @@
+# Two commands do all the set-up: `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 4000
+
+.PHONY: run test check lint typecheck unit bench services clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Re-install only when the project's metadata changed.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	@echo "Farebox: point your OpenAI SDK at base_url=http://$(HOST):$(PORT)/v1 (any api_key)"
+	$(BIN)/farebox serve --host $(HOST) --port $(PORT)
+
+services:
+	@bash .ci/services
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check gateway tests bench
+	$(BIN)/mypy
+
+test: $(VENV)/.installed-test services lint
+	$(BIN)/pytest -q
+
+unit: $(VENV)/.installed-test
+	$(BIN)/pytest -q tests/unit
+
+check: lint
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

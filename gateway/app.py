@@ -1,0 +1,107 @@
+"""Build the ASGI app: `create_app(settings)`; nothing is built at import time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from gateway import __version__
+from gateway.api import chat, health, models
+from gateway.config import GatewayConfig, load_config
+from gateway.embedded_sim import start_embedded_sim
+from gateway.errors import FareboxError, error_body
+from gateway.services import Observer, Services
+from gateway.settings import Settings
+from gateway.upstream.registry import Upstreams
+
+log = logging.getLogger("farebox")
+
+
+def create_app(
+    settings: Settings | None = None,
+    config: GatewayConfig | None = None,
+    observers: list[Observer] | None = None,
+    on_ready: Callable[[Services], None] | None = None,
+) -> FastAPI:
+    """The gateway app; the config is read from `settings` unless given."""
+    settings = settings or Settings()
+    config = config if config is not None else load_config(settings.config_path())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        async with AsyncExitStack() as stack:
+            services = await _build_services(stack, settings, config, observers or [])
+            app.state.services = services  # for tests and the CLI banner
+            if on_ready is not None:
+                on_ready(services)
+            yield {"services": services}
+
+    app = FastAPI(title="Farebox", version=__version__, lifespan=lifespan)
+    for router in (chat.router, models.router, health.router):
+        app.include_router(router)
+    _install_error_handlers(app)
+    return app
+
+
+async def _build_services(
+    stack: AsyncExitStack, settings: Settings, config: GatewayConfig, observers: list[Observer]
+) -> Services:
+    sim_base_url = None
+    if config.uses_simulator:
+        sim = await start_embedded_sim(settings.host, settings.sim_port)
+        stack.push_async_callback(sim.stop)
+        sim_base_url = sim.base_url
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+    client = httpx.AsyncClient(limits=limits, trust_env=False)
+    upstreams = Upstreams(client, sim_base_url, settings.timeouts)
+    stack.push_async_callback(upstreams.aclose)
+    return Services(
+        settings=settings,
+        config=config,
+        upstreams=upstreams,
+        observers=list(observers),
+        sim_base_url=sim_base_url,
+    )
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """One error shape for everything: OpenAI's."""
+
+    async def farebox_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, FareboxError)
+        headers = getattr(exc, "headers", None) or None
+        return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return JSONResponse(error_body(message, kind), status_code=exc.status_code)
+
+    async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        param = ".".join(str(p) for p in first["loc"] if p != "body") or None
+        body = error_body(
+            f"invalid field '{param}': {first['msg']}", "invalid_request_error", param
+        )
+        return JSONResponse(body, status_code=400)
+
+    async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled %s on %s", type(exc).__name__, request.url.path)
+        body = error_body("internal gateway error; see the gateway log", "server_error")
+        return JSONResponse(body, status_code=500)
+
+    app.add_exception_handler(FareboxError, farebox_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, unexpected_error)

@@ -1,0 +1,142 @@
+"""The gateway's YAML configuration: which models it exposes and where each one goes.
+
+A model alias maps to a provider, the upstream's model name, a base URL and the name of
+the environment variable that holds the key. Keys themselves never live in the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+SIM_BASE_URL = "sim"
+"""`base_url: sim` means the bundled simulator, started by `farebox serve` on demand."""
+
+Family = Literal["openai", "vllm", "sglang", "anthropic", "other"]
+
+
+class ConfigError(ValueError):
+    """The configuration file is unusable; the message names the file, line and reason."""
+
+
+class ModelRoute(BaseModel):
+    """Where requests for one model alias go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str = Field(
+        default="openai",
+        description="`openai` for any OpenAI-compatible server (vLLM, SGLang, OpenAI); "
+        "any other value is a litellm provider such as `anthropic`.",
+    )
+    model: str = Field(description="The model name the upstream knows.")
+    base_url: str | None = Field(default=None, description="Upstream base URL, or `sim`.")
+    api_key_env: str | None = Field(
+        default=None, description="Name of the environment variable holding the key."
+    )
+    family: Family | None = Field(
+        default=None, description="Wire dialect for reasoning fields and cache rules."
+    )
+    price_model: str | None = Field(
+        default=None, description="Price-map key, when it differs from `provider/model`."
+    )
+
+    @field_validator("provider")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.strip().lower()
+
+    @property
+    def via_litellm(self) -> bool:
+        """Whether this route needs litellm's translation (a non-OpenAI wire format)."""
+        return self.provider != "openai"
+
+    @property
+    def uses_simulator(self) -> bool:
+        return self.base_url == SIM_BASE_URL
+
+    @property
+    def wire_family(self) -> Family:
+        """The dialect, inferred when not configured."""
+        if self.family is not None:
+            return self.family
+        if self.provider == "anthropic":
+            return "anthropic"
+        if self.provider == "openai":
+            return "openai" if self.base_url is None else "vllm"
+        return "other"
+
+    def api_key(self) -> str | None:
+        """The provider key from the environment, or None when not configured."""
+        if not self.api_key_env:
+            return None
+        return os.environ.get(self.api_key_env) or None
+
+
+class GatewayConfig(BaseModel):
+    """The whole configuration file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: dict[str, ModelRoute] = Field(default_factory=dict)
+
+    @property
+    def uses_simulator(self) -> bool:
+        return any(route.uses_simulator for route in self.models.values())
+
+
+def load_config(path: Path) -> GatewayConfig:
+    """Read and validate a configuration file; raise ConfigError naming file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the file ({exc.strerror})") from exc
+    return parse_config(text, source=str(path))
+
+
+def parse_config(text: str, source: str = "<config>") -> GatewayConfig:
+    """Validate configuration text; errors carry the source name and line number."""
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}{where}: invalid YAML ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}:1: the top level must be a mapping")
+    try:
+        return GatewayConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = tuple(first["loc"])
+        where = ".".join(str(part) for part in loc) or "(top level)"
+        line = _line_of(text, loc)
+        raise ConfigError(f"{source}:{line}: {where}: {first['msg']}") from exc
+
+
+def _line_of(text: str, loc: tuple[Any, ...]) -> int:
+    """The 1-based line of the YAML node at `loc`, or of its nearest existing parent."""
+    node = yaml.compose(text)
+    line = 1
+    for part in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        node = _child(node, part)
+    if node is not None:
+        line = node.start_mark.line + 1
+    return line
+
+
+def _child(node: yaml.Node, part: Any) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if key.value == str(part):
+                return value
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        return node.value[part]
+    return None

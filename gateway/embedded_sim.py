@@ -1,0 +1,63 @@
+"""Run the bundled simulator inside the gateway process, on a port of its own.
+
+`farebox serve` with a configuration that says `base_url: sim` (the embedded default
+does) needs a backend with no set-up at all; a real HTTP port keeps the path the same
+as for any vLLM server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import uvicorn
+
+
+class _NoSignalServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to the gateway it runs inside."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass(slots=True)
+class EmbeddedSim:
+    """A running simulator: its base URL and how to stop it."""
+
+    base_url: str
+    server: uvicorn.Server
+    task: asyncio.Task[None]
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await self.task
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+async def start_embedded_sim(host: str, port: int = 0) -> EmbeddedSim:
+    """Start the simulator with its default models; port 0 picks a free one."""
+    from gateway.sim.app import create_sim_app
+    from gateway.sim.config import default_config
+
+    sock = _bind(host, port)
+    app = create_sim_app(default_config())
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    server = _NoSignalServer(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            await task  # re-raises the start-up failure
+        await asyncio.sleep(0.01)
+    bound_port = sock.getsockname()[1]
+    return EmbeddedSim(f"http://{host}:{bound_port}/v1", server, task)

@@ -1,0 +1,130 @@
+"""Errors the gateway returns, always in OpenAI's shape.
+
+    FareboxError                       any error a client may see
+    ├── InvalidRequestError     400    malformed JSON, schema violation (names the field)
+    │   ├── ModelNotFoundError  404    the model is not in the configuration
+    │   └── BodyTooLargeError   413    body over FAREBOX_MAX_BODY_BYTES
+    └── UpstreamError                  the upstream could not serve the request
+        ├── UpstreamUnreachableError  502  connection refused, DNS, reset before a reply
+        ├── UpstreamTimeoutError      504  connect, first-token or idle-stream timeout
+        └── UpstreamStatusError       (relayed) the upstream answered 4xx/5xx
+
+Every error renders through `error_body`, so there is one error shape, never a
+FastAPI `{"detail": ...}` beside it. Messages name the upstream, never a secret.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+class FareboxError(Exception):
+    """Base of every error the gateway turns into an HTTP response."""
+
+    status_code = 500
+    error_type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI error object for this error."""
+        return error_body(self.message, self.error_type, self.param, self.code)
+
+
+class InvalidRequestError(FareboxError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ModelNotFoundError(InvalidRequestError):
+    status_code = 404
+    code = "model_not_found"
+
+
+class BodyTooLargeError(InvalidRequestError):
+    status_code = 413
+    code = "request_too_large"
+
+
+class UpstreamError(FareboxError):
+    """The chosen upstream failed; `retryable` says whether another attempt may help."""
+
+    status_code = 502
+    error_type = "upstream_error"
+    retryable = True
+
+
+class UpstreamUnreachableError(UpstreamError):
+    status_code = 502
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeoutError(UpstreamError):
+    status_code = 504
+    code = "upstream_timeout"
+
+
+class UpstreamStatusError(UpstreamError):
+    """The upstream answered with an error status, relayed with the same status."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        error_type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message, param=param, code=code)
+        self.status_code = status_code
+        self.error_type = error_type or _type_for_status(status_code)
+        self.retryable = status_code in (408, 409, 429) or status_code >= 500
+        self.headers = headers or {}
+
+
+def _type_for_status(status: int) -> str:
+    if status == 401:
+        return "authentication_error"
+    if status == 403:
+        return "permission_error"
+    if status == 404:
+        return "not_found_error"
+    if status == 429:
+        return "rate_limit_error"
+    if status < 500:
+        return "invalid_request_error"
+    return "upstream_error"
+
+
+def error_body(
+    message: str, error_type: str, param: str | None = None, code: str | int | None = None
+) -> dict[str, Any]:
+    """Render OpenAI's error object; integer codes (vLLM's) become strings."""
+    return {
+        "error": {
+            "message": message,
+            "type": error_type,
+            "param": param,
+            "code": None if code is None else str(code),
+        }
+    }
+
+
+def error_bytes(error: FareboxError) -> bytes:
+    """The JSON body of an error response."""
+    return orjson.dumps(error.body())
+
+
+def stream_error_event(error: FareboxError) -> bytes:
+    """The SSE event that ends a stream which failed after it started."""
+    return b"data: " + error_bytes(error) + b"\n\ndata: [DONE]\n\n"

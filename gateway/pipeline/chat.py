@@ -1,0 +1,115 @@
+"""One chat-completions request, top to bottom.
+
+    parse -> identify -> decide -> check prefix -> call upstream -> measure -> price -> record
+
+Each stage is its own module; this one only puts them in order and owns the two ways a
+reply goes back (whole, or streamed through `relay`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+from starlette.responses import Response, StreamingResponse
+
+from gateway.errors import FareboxError, UpstreamTimeoutError, UpstreamUnreachableError
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.decide import decide
+from gateway.pipeline.finish import finish
+from gateway.pipeline.identify import identify
+from gateway.pipeline.measure import Meter
+from gateway.pipeline.parse import parse
+from gateway.pipeline.relay import relay
+from gateway.rawjson import patch_object
+from gateway.services import Services
+from gateway.upstream.base import UpstreamCall, UpstreamStream
+
+
+async def handle_chat(ctx: RequestContext, services: Services) -> Response:
+    """Run the pipeline for one request and return the response to send."""
+    parse(ctx)
+    identify(ctx)
+    decide(ctx, services.config)
+    call = _build_call(ctx, services)
+    if ctx.stream:
+        return await _stream(ctx, call, services)
+    return await _complete(ctx, call, services)
+
+
+def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:
+    """The upstream call, with the client's bytes changed only where a stage asked."""
+    assert ctx.alias is not None and ctx.route is not None
+    body = ctx.raw_body
+    if ctx.edits:
+        body = patch_object(body, ctx.edits.set_fields, ctx.edits.remove)
+    parsed = {k: v for k, v in ctx.body.items() if k not in ctx.edits.remove}
+    parsed.update(ctx.edits.set_fields)
+    return services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
+
+
+def _headers(ctx: RequestContext) -> dict[str, str]:
+    headers = {"x-request-id": ctx.request_id}
+    if ctx.task is not None and not ctx.task.implicit:
+        headers["x-task-id"] = ctx.task.task_id
+    return headers | ctx.response_headers
+
+
+async def _complete(ctx: RequestContext, call: UpstreamCall, services: Services) -> Response:
+    adapter = services.upstreams.adapter(call.route)
+    meter = Meter()
+    ctx.timings.upstream_sent = time.perf_counter()
+    try:
+        reply = await adapter.complete(call)
+    except FareboxError as exc:
+        finish(ctx, meter, services, error=exc)
+        raise
+    reply_json = orjson.loads(reply.body)
+    meter.observe_reply(reply_json)
+    finish(ctx, meter, services)
+    return Response(
+        reply.body, status_code=reply.status, media_type="application/json", headers=_headers(ctx)
+    )
+
+
+async def _stream(ctx: RequestContext, call: UpstreamCall, services: Services) -> Response:
+    """Open the upstream stream and wait for its first event before answering.
+
+    Until the first event arrives nothing has reached the client, so a failure here is
+    still an ordinary HTTP error (and, later, a retry or fallback).
+    """
+    adapter = services.upstreams.adapter(call.route)
+    meter = Meter()
+    ctx.timings.upstream_sent = time.perf_counter()
+    try:
+        stream = await adapter.open_stream(call)
+        events = stream.events()
+        first = await _first_event(stream, events, call)
+    except FareboxError as exc:
+        finish(ctx, meter, services, error=exc)
+        raise
+    body = relay(ctx, first, events, stream, meter, services)
+    return StreamingResponse(body, media_type="text/event-stream", headers=_headers(ctx))
+
+
+async def _first_event(
+    stream: UpstreamStream, events: AsyncIterator[bytes], call: UpstreamCall
+) -> bytes:
+    try:
+        async with asyncio.timeout(call.timeouts.first_token):
+            return await anext(events)
+    except TimeoutError:
+        await stream.aclose()
+        raise UpstreamTimeoutError(
+            f"upstream {call.alias} sent nothing within {call.timeouts.first_token:g} s"
+        ) from None
+    except StopAsyncIteration:
+        await stream.aclose()
+        raise UpstreamUnreachableError(
+            f"upstream {call.alias} closed the stream before sending anything"
+        ) from None
+    except BaseException:
+        await stream.aclose()
+        raise

@@ -1,0 +1,92 @@
+"""What each stage of the pipeline learns about one request, carried to the next."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.config import ModelRoute
+from gateway.schemas.chat import ChatRequest
+from gateway.usage import Usage
+
+
+@dataclass(slots=True)
+class Identity:
+    """Who is calling: a hashed key id (never the key), and the team and project."""
+
+    caller: str | None = None
+    team: str | None = None
+    project: str | None = None
+
+
+@dataclass(slots=True)
+class TaskRef:
+    """The task and step this request belongs to; `implicit` when it is a task of its own."""
+
+    task_id: str
+    step: str | None = None
+    step_kind: str | None = None
+    done: bool = False
+    implicit: bool = True
+
+
+@dataclass(slots=True)
+class Timings:
+    """Monotonic timestamps (seconds) of the request's milestones."""
+
+    received: float = field(default_factory=time.perf_counter)
+    upstream_sent: float | None = None
+    first_token: float | None = None
+    first_answer_token: float | None = None
+    last_token: float | None = None
+    finished: float | None = None
+
+    def ms_since_sent(self, moment: float | None) -> float | None:
+        """Milliseconds from sending upstream to `moment`."""
+        if moment is None or self.upstream_sent is None:
+            return None
+        return (moment - self.upstream_sent) * 1000.0
+
+
+@dataclass(slots=True)
+class BodyEdits:
+    """Top-level fields the gateway changes before forwarding; nothing else is touched."""
+
+    set_fields: dict[str, Any] = field(default_factory=dict)
+    remove: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.set_fields or self.remove)
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """The request as it moves through the pipeline."""
+
+    raw_body: bytes
+    headers: dict[str, str]
+    request_id: str = field(default_factory=lambda: f"req-{uuid.uuid4().hex}")
+    body: dict[str, Any] = field(default_factory=dict)
+    request: ChatRequest | None = None
+    identity: Identity = field(default_factory=Identity)
+    task: TaskRef | None = None
+    alias: str | None = None
+    route: ModelRoute | None = None
+    tier_requested: str | None = None
+    tier_served: str | None = None
+    edits: BodyEdits = field(default_factory=BodyEdits)
+    timings: Timings = field(default_factory=Timings)
+    usage: Usage | None = None
+    status_code: int | None = None
+    error_type: str | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.request and self.request.stream)
+
+    @property
+    def client_wants_usage_chunk(self) -> bool:
+        return bool(self.request and self.request.wants_usage_chunk)

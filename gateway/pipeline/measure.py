@@ -1,0 +1,93 @@
+"""Stage 6: what the upstream actually did, read from its reply as it passes through.
+
+Upstream reasoning arrives as `reasoning` (current vLLM) or `reasoning_content` (SGLang,
+older vLLM); both count as thinking. The first answer token is the first content or
+tool-call delta, which is what a user waits for when a model thinks first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.usage import Usage, usage_from_openai
+
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+def reasoning_text(message: dict[str, Any]) -> str:
+    """The reasoning a message or delta carries, under either field name."""
+    for name in REASONING_FIELDS:
+        value = message.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+@dataclass(slots=True)
+class Meter:
+    """Observes chunks (or one whole reply) and keeps what pricing and metrics need."""
+
+    clock: Callable[[], float] = time.perf_counter
+    first_token: float | None = None
+    first_answer_token: float | None = None
+    last_token: float | None = None
+    reasoning_parts: list[str] = field(default_factory=list)
+    answer_parts: list[str] = field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    service_tier: str | None = None
+    chunks: int = 0
+
+    def observe_chunk(self, chunk: dict[str, Any]) -> None:
+        """Account for one streamed `chat.completion.chunk`."""
+        self.chunks += 1
+        now = self.clock()
+        self._observe_meta(chunk)
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            self._observe_delta(delta, now)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def observe_reply(self, reply: dict[str, Any]) -> None:
+        """Account for a whole non-streaming `chat.completion`."""
+        now = self.clock()
+        self._observe_meta(reply)
+        for choice in reply.get("choices") or ():
+            self._observe_delta(choice.get("message") or {}, now)
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
+    def _observe_meta(self, payload: dict[str, Any]) -> None:
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage_from_openai(usage)
+        tier = payload.get("service_tier")
+        if isinstance(tier, str):
+            self.service_tier = tier
+
+    def _observe_delta(self, delta: dict[str, Any], now: float) -> None:
+        thought = reasoning_text(delta)
+        content = delta.get("content")
+        answered = bool(content) or bool(delta.get("tool_calls"))
+        if thought:
+            self.reasoning_parts.append(thought)
+        if isinstance(content, str) and content:
+            self.answer_parts.append(content)
+        if not (thought or answered):
+            return
+        if self.first_token is None:
+            self.first_token = now
+        if answered and self.first_answer_token is None:
+            self.first_answer_token = now
+        self.last_token = now
+
+    @property
+    def seen_reasoning(self) -> str:
+        return "".join(self.reasoning_parts)
+
+    @property
+    def seen_answer(self) -> str:
+        return "".join(self.answer_parts)

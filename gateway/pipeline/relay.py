@@ -1,0 +1,92 @@
+"""Relay an upstream stream to the client event by event, measuring as it passes.
+
+Events go out as the upstream's own bytes. Two exceptions: the usage-only chunk is
+dropped when the client did not ask for it (the gateway asked on its behalf), and a
+failure mid-stream ends the stream with one error event and `[DONE]`, so no client is
+left hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.errors import FareboxError, UpstreamUnreachableError, stream_error_event
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.finish import finish
+from gateway.pipeline.measure import Meter
+from gateway.services import Services
+from gateway.upstream.base import UpstreamStream
+from gateway.upstream.sse import DONE, DONE_EVENT, event_data, event_json
+
+
+def _is_usage_only(chunk: dict[str, Any]) -> bool:
+    return bool(chunk.get("usage")) and not chunk.get("choices")
+
+
+async def relay(
+    ctx: RequestContext,
+    first: bytes,
+    events: AsyncIterator[bytes],
+    stream: UpstreamStream,
+    meter: Meter,
+    services: Services,
+) -> AsyncIterator[bytes]:
+    """Yield the client's SSE bytes; always close the upstream and record the request."""
+    error: FareboxError | None = None
+    cancelled = False
+    try:
+        saw_done = False
+        pending: bytes | None = first
+        while True:
+            event = pending if pending is not None else await _next(events)
+            pending = None
+            if event is None:
+                break
+            if _is_done(event):
+                saw_done = True
+                yield event
+                break
+            chunk = event_json(event)
+            if chunk is not None:
+                meter.observe_chunk(chunk)
+                if _is_usage_only(chunk) and not ctx.client_wants_usage_chunk:
+                    continue
+            yield event
+        if not saw_done:
+            error = UpstreamUnreachableError(
+                f"upstream {ctx.alias} ended the stream before it was complete"
+            )
+            yield stream_error_event(error)
+    except FareboxError as exc:
+        error = exc
+        yield stream_error_event(exc)
+    except (asyncio.CancelledError, GeneratorExit):
+        cancelled = True
+        raise
+    finally:
+        await _close(events)
+        await stream.aclose()
+        finish(ctx, meter, services, error=error, cancelled=cancelled)
+
+
+async def _next(events: AsyncIterator[bytes]) -> bytes | None:
+    try:
+        return await events.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+async def _close(events: AsyncIterator[bytes]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def _is_done(event: bytes) -> bool:
+    data = event_data(event)
+    return data is not None and data.strip() == DONE
+
+
+__all__ = ["DONE_EVENT", "relay"]

@@ -1,0 +1,1 @@
+"""OpenAI wire models at the gateway's boundary."""

@@ -1,0 +1,47 @@
+"""The chat-completions request as the gateway reads it.
+
+Lenient by design: unknown fields are kept (`extra="allow"`) because the body is forwarded
+as the client sent it; this model only validates what the gateway itself relies on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+
+class Message(BaseModel):
+    """One chat message; content may be a string, a list of parts or null."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: StrictBool | None = None
+
+
+class ChatRequest(BaseModel):
+    """The fields of a chat-completions request that the gateway reads."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1)
+    stream: StrictBool | None = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
+    reasoning_effort: str | None = None
+
+    @property
+    def wants_usage_chunk(self) -> bool:
+        """Whether the client asked to see the usage chunk of a stream."""
+        return bool(self.stream_options and self.stream_options.include_usage)

@@ -1,0 +1,46 @@
+"""Process settings from the environment (prefix `FAREBOX_`), read once at start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The embedded default lives with the example policies, so ops teams read one place.
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
+
+
+class Timeouts(BaseSettings):
+    """Upstream time limits in seconds; a route may override them later."""
+
+    model_config = SettingsConfigDict(env_prefix="FAREBOX_TIMEOUT_", extra="ignore")
+
+    connect: float = 5.0
+    first_token: float = 120.0
+    idle_stream: float = 120.0
+
+
+class Settings(BaseSettings):
+    """Everything the gateway reads from its environment."""
+
+    model_config = SettingsConfigDict(env_prefix="FAREBOX_", extra="ignore")
+
+    config: Path | None = Field(
+        default=None, description="YAML config with models, prices and policy rules."
+    )
+    host: str = "127.0.0.1"
+    port: int = 4000
+    max_body_bytes: int = 32 * 1024 * 1024
+    sim_port: int = Field(
+        default=0, description="Port of the bundled simulator when the config uses it; 0 = any."
+    )
+    database_url: str | None = None
+    redis_url: str | None = None
+    data_dir: Path = Path(".farebox")
+    log_level: str = "info"
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    def config_path(self) -> Path:
+        """The config file in force: the configured one, else the embedded default."""
+        return self.config if self.config is not None else DEFAULT_CONFIG

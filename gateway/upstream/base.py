@@ -1,0 +1,54 @@
+"""What every upstream adapter takes and gives back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.config import ModelRoute
+from gateway.settings import Timeouts
+
+
+@dataclass(slots=True)
+class UpstreamCall:
+    """One call to one upstream: the OpenAI-shaped body to send and how to send it."""
+
+    alias: str
+    route: ModelRoute
+    body: bytes
+    parsed: dict[str, Any]
+    stream: bool
+    timeouts: Timeouts
+    base_url: str
+    api_key: str | None = None
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class UpstreamReply:
+    """A complete (non-streaming) reply, already in OpenAI's chat-completion shape."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class UpstreamStream(Protocol):
+    """An opened streaming reply: OpenAI-shaped SSE events, each ending in a blank line."""
+
+    headers: dict[str, str]
+
+    def events(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Upstream(Protocol):
+    """An adapter for one wire format."""
+
+    async def complete(self, call: UpstreamCall) -> UpstreamReply: ...
+
+    async def open_stream(self, call: UpstreamCall) -> UpstreamStream: ...
+
+    async def aclose(self) -> None: ...

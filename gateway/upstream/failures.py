@@ -1,0 +1,109 @@
+"""Map every upstream failure, once, to the most specific gateway error.
+
+Messages name the upstream (alias and host) and never carry a key: any configured secret
+found in an upstream's message is replaced before the error leaves this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+
+from gateway.errors import (
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamTimeoutError,
+    UpstreamUnreachableError,
+)
+
+REDACTED = "[redacted]"
+
+# OpenAI's error types; anything else (vLLM's "BadRequestError") is replaced by status.
+OPENAI_ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "rate_limit_error",
+        "insufficient_quota",
+        "server_error",
+        "api_error",
+    }
+)
+
+
+def describe_upstream(alias: str, base_url: str) -> str:
+    """`alias (host:port)`, with no path, query or credentials."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or base_url
+    return f"{alias} ({host}:{parts.port})" if parts.port else f"{alias} ({host})"
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """Replace each non-empty secret in `text`."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def from_transport_error(exc: httpx.HTTPError, where: str) -> UpstreamError:
+    """An httpx exception raised before or while reading a reply."""
+    if isinstance(exc, httpx.TimeoutException):
+        phase = "connecting" if isinstance(exc, httpx.ConnectTimeout) else "waiting for a reply"
+        return UpstreamTimeoutError(f"upstream {where} timed out while {phase}")
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamUnreachableError(f"upstream {where} is unreachable (connection failed)")
+    return UpstreamUnreachableError(
+        f"upstream {where} failed: {type(exc).__name__} before a complete reply"
+    )
+
+
+def from_status(
+    status: int,
+    body: bytes,
+    where: str,
+    secrets: Iterable[str | None] = (),
+    headers: dict[str, str] | None = None,
+) -> UpstreamStatusError:
+    """An upstream that answered 4xx/5xx, whatever its error body looks like."""
+    message, error_type, param, code = _parse_error_body(body)
+    detail = redact(message, secrets) if message else f"HTTP {status}"
+    return UpstreamStatusError(
+        f"upstream {where} returned {status}: {detail}",
+        status_code=status,
+        error_type=error_type if error_type in OPENAI_ERROR_TYPES else None,
+        param=param,
+        code=None if code is None else str(code),
+        headers=_relayable(headers or {}),
+    )
+
+
+def _relayable(headers: dict[str, str]) -> dict[str, str]:
+    """Headers a client needs to back off correctly."""
+    keep = ("retry-after", "retry-after-ms")
+    return {k: v for k, v in headers.items() if k.lower() in keep}
+
+
+def _parse_error_body(body: bytes) -> tuple[str, str | None, str | None, Any]:
+    """(message, type, param, code) from OpenAI's, vLLM's or Anthropic's error shapes."""
+    try:
+        data = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace")[:500].strip(), None, None, None
+    if not isinstance(data, dict):
+        return "", None, None, None
+    inner = data.get("error")
+    if isinstance(inner, dict):  # OpenAI, current vLLM, Anthropic (nested under "error")
+        data = inner
+    elif isinstance(inner, str):
+        return inner, None, None, None
+    message = data.get("message") or data.get("detail") or ""
+    error_type = data.get("type") if isinstance(data.get("type"), str) else None
+    param = data.get("param") if isinstance(data.get("param"), str) else None
+    return str(message), error_type, param, data.get("code")

@@ -1,0 +1,174 @@
+"""Providers with their own wire format (Anthropic first), translated by litellm.
+
+litellm is imported on first use, in a worker thread: the import takes seconds and
+~200 MB, and neither start-up nor the OpenAI-compatible path should pay for it. It runs
+with its bundled price map (`LITELLM_LOCAL_MODEL_COST_MAP=True`) so it never reaches the
+network at import. Replies are rendered in OpenAI's chat-completion shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+from collections.abc import AsyncIterator
+from types import ModuleType
+from typing import Any
+
+import orjson
+
+from gateway.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnreachableError
+from gateway.upstream import failures
+from gateway.upstream.base import UpstreamCall, UpstreamReply
+from gateway.upstream.sse import DONE_EVENT, data_event
+
+# OpenAI request fields litellm translates for other providers; others are dropped,
+# since a non-OpenAI wire format has nowhere to put them.
+TRANSLATED_FIELDS = frozenset(
+    {
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "reasoning_effort",
+        "thinking",
+        "stream_options",
+        "seed",
+        "user",
+        "n",
+        "service_tier",
+        "metadata",
+        "logprobs",
+        "top_logprobs",
+        "presence_penalty",
+        "frequency_penalty",
+    }
+)
+# litellm's own bookkeeping in replies, duplicated elsewhere in the same object.
+LITELLM_ONLY_FIELDS = ("provider_specific_fields",)
+
+
+def _import_litellm() -> ModuleType:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    module = importlib.import_module("litellm")
+    module.suppress_debug_info = True  # type: ignore[attr-defined]
+    module.drop_params = True  # type: ignore[attr-defined]
+    return module
+
+
+def _clean(payload: Any) -> Any:
+    """Drop litellm-only keys and nulls, recursively."""
+    if isinstance(payload, dict):
+        return {
+            k: _clean(v)
+            for k, v in payload.items()
+            if v is not None and k not in LITELLM_ONLY_FIELDS
+        }
+    if isinstance(payload, list):
+        return [_clean(v) for v in payload]
+    return payload
+
+
+class LiteLLMStream:
+    """A litellm stream rendered as OpenAI SSE events."""
+
+    def __init__(self, wrapper: Any, call: UpstreamCall, where: str):
+        self._wrapper = wrapper
+        self._call = call
+        self._where = where
+        self.headers: dict[str, str] = {}
+
+    async def events(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._wrapper:
+                yield data_event(_clean(chunk.model_dump()))
+        except Exception as exc:
+            raise _translate(exc, self._call, self._where) from exc
+        yield DONE_EVENT
+
+    async def aclose(self) -> None:
+        close = getattr(self._wrapper, "aclose", None)
+        if close is not None:
+            try:
+                await close()
+            except Exception:  # closing a half-read provider stream may itself fail
+                return
+
+
+class LiteLLMUpstream:
+    """Calls `litellm.acompletion` with the route's provider, model, base URL and key."""
+
+    def __init__(self) -> None:
+        self._module: ModuleType | None = None
+        self._lock = asyncio.Lock()
+
+    async def _litellm(self) -> ModuleType:
+        async with self._lock:
+            if self._module is None:
+                self._module = await asyncio.to_thread(_import_litellm)
+        return self._module
+
+    def _kwargs(self, call: UpstreamCall) -> dict[str, Any]:
+        kwargs = {k: v for k, v in call.parsed.items() if k in TRANSLATED_FIELDS}
+        kwargs.update(
+            model=f"{call.route.provider}/{call.route.model}",
+            messages=call.parsed["messages"],
+            stream=call.stream,
+            api_key=call.api_key,
+            timeout=call.timeouts.first_token,
+            num_retries=0,
+        )
+        if call.base_url:
+            kwargs["api_base"] = call.base_url.removesuffix("/v1").removesuffix("/")
+        return kwargs
+
+    async def complete(self, call: UpstreamCall) -> UpstreamReply:
+        litellm = await self._litellm()
+        where = failures.describe_upstream(call.alias, call.base_url or call.route.provider)
+        try:
+            response = await litellm.acompletion(**self._kwargs(call))
+        except Exception as exc:
+            raise _translate(exc, call, where) from exc
+        return UpstreamReply(200, orjson.dumps(_clean(response.model_dump())))
+
+    async def open_stream(self, call: UpstreamCall) -> LiteLLMStream:
+        litellm = await self._litellm()
+        where = failures.describe_upstream(call.alias, call.base_url or call.route.provider)
+        try:
+            wrapper = await litellm.acompletion(**self._kwargs(call))
+        except Exception as exc:
+            raise _translate(exc, call, where) from exc
+        return LiteLLMStream(wrapper, call, where)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _translate(exc: Exception, call: UpstreamCall, where: str) -> UpstreamError:
+    """Map a litellm exception (an `openai` exception subclass) to a gateway error."""
+    import openai
+
+    if isinstance(exc, UpstreamError):
+        return exc
+    if isinstance(exc, openai.APITimeoutError):
+        return UpstreamTimeoutError(f"upstream {where} timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        return UpstreamUnreachableError(f"upstream {where} is unreachable")
+    status = getattr(exc, "status_code", None)
+    message = failures.redact(str(getattr(exc, "message", "") or exc), [call.api_key])
+    if isinstance(status, int) and status >= 400:
+        body = orjson.dumps({"error": {"message": _strip_prefix(message)}})
+        return failures.from_status(status, body, where, [call.api_key])
+    return UpstreamUnreachableError(
+        f"upstream {where} failed: {type(exc).__name__}: {_strip_prefix(message)}"
+    )
+
+
+def _strip_prefix(message: str) -> str:
+    """litellm prefixes messages with its exception class names; keep the provider's words."""
+    return message.split(" - ", 1)[-1] if message.startswith("litellm.") else message

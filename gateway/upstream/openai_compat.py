@@ -1,0 +1,100 @@
+"""OpenAI-compatible upstreams (vLLM, SGLang, OpenAI) over one pooled HTTP client.
+
+The body goes out as the bytes the pipeline hands over (the client's own bytes when
+nothing had to change); streamed replies come back event by event, untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+
+from gateway.upstream import failures
+from gateway.upstream.base import UpstreamCall, UpstreamReply
+from gateway.upstream.sse import iter_events
+
+
+def _timeout(call: UpstreamCall) -> httpx.Timeout:
+    # A streamed read waits at most the idle limit between events; a whole reply
+    # arrives in one read, so it gets the first-token limit.
+    read = call.timeouts.idle_stream if call.stream else call.timeouts.first_token
+    return httpx.Timeout(connect=call.timeouts.connect, read=read, write=30.0, pool=30.0)
+
+
+def _headers(call: UpstreamCall) -> dict[str, str]:
+    headers = {"content-type": "application/json", **call.extra_headers}
+    if call.stream:
+        headers["accept"] = "text/event-stream"
+    if call.api_key:
+        headers["authorization"] = f"Bearer {call.api_key}"
+    return headers
+
+
+class OpenAIStream:
+    """An open streaming reply; `aclose` also cancels the upstream generation."""
+
+    def __init__(self, response: httpx.Response, where: str):
+        self._response = response
+        self._where = where
+        self.headers = dict(response.headers)
+
+    async def events(self) -> AsyncIterator[bytes]:
+        try:
+            async for event in iter_events(self._response.aiter_raw()):
+                yield event
+        except httpx.HTTPError as exc:
+            raise failures.from_transport_error(exc, self._where) from exc
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class OpenAICompatUpstream:
+    """Sends chat completions to `{base_url}/chat/completions`."""
+
+    def __init__(self, client: httpx.AsyncClient):
+        self._client = client
+
+    def _request(self, call: UpstreamCall) -> httpx.Request:
+        url = call.base_url.rstrip("/") + "/chat/completions"
+        return self._client.build_request(
+            "POST", url, content=call.body, headers=_headers(call), timeout=_timeout(call)
+        )
+
+    async def complete(self, call: UpstreamCall) -> UpstreamReply:
+        where = failures.describe_upstream(call.alias, call.base_url)
+        try:
+            response = await self._client.send(self._request(call))
+        except httpx.HTTPError as exc:
+            raise failures.from_transport_error(exc, where) from exc
+        if response.status_code >= 400:
+            raise failures.from_status(
+                response.status_code,
+                response.content,
+                where,
+                [call.api_key],
+                dict(response.headers),
+            )
+        return UpstreamReply(response.status_code, response.content, dict(response.headers))
+
+    async def open_stream(self, call: UpstreamCall) -> OpenAIStream:
+        where = failures.describe_upstream(call.alias, call.base_url)
+        try:
+            response = await self._client.send(self._request(call), stream=True)
+        except httpx.HTTPError as exc:
+            raise failures.from_transport_error(exc, where) from exc
+        if response.status_code >= 400:
+            try:
+                body = await response.aread()
+            except httpx.HTTPError:
+                body = b""
+            finally:
+                await response.aclose()
+            raise failures.from_status(
+                response.status_code, body, where, [call.api_key], dict(response.headers)
+            )
+        return OpenAIStream(response, where)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
