@@ -13,6 +13,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway.pricing.overrides import PriceOverride
+
 SIM_BASE_URL = "sim"
 """`base_url: sim` means the bundled simulator, started by `farebox serve` on demand."""
 
@@ -77,12 +79,36 @@ class ModelRoute(BaseModel):
         return os.environ.get(self.api_key_env) or None
 
 
+class TaskSettings(BaseModel):
+    """How tasks are closed when nobody finishes them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    idle_timeout_s: float = Field(
+        default=1800.0, gt=0, description="A task idle this long is closed as `abandoned`."
+    )
+
+
 class GatewayConfig(BaseModel):
     """The whole configuration file."""
 
     model_config = ConfigDict(extra="forbid")
 
     models: dict[str, ModelRoute] = Field(default_factory=dict)
+    prices: dict[str, PriceOverride] = Field(
+        default_factory=dict,
+        description="Prices per model alias or price-map key, over litellm's price map.",
+    )
+    tasks: TaskSettings = Field(default_factory=TaskSettings)
+
+    def price_key(self, alias: str) -> str:
+        """The price-book name for an alias: its own override, else its route's model."""
+        route = self.models.get(alias)
+        if alias in self.prices or route is None:
+            return alias
+        if route.price_model:
+            return route.price_model
+        return route.model if route.provider == "openai" else f"{route.provider}/{route.model}"
 
     @property
     def uses_simulator(self) -> bool:

@@ -19,6 +19,8 @@ def decide(ctx: RequestContext, config: GatewayConfig) -> None:
             param="model",
         )
     ctx.alias, ctx.route = alias, route
+    if route.model != alias:
+        ctx.edits.set_fields["model"] = route.model  # the upstream knows its own name only
     ctx.tier_requested = ctx.headers.get("x-speed-tier") or ctx.request.service_tier
     if ctx.stream and not ctx.client_wants_usage_chunk:
         # Usage is always needed for metering; the relay hides the chunk from this client.

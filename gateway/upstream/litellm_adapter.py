@@ -146,7 +146,11 @@ class LiteLLMUpstream:
         return LiteLLMStream(wrapper, call, where)
 
     async def aclose(self) -> None:
-        return None
+        """Close the HTTP clients litellm cached; they belong to this event loop."""
+        if self._module is None:
+            return
+        await self._module.close_litellm_async_clients()
+        self._module.in_memory_llm_clients_cache.flush_cache()
 
 
 def _translate(exc: Exception, call: UpstreamCall, where: str) -> UpstreamError:

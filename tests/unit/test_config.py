@@ -36,7 +36,9 @@ def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_api_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    config = parse_config("models:\n  a:\n    provider: anthropic\n    model: m\n    api_key_env: MY_KEY\n")
+    config = parse_config(
+        "models:\n  a:\n    provider: anthropic\n    model: m\n    api_key_env: MY_KEY\n"
+    )
     monkeypatch.setenv("MY_KEY", "secret")
     assert config.models["a"].api_key() == "secret"
     assert config.models["a"].wire_family == "anthropic"

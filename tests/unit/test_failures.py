@@ -9,7 +9,9 @@ KEY = "sk-live-abcdef123456"
 
 
 def test_vllm_integer_code_becomes_openai_shape() -> None:
-    body = b'{"error":{"message":"bad max_tokens","type":"BadRequestError","param":null,"code":400}}'
+    body = (
+        b'{"error":{"message":"bad max_tokens","type":"BadRequestError","param":null,"code":400}}'
+    )
     error = from_status(400, body, "local (10.0.0.1:8000)")
     assert isinstance(error, UpstreamStatusError)
     assert error.status_code == 400
@@ -22,7 +24,9 @@ def test_vllm_integer_code_becomes_openai_shape() -> None:
 
 
 def test_old_vllm_flat_error_and_anthropic_error() -> None:
-    flat = b'{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}'
+    flat = (
+        b'{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}'
+    )
     assert "too long" in from_status(400, flat, "x").message
     anthropic = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
     error = from_status(529, anthropic, "claude")
@@ -45,9 +49,17 @@ def test_plain_text_body_and_retry_after_header_relayed() -> None:
 
 def test_transport_errors() -> None:
     request = httpx.Request("POST", "http://h")
-    assert isinstance(from_transport_error(httpx.ConnectError("x", request=request), "a"), UpstreamUnreachableError)
-    assert isinstance(from_transport_error(httpx.ReadTimeout("x", request=request), "a"), UpstreamTimeoutError)
+    assert isinstance(
+        from_transport_error(httpx.ConnectError("x", request=request), "a"),
+        UpstreamUnreachableError,
+    )
+    assert isinstance(
+        from_transport_error(httpx.ReadTimeout("x", request=request), "a"), UpstreamTimeoutError
+    )
 
 
 def test_describe_upstream_never_shows_credentials_or_path() -> None:
-    assert describe_upstream("m", "https://user:pw@api.example.com:8443/v1?key=1") == "m (api.example.com:8443)"
+    assert (
+        describe_upstream("m", "https://user:pw@api.example.com:8443/v1?key=1")
+        == "m (api.example.com:8443)"
+    )

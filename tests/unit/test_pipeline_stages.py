@@ -29,7 +29,10 @@ def _ctx(body: bytes, **headers: str) -> RequestContext:
         (b'{"model":"m","messages":[]}', "invalid field 'messages'"),
         (b'{"model":"m","messages":[{"role":"bot"}]}', "invalid field 'messages[0].role'"),
         (b'{"model":"m","messages":[{"role":"user"}],"stream":"yes"}', "invalid field 'stream'"),
-        (b'{"model":"m","messages":[{"role":"user"}],"max_tokens":0}', "invalid field 'max_tokens'"),
+        (
+            b'{"model":"m","messages":[{"role":"user"}],"max_tokens":0}',
+            "invalid field 'max_tokens'",
+        ),
     ],
 )
 def test_parse_names_the_field(body: bytes, message: str) -> None:
@@ -76,7 +79,8 @@ def test_decide_leaves_a_client_that_asked_for_usage_alone() -> None:
     raw = b'{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}}'
     ctx = _ctx(raw)
     decide(ctx, CONFIG)
-    assert not ctx.edits and ctx.client_wants_usage_chunk
+    assert ctx.edits.set_fields == {"model": "up"}  # only the upstream's own model name
+    assert ctx.client_wants_usage_chunk
 
 
 def test_unknown_model_is_404_listing_the_known_ones() -> None:
@@ -92,7 +96,13 @@ def test_meter_recognises_both_reasoning_fields_and_first_answer() -> None:
     meter.observe_chunk({"choices": [{"delta": {"reasoning": "hm"}}]})
     meter.observe_chunk({"choices": [{"delta": {"reasoning_content": "mm"}}]})
     meter.observe_chunk({"choices": [{"delta": {"content": "Hi"}, "finish_reason": "stop"}]})
-    meter.observe_chunk({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}, "service_tier": "flex"})
+    meter.observe_chunk(
+        {
+            "choices": [],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+            "service_tier": "flex",
+        }
+    )
     assert meter.first_token == 1.0 and meter.first_answer_token == 3.0
     assert meter.seen_reasoning == "hmmm" and meter.seen_answer == "Hi"
     assert meter.finish_reason == "stop" and meter.service_tier == "flex"

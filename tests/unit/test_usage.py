@@ -12,7 +12,9 @@ def test_openai_usage_with_cached_and_reasoning() -> None:
             "completion_tokens_details": {"reasoning_tokens": 200},
         }
     )
-    assert usage == Usage(prompt_tokens=1000, cached_tokens=768, completion_tokens=300, reasoning_tokens=200)
+    assert usage == Usage(
+        prompt_tokens=1000, cached_tokens=768, completion_tokens=300, reasoning_tokens=200
+    )
     assert usage.uncached_input_tokens == 232
     assert usage.answer_tokens == 100
 
@@ -29,7 +31,11 @@ def test_anthropic_usage_adds_cache_tokens_back_into_prompt_tokens() -> None:
         reasoning_tokens=4,
     )
     assert usage.prompt_tokens == 160
-    assert (usage.cached_tokens, usage.cache_write_tokens, usage.cache_write_1h_tokens) == (100, 20, 30)
+    assert (usage.cached_tokens, usage.cache_write_tokens, usage.cache_write_1h_tokens) == (
+        100,
+        20,
+        30,
+    )
     assert usage.uncached_input_tokens == 10
     assert usage.completion_tokens == 7 and usage.reasoning_tokens == 4
 

@@ -1,0 +1,103 @@
+"""Build the ledger's async engine from a URL, and bring its schema up to date with Alembic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event, text
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+DEFAULT_DB_URL = "sqlite+aiosqlite:///.farebox/farebox.db"
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# Any constant works; it only has to be the same in every Farebox process.
+_MIGRATION_LOCK_KEY = 0x4641_5245_424F_58  # "FAREBOX"
+_POSTGRES_DRIVERS = {"postgres", "postgresql", "postgresql+psycopg2", "postgresql+psycopg"}
+_SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite"}
+
+
+class LedgerURLError(ValueError):
+    """The database URL names a database the ledger does not support."""
+
+
+def async_url(url: str | URL | None) -> URL:
+    """Return `url` rewritten to the async driver (aiosqlite or asyncpg) of its database."""
+    parsed = make_url(url or DEFAULT_DB_URL)
+    if parsed.drivername in _POSTGRES_DRIVERS:
+        return parsed.set(drivername="postgresql+asyncpg")
+    if parsed.drivername in _SQLITE_DRIVERS:
+        return parsed.set(drivername="sqlite+aiosqlite")
+    if parsed.drivername in {"postgresql+asyncpg", "sqlite+aiosqlite"}:
+        return parsed
+    raise LedgerURLError(
+        f"unsupported ledger database URL scheme {parsed.drivername!r}: "
+        "use sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user@host/db"
+    )
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    """Return the database file of a SQLite URL, or None for an in-memory database."""
+    database = url.database or ""
+    if database in {"", ":memory:"} or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def _set_sqlite_pragmas(dbapi_connection: Any, _record: object) -> None:
+    """Turn on WAL (readers never block the writer) and wait, not fail, on a busy lock."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # NORMAL is durable across application crashes in WAL mode; the spool covers the rest.
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def make_engine(url: str | URL | None = None, **kwargs: Any) -> AsyncEngine:
+    """Create an async engine; SQLite gets its directory created and WAL mode."""
+    target = async_url(url)
+    if target.get_backend_name() == "sqlite":
+        path = _sqlite_file(target)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(target, **kwargs)
+        if path is not None:
+            event.listen(engine.sync_engine, "connect", _set_sqlite_pragmas)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    # Fail fast when PostgreSQL is down, so the writer can retry instead of hanging.
+    kwargs.setdefault("connect_args", {"timeout": 10})
+    return create_async_engine(target, **kwargs)
+
+
+def alembic_config(url: str | URL | None = None) -> Config:
+    """Build the Alembic config in code: the migrations live in the package, not in an ini."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # ConfigParser interpolates '%'; a URL-encoded password must survive that.
+    rendered = async_url(url).render_as_string(hide_password=False)
+    config.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
+    return config
+
+
+def _upgrade(connection: Connection, config: Config, revision: str) -> None:
+    """Run `alembic upgrade` on a lent connection, one process at a time on PostgreSQL."""
+    if connection.dialect.name == "postgresql":
+        # Several workers may start together; the lock makes the others wait, then no-op.
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+async def migrate(url: str | URL | None = None, revision: str = "head") -> None:
+    """Apply the ledger's Alembic migrations to the database at `url` (default: head)."""
+    config = alembic_config(url)
+    engine = make_engine(url)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(_upgrade, config, revision)
+    finally:
+        await engine.dispose()

@@ -1,0 +1,1 @@
+"""Ledger migration scripts; a package only so that setuptools ships them."""

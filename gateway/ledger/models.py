@@ -1,0 +1,159 @@
+"""The ledger's tables as SQLAlchemy 2 typed models, and the two column types money and time need.
+
+SQLite has no exact decimal type: a NUMERIC column there turns `0.0000012345` into a
+float, and SUM() adds floats. So on SQLite money is stored as an integer count of
+1e-10 units (the precision of NUMERIC(20, 10)) and SQL sums stay exact; on PostgreSQL it
+is a real NUMERIC(20, 10). Either way Python sees `Decimal`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, Numeric, String
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from gateway.ledger.records import MONEY_QUANTUM, MONEY_SCALE, as_money
+
+
+class Money(TypeDecorator[Decimal]):
+    """NUMERIC(20, 10) on PostgreSQL, integer 1e-10 units on SQLite; Decimal in Python."""
+
+    impl = Numeric(20, MONEY_SCALE)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        """Pick the storage type: see the module docstring for why SQLite differs."""
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(BigInteger())
+        return dialect.type_descriptor(Numeric(20, MONEY_SCALE, asdecimal=True))
+
+    def process_bind_param(self, value: Decimal | None, dialect: Dialect) -> object:
+        """Round to 10 places (half-even, on both databases alike) and encode."""
+        if value is None:
+            return None
+        quantized = as_money(value, "money")
+        return int(quantized.scaleb(MONEY_SCALE)) if dialect.name == "sqlite" else quantized
+
+    def process_result_value(self, value: object, dialect: Dialect) -> Decimal | None:
+        """Decode to a Decimal with 10 places."""
+        if value is None:
+            return None
+        if dialect.name == "sqlite":
+            return Decimal(int(value)).scaleb(-MONEY_SCALE)  # type: ignore[call-overload]
+        return Decimal(value).quantize(MONEY_QUANTUM)  # type: ignore[arg-type]
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that goes in and comes out as an aware UTC datetime on every database."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Store UTC; SQLite keeps no zone, so it gets the naive UTC wall time."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("ledger timestamps must be timezone-aware (UTC)")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Return an aware UTC datetime."""
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the ledger tables (the Alembic autogenerate target)."""
+
+
+class RequestRow(Base):
+    """One upstream call, as written by the ledger writer."""
+
+    __tablename__ = "requests"
+    __table_args__ = (
+        Index("ix_requests_created_at", "created_at"),
+        Index("ix_requests_task_id", "task_id"),
+        Index("ix_requests_team_created_at", "team", "created_at"),
+        Index("ix_requests_request_id", "request_id"),
+    )
+
+    id: Mapped[str] = mapped_column(String, primary_key=True)
+    request_id: Mapped[str] = mapped_column(String)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    task_id: Mapped[str] = mapped_column(String)
+    task_step: Mapped[str | None] = mapped_column(String)
+    step_kind: Mapped[str | None] = mapped_column(String)
+    team: Mapped[str] = mapped_column(String)
+    project: Mapped[str] = mapped_column(String)
+    caller: Mapped[str | None] = mapped_column(String)
+    model_alias: Mapped[str] = mapped_column(String)
+    backend: Mapped[str] = mapped_column(String)
+    provider: Mapped[str] = mapped_column(String)
+    upstream_model: Mapped[str] = mapped_column(String)
+    tier_requested: Mapped[str] = mapped_column(String)
+    tier_served: Mapped[str] = mapped_column(String)
+    status_code: Mapped[int] = mapped_column(Integer)
+    error_type: Mapped[str | None] = mapped_column(String)
+    streamed: Mapped[bool]
+    estimated: Mapped[bool]
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    cached_tokens: Mapped[int] = mapped_column(Integer)
+    cache_write_tokens: Mapped[int] = mapped_column(Integer)
+    cache_write_1h_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    reasoning_tokens: Mapped[int] = mapped_column(Integer)
+    cost_input: Mapped[Decimal] = mapped_column(Money)
+    cost_cached: Mapped[Decimal] = mapped_column(Money)
+    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
+    cost_output: Mapped[Decimal] = mapped_column(Money)
+    cost_reasoning: Mapped[Decimal] = mapped_column(Money)
+    cost_total: Mapped[Decimal] = mapped_column(Money)
+    ttft_ms: Mapped[int | None] = mapped_column(Integer)
+    ttfat_ms: Mapped[int | None] = mapped_column(Integer)
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    decode_tps: Mapped[float | None] = mapped_column(Float)
+    expected_cached_tokens: Mapped[int | None] = mapped_column(Integer)
+    prefix_status: Mapped[str | None] = mapped_column(String)
+    output_cap_clamped: Mapped[bool]
+
+
+class TaskRow(Base):
+    """Running totals of one task (an agent run), kept up to date by the writer."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (
+        Index("ix_tasks_status_last_activity_at", "status", "last_activity_at"),
+        Index("ix_tasks_team_finished_at", "team", "finished_at"),
+    )
+
+    task_id: Mapped[str] = mapped_column(String, primary_key=True)
+    # Nullable: a finish can reach the database before the task's first request does.
+    team: Mapped[str | None] = mapped_column(String)
+    project: Mapped[str | None] = mapped_column(String)
+    status: Mapped[str] = mapped_column(String)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    request_count: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_input: Mapped[Decimal] = mapped_column(Money)
+    cost_cached: Mapped[Decimal] = mapped_column(Money)
+    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
+    cost_output: Mapped[Decimal] = mapped_column(Money)
+    cost_reasoning: Mapped[Decimal] = mapped_column(Money)
+    cost_total: Mapped[Decimal] = mapped_column(Money)
+    first_ttft_ms: Mapped[int | None] = mapped_column(Integer)

@@ -1,0 +1,261 @@
+"""The read side of the ledger: one task, spend by group, and cost per finished task.
+
+Every function takes an `AsyncEngine`, `AsyncConnection` or `AsyncSession`. Money comes
+back as exact `Decimal`; time windows are half-open, `since <= t < until`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from gateway.ledger.records import COST_FIELDS, OPEN, TOKEN_FIELDS, RequestRecord
+from gateway.ledger.store import REQUESTS, TASKS
+
+Database = AsyncEngine | AsyncConnection | AsyncSession
+
+SPEND_GROUPS: dict[str, ColumnElement[Any]] = {
+    "team": REQUESTS.c.team,
+    "project": REQUESTS.c.project,
+    "model": REQUESTS.c.model_alias,
+    "backend": REQUESTS.c.backend,
+    "tier": REQUESTS.c.tier_served,
+    "step": REQUESTS.c.task_step,
+    "step_kind": REQUESTS.c.step_kind,
+}
+TASK_GROUPS: dict[str, ColumnElement[Any]] = {"team": TASKS.c.team, "project": TASKS.c.project}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """A task's aggregate row."""
+
+    task_id: str
+    team: str | None
+    project: str | None
+    status: str
+    started_at: datetime
+    last_activity_at: datetime
+    finished_at: datetime | None
+    request_count: int
+    prompt_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    cache_write_1h_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    cost_input: Decimal
+    cost_cached: Decimal
+    cost_cache_write: Decimal
+    cost_output: Decimal
+    cost_reasoning: Decimal
+    cost_total: Decimal
+    first_ttft_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDetail:
+    """A task's aggregates and each of its upstream calls, oldest first."""
+
+    task: TaskSummary
+    requests: list[RequestRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class SpendRow:
+    """Requests, tokens and cost of one group in a time window."""
+
+    group: str | None
+    request_count: int
+    prompt_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    cache_write_1h_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    cost_input: Decimal
+    cost_cached: Decimal
+    cost_cache_write: Decimal
+    cost_output: Decimal
+    cost_reasoning: Decimal
+    cost_total: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCostStats:
+    """Cost per finished task of one group; percentiles are nearest-rank, so exact."""
+
+    group: str | None
+    finished_tasks: int
+    cost_total: Decimal
+    cost_p50: Decimal
+    cost_p95: Decimal
+    cost_max: Decimal
+    output_share: Decimal
+    reasoning_share: Decimal
+    cache_write_share: Decimal
+
+
+async def _fetch(db: Database, statement: Select[Any]) -> Sequence[Row[Any]]:
+    """Run a SELECT on whatever handle the caller has."""
+    if isinstance(db, AsyncEngine):
+        async with db.connect() as connection:
+            return (await connection.execute(statement)).all()
+    return (await db.execute(statement)).all()
+
+
+def _window(
+    statement: Select[Any], column: Any, since: datetime | None, until: datetime | None
+) -> Select[Any]:
+    """Restrict to `since <= column < until`."""
+    if since is not None:
+        statement = statement.where(column >= since)
+    if until is not None:
+        statement = statement.where(column < until)
+    return statement
+
+
+async def get_task(db: Database, task_id: str) -> TaskDetail | None:
+    """Return a task's aggregates and its request rows, or None if it is unknown."""
+    task_rows = await _fetch(db, select(TASKS).where(TASKS.c.task_id == task_id))
+    if not task_rows:
+        return None
+    request_rows = await _fetch(
+        db,
+        select(REQUESTS)
+        .where(REQUESTS.c.task_id == task_id)
+        .order_by(REQUESTS.c.created_at, REQUESTS.c.attempt, REQUESTS.c.id),
+    )
+    return TaskDetail(
+        task=TaskSummary(**task_rows[0]._asdict()),
+        requests=[RequestRecord(**row._asdict()) for row in request_rows],
+    )
+
+
+def _group_column(groups: dict[str, ColumnElement[Any]], group_by: str) -> ColumnElement[Any]:
+    """Look up a group-by column, with an error that lists the valid choices."""
+    try:
+        return groups[group_by]
+    except KeyError:
+        choices = ", ".join(sorted(groups))
+        raise ValueError(f"cannot group by {group_by!r}; choose one of: {choices}") from None
+
+
+def _spend_row(row: Row[Any]) -> SpendRow:
+    """Build a SpendRow; SUM of no rows is NULL and PostgreSQL sums integers as numeric."""
+    values: dict[str, Any] = {name: int(getattr(row, name) or 0) for name in TOKEN_FIELDS}
+    for name in COST_FIELDS:
+        total = getattr(row, name)
+        values[name] = Decimal(0) if total is None else total
+    return SpendRow(group=row.group, request_count=int(row.request_count), **values)
+
+
+async def spend(
+    db: Database,
+    group_by: str = "team",
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[SpendRow]:
+    """Sum requests, tokens and costs per group (a key of SPEND_GROUPS) in a time window."""
+    group = _group_column(SPEND_GROUPS, group_by)
+    sums = [func.sum(REQUESTS.c[name]).label(name) for name in (*TOKEN_FIELDS, *COST_FIELDS)]
+    statement = select(group.label("group"), func.count().label("request_count"), *sums)
+    statement = _window(statement, REQUESTS.c.created_at, since, until).group_by(group)
+    result = [_spend_row(row) for row in await _fetch(db, statement)]
+    # Biggest spender first; the group name breaks ties so the order is stable.
+    return sorted(result, key=lambda r: (-r.cost_total, r.group is None, r.group or ""))
+
+
+def percentile(ordered: Sequence[Decimal], p: int) -> Decimal:
+    """Return the nearest-rank `p`th percentile of ascending values (a value of the data)."""
+    if not ordered:
+        raise ValueError("percentile of no values")
+    rank = max(1, -(-p * len(ordered) // 100))
+    return ordered[rank - 1]
+
+
+def _share(part: Decimal, whole: Decimal) -> Decimal:
+    """Return part / whole, or 0 when nothing was spent."""
+    return part / whole if whole else Decimal(0)
+
+
+def _stats(group: str | None, rows: list[Row[Any]]) -> TaskCostStats:
+    """Compute one group's cost-per-task statistics."""
+    costs = sorted(row.cost_total for row in rows)
+    total = sum(costs, Decimal(0))
+    return TaskCostStats(
+        group=group,
+        finished_tasks=len(costs),
+        cost_total=total,
+        cost_p50=percentile(costs, 50),
+        cost_p95=percentile(costs, 95),
+        cost_max=costs[-1],
+        output_share=_share(sum((row.cost_output for row in rows), Decimal(0)), total),
+        reasoning_share=_share(sum((row.cost_reasoning for row in rows), Decimal(0)), total),
+        cache_write_share=_share(sum((row.cost_cache_write for row in rows), Decimal(0)), total),
+    )
+
+
+async def task_cost_stats(
+    db: Database,
+    group_by: str = "team",
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[TaskCostStats]:
+    """Per group: finished tasks (any status but open) by finished_at, and their cost spread.
+
+    A task with no request row (a finish that arrived for a task never seen) is left out.
+    """
+    group = _group_column(TASK_GROUPS, group_by)
+    statement = select(
+        group.label("group"),
+        TASKS.c.cost_total,
+        TASKS.c.cost_output,
+        TASKS.c.cost_reasoning,
+        TASKS.c.cost_cache_write,
+    ).where(TASKS.c.status != OPEN, TASKS.c.request_count > 0)
+    rows = await _fetch(db, _window(statement, TASKS.c.finished_at, since, until))
+    by_group: dict[str | None, list[Row[Any]]] = {}
+    for row in rows:
+        by_group.setdefault(row.group, []).append(row)
+    ordered = sorted(by_group, key=lambda g: (g is None, g or ""))
+    return [_stats(key, by_group[key]) for key in ordered]
+
+
+def _cell(value: object) -> str:
+    """Render one CSV cell: Decimals in plain notation, never `1E-10`."""
+    if value is None:
+        return ""
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def export_csv(rows: Sequence[Any], row_type: type | None = None) -> str:
+    """Render dataclass rows (SpendRow, TaskCostStats, ...) as CSV with a header line.
+
+    With no rows, pass `row_type` to still get the header; otherwise the result is empty.
+    """
+    shape = row_type or (type(rows[0]) if rows else None)
+    if shape is None:
+        return ""
+    names = [f.name for f in fields(shape)]
+    buffer = io.StringIO()
+    out = csv.writer(buffer, lineterminator="\n")
+    out.writerow(names)
+    for row in rows:
+        out.writerow([_cell(getattr(row, name)) for name in names])
+    return buffer.getvalue()

@@ -1,0 +1,191 @@
+"""What the request path hands the ledger: plain frozen records, JSON-safe for the spool.
+
+The records need no SQLAlchemy to build, so the pipeline can create them without
+touching the database layer. JSON form: Decimals as strings and datetimes as ISO 8601,
+so a record read back from the spool equals the one written, to the last digit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
+
+from gateway.usage import Usage
+
+COST_FIELDS = (
+    "cost_input",
+    "cost_cached",
+    "cost_cache_write",
+    "cost_output",
+    "cost_reasoning",
+    "cost_total",
+)
+TOKEN_FIELDS = (
+    "prompt_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+)
+# Ten decimal places, the precision the database keeps (NUMERIC(20, 10)).
+MONEY_SCALE = 10
+MONEY_QUANTUM = Decimal(1).scaleb(-MONEY_SCALE)
+OPEN = "open"
+ABANDONED = "abandoned"
+MAX_OUTCOME_LENGTH = 64
+
+
+def utcnow() -> datetime:
+    """Return the current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def new_row_id() -> str:
+    """Return a fresh row id; it is what makes spool replays idempotent."""
+    return str(uuid.uuid4())
+
+
+def as_utc(value: datetime, name: str) -> datetime:
+    """Return `value` in UTC, refusing naive datetimes, whose zone would be a guess."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime (use datetime.now(UTC))")
+    return value.astimezone(UTC)
+
+
+def as_money(value: object, name: str) -> Decimal:
+    """Return `value` as a Decimal of 10 places (half-even), refusing floats, which are inexact.
+
+    Rounding here, once, makes every stored row and every task total agree to the digit:
+    a task's cost is exactly the sum of its rows' costs.
+    """
+    if isinstance(value, bool) or not isinstance(value, Decimal | int):
+        raise TypeError(
+            f"{name} must be a Decimal (got {type(value).__name__}); money is never float"
+        )
+    return Decimal(value).quantize(MONEY_QUANTUM, rounding=ROUND_HALF_EVEN)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One upstream call; retries and fallbacks of a request are separate records."""
+
+    request_id: str
+    task_id: str
+    team: str
+    project: str
+    model_alias: str
+    backend: str = ""
+    provider: str = ""
+    upstream_model: str = ""
+    tier_requested: str = ""
+    tier_served: str = ""
+    status_code: int = 200
+    attempt: int = 0
+    task_step: str | None = None
+    step_kind: str | None = None
+    caller: str | None = None
+    error_type: str | None = None
+    streamed: bool = False
+    estimated: bool = False
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_input: Decimal = Decimal("0")
+    cost_cached: Decimal = Decimal("0")
+    cost_cache_write: Decimal = Decimal("0")
+    cost_output: Decimal = Decimal("0")
+    cost_reasoning: Decimal = Decimal("0")
+    cost_total: Decimal = Decimal("0")
+    ttft_ms: int | None = None
+    ttfat_ms: int | None = None
+    duration_ms: int = 0
+    decode_tps: float | None = None
+    expected_cached_tokens: int | None = None
+    prefix_status: str | None = None
+    output_cap_clamped: bool = False
+    id: str = field(default_factory=new_row_id)
+    created_at: datetime = field(default_factory=utcnow)
+
+    def __post_init__(self) -> None:
+        # Frozen dataclass: normalising in place needs object.__setattr__.
+        object.__setattr__(self, "created_at", as_utc(self.created_at, "created_at"))
+        for name in COST_FIELDS:
+            object.__setattr__(self, name, as_money(getattr(self, name), name))
+
+    def with_usage(self, usage: Usage) -> RequestRecord:
+        """Return a copy carrying the token counts (and `estimated` flag) of `usage`."""
+        return replace(
+            self,
+            prompt_tokens=usage.prompt_tokens,
+            cached_tokens=usage.cached_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            cache_write_1h_tokens=usage.cache_write_1h_tokens,
+            completion_tokens=usage.completion_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            estimated=usage.estimated,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-safe dict (Decimals as strings, datetimes as ISO 8601)."""
+        data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in COST_FIELDS:
+            data[name] = str(data[name])
+        data["created_at"] = self.created_at.isoformat()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RequestRecord:
+        """Rebuild a record from `to_json` output; unknown keys from other versions are ignored."""
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        for name in COST_FIELDS:
+            if name in values:
+                values[name] = Decimal(values[name])
+        values["created_at"] = datetime.fromisoformat(values["created_at"])
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFinish:
+    """A client's statement that a task ended, with its outcome (`success`, `failed`, ...)."""
+
+    task_id: str
+    outcome: str
+    at: datetime = field(default_factory=utcnow)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "at", as_utc(self.at, "at"))
+        if not self.outcome or self.outcome == OPEN or len(self.outcome) > MAX_OUTCOME_LENGTH:
+            raise ValueError(
+                f"task outcome {self.outcome!r} is invalid: use a non-empty word other than "
+                f"'open', at most {MAX_OUTCOME_LENGTH} characters (e.g. 'success', 'failed')"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-safe dict."""
+        return {"task_id": self.task_id, "outcome": self.outcome, "at": self.at.isoformat()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TaskFinish:
+        """Rebuild a finish event from `to_json` output."""
+        return cls(data["task_id"], data["outcome"], datetime.fromisoformat(data["at"]))
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedTask:
+    """A task that left the `open` state: what the cost-per-task histogram observes."""
+
+    task_id: str
+    team: str
+    outcome: str
+    cost_total: Decimal
+
+
+LedgerEntry = RequestRecord | TaskFinish

@@ -1,0 +1,205 @@
+"""Apply ledger entries to the database: idempotent request inserts and task aggregates.
+
+Everything here runs inside one transaction the caller opens. Replaying the same entries
+changes nothing: request rows are keyed by their uuid (ON CONFLICT DO NOTHING), task
+aggregates only add the rows that insert actually wrote (RETURNING tells which), and a
+finish only moves a task that is still open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Table, case, func, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gateway.ledger.models import RequestRow, TaskRow
+from gateway.ledger.records import (
+    ABANDONED,
+    COST_FIELDS,
+    OPEN,
+    TOKEN_FIELDS,
+    FinishedTask,
+    LedgerEntry,
+    RequestRecord,
+    TaskFinish,
+    utcnow,
+)
+
+REQUESTS: Table = RequestRow.__table__  # type: ignore[assignment]
+TASKS: Table = TaskRow.__table__  # type: ignore[assignment]
+_REQUEST_COLUMNS = tuple(column.name for column in REQUESTS.columns)
+_SUMMED = ("request_count", *TOKEN_FIELDS, *COST_FIELDS)
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What one applied batch did."""
+
+    inserted: int = 0
+    duplicates: int = 0
+    finished: list[FinishedTask] = field(default_factory=list)
+
+
+def _insert(connection: AsyncConnection, table: Table) -> Any:
+    """Return the dialect's INSERT, the one that knows ON CONFLICT."""
+    if connection.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    if connection.dialect.name == "sqlite":
+        return sqlite.insert(table)
+    raise NotImplementedError(
+        f"the ledger supports SQLite and PostgreSQL, not {connection.dialect.name}"
+    )
+
+
+async def insert_requests(
+    connection: AsyncConnection, records: Sequence[RequestRecord]
+) -> list[RequestRecord]:
+    """Insert request rows, skipping ids already stored; return the records actually written."""
+    by_id: dict[str, RequestRecord] = {}
+    for record in records:
+        by_id.setdefault(record.id, record)
+    unique = list(by_id.values())
+    if not unique:
+        return []
+    statement = (
+        _insert(connection, REQUESTS)
+        .on_conflict_do_nothing(index_elements=["id"])
+        .returning(REQUESTS.c.id)
+    )
+    rows = [{name: getattr(record, name) for name in _REQUEST_COLUMNS} for record in unique]
+    result = await connection.execute(statement, rows)
+    written = {row[0] for row in result}
+    return [record for record in unique if record.id in written]
+
+
+def task_deltas(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
+    """Sum records per task into the row an upsert adds to `tasks`, sorted by task id."""
+    deltas: dict[str, dict[str, Any]] = {}
+    for record in sorted(records, key=lambda r: (r.created_at, r.attempt)):
+        delta = deltas.get(record.task_id)
+        if delta is None:
+            delta = deltas[record.task_id] = _new_delta(record)
+        delta["request_count"] += 1
+        for name in (*TOKEN_FIELDS, *COST_FIELDS):
+            delta[name] += getattr(record, name)
+        delta["last_activity_at"] = max(delta["last_activity_at"], record.created_at)
+        if delta["first_ttft_ms"] is None:
+            delta["first_ttft_ms"] = record.ttft_ms
+    # A fixed order makes concurrent upserts lock rows in the same order: no deadlocks.
+    return [deltas[task_id] for task_id in sorted(deltas)]
+
+
+def _new_delta(record: RequestRecord) -> dict[str, Any]:
+    """Start the aggregate of a task at its earliest record in the batch."""
+    delta: dict[str, Any] = {
+        "task_id": record.task_id,
+        "team": record.team,
+        "project": record.project,
+        "status": OPEN,
+        "started_at": record.created_at,
+        "last_activity_at": record.created_at,
+        "finished_at": None,
+        "first_ttft_ms": None,
+    }
+    delta.update({name: 0 for name in ("request_count", *TOKEN_FIELDS)})
+    delta.update({name: Decimal(0) for name in COST_FIELDS})
+    return delta
+
+
+async def upsert_tasks(connection: AsyncConnection, deltas: list[dict[str, Any]]) -> None:
+    """Create each task on its first request, else add the batch's sums to its row."""
+    if not deltas:
+        return
+    statement = _insert(connection, TASKS)
+    new = statement.excluded
+    old = TASKS.c
+    changes: dict[str, Any] = {name: old[name] + new[name] for name in _SUMMED}
+    changes.update(
+        team=func.coalesce(old.team, new.team),
+        project=func.coalesce(old.project, new.project),
+        first_ttft_ms=func.coalesce(old.first_ttft_ms, new.first_ttft_ms),
+        started_at=case((new.started_at < old.started_at, new.started_at), else_=old.started_at),
+        last_activity_at=case(
+            (new.last_activity_at > old.last_activity_at, new.last_activity_at),
+            else_=old.last_activity_at,
+        ),
+    )
+    upsert = statement.on_conflict_do_update(index_elements=["task_id"], set_=changes)
+    await connection.execute(upsert, deltas)
+
+
+async def finish_task(connection: AsyncConnection, finish: TaskFinish) -> FinishedTask | None:
+    """Record a client's outcome; return the task if this moved it out of `open`."""
+    where_id = TASKS.c.task_id == finish.task_id
+    values = {"status": finish.outcome, "finished_at": finish.at}
+    moved = await connection.execute(
+        update(TASKS)
+        .where(where_id, TASKS.c.status == OPEN)
+        .values(**values)
+        .returning(TASKS.c.team, TASKS.c.cost_total)
+    )
+    row = moved.first()
+    if row is not None:
+        return FinishedTask(finish.task_id, row.team or "", finish.outcome, row.cost_total)
+    # The client's word beats our idle guess, but the histogram already saw this task.
+    overridden = await connection.execute(
+        update(TASKS).where(where_id, TASKS.c.status == ABANDONED).values(**values)
+    )
+    if overridden.rowcount == 0:
+        await _insert_finished_placeholder(connection, finish)
+    return None
+
+
+async def _insert_finished_placeholder(connection: AsyncConnection, finish: TaskFinish) -> None:
+    """Keep the outcome of a task whose requests have not reached the database (yet)."""
+    row: dict[str, Any] = {
+        "task_id": finish.task_id,
+        "team": None,
+        "project": None,
+        "status": finish.outcome,
+        "started_at": finish.at,
+        "last_activity_at": finish.at,
+        "finished_at": finish.at,
+        "first_ttft_ms": None,
+    }
+    row.update({name: 0 for name in ("request_count", *TOKEN_FIELDS)})
+    row.update({name: Decimal(0) for name in COST_FIELDS})
+    statement = _insert(connection, TASKS).on_conflict_do_nothing(index_elements=["task_id"])
+    await connection.execute(statement, row)
+
+
+async def apply_batch(connection: AsyncConnection, entries: Sequence[LedgerEntry]) -> BatchResult:
+    """Apply one batch: requests first, then their tasks' sums, then finishes, in order."""
+    requests = [entry for entry in entries if isinstance(entry, RequestRecord)]
+    written = await insert_requests(connection, requests)
+    await upsert_tasks(connection, task_deltas(written))
+    result = BatchResult(inserted=len(written), duplicates=len(requests) - len(written))
+    for entry in entries:
+        if isinstance(entry, TaskFinish):
+            finished = await finish_task(connection, entry)
+            if finished is not None:
+                result.finished.append(finished)
+    return result
+
+
+async def close_idle_tasks(
+    engine: AsyncEngine, idle_seconds: float, now: datetime | None = None
+) -> list[FinishedTask]:
+    """Mark open tasks idle for longer than `idle_seconds` as abandoned; return them."""
+    cutoff = (now or utcnow()) - timedelta(seconds=idle_seconds)
+    statement = (
+        update(TASKS)
+        .where(TASKS.c.status == OPEN, TASKS.c.last_activity_at < cutoff)
+        # The task ended at its last request, not when we noticed.
+        .values(status=ABANDONED, finished_at=TASKS.c.last_activity_at)
+        .returning(TASKS.c.task_id, TASKS.c.team, TASKS.c.cost_total)
+    )
+    async with engine.begin() as connection:
+        rows = (await connection.execute(statement)).all()
+    return [FinishedTask(row.task_id, row.team or "", ABANDONED, row.cost_total) for row in rows]

@@ -1,0 +1,340 @@
+"""The batched ledger writer: the request path hands it records, two background loops store them.
+
+`submit()` and `finish_task()` only append to an in-memory queue. The *spool loop* moves
+the queue to a spool segment on disk every `flush_interval`; the *drain loop* applies
+segments to the database, one transaction each, and deletes a segment only after its
+commit. A slow or dead database therefore never loses data: segments wait on disk and
+are retried with exponential backoff, and the next process replays what this one left.
+The loops are separate so that a database call hanging on a timeout never delays the
+spooling (which is what bounds a `kill -9` loss to one flush interval).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.ledger import store
+from gateway.ledger.records import FinishedTask, LedgerEntry, RequestRecord, TaskFinish, utcnow
+from gateway.ledger.spool import DEFAULT_SPOOL_DIR, Segment, Spool
+
+logger = logging.getLogger(__name__)
+
+OnTaskFinished = Callable[[str, str, Decimal], None]
+"""Called as `(team, outcome, cost_total)` once per task that leaves `open`."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriterConfig:
+    """Timing and storage settings of a `LedgerWriter` (all durations in seconds)."""
+
+    spool_dir: Path = DEFAULT_SPOOL_DIR
+    flush_interval: float = 0.2
+    # An open task with no request for this long is marked abandoned; None: never.
+    idle_timeout: float | None = 1800.0
+    idle_check_interval: float = 60.0
+    retry_initial: float = 0.5
+    retry_max: float = 30.0
+    # How long close() keeps retrying a down database before leaving the rest spooled.
+    close_timeout: float = 10.0
+    # Only reached when the spool disk refuses writes; the oldest entries are dropped.
+    max_pending: int = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class WriterStats:
+    """A snapshot of the writer's counters, for the metrics endpoint."""
+
+    records_submitted: int
+    rows_written: int
+    rows_duplicate: int
+    pending: int
+    spooled: int
+    flush_failures: int
+    spool_failures: int
+    segments_rejected: int
+    records_dropped: int
+    tasks_finished: int
+    tasks_abandoned: int
+    callback_errors: int
+    last_flush_seconds: float
+
+
+class LedgerWriter:
+    """Batch ledger entries to the database through a durable on-disk spool."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        config: WriterConfig | None = None,
+        on_task_finished: OnTaskFinished | None = None,
+    ) -> None:
+        self.engine = engine
+        self.config = config or WriterConfig()
+        self.on_task_finished = on_task_finished
+        self.spool = Spool(self.config.spool_dir)
+        self._pending: deque[LedgerEntry] = deque()
+        self._segments: deque[Segment] = deque()
+        self._spool_lock = asyncio.Lock()
+        self._drain_lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._spooled = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._closed = False
+        self._writing = 0
+        self._backoff = 0.0
+        self._retry_at = 0.0
+        self.records_submitted = 0
+        self.rows_written = 0
+        self.rows_duplicate = 0
+        self.flush_failures = 0
+        self.spool_failures = 0
+        self.segments_rejected = 0
+        self.records_dropped = 0
+        self.tasks_finished = 0
+        self.tasks_abandoned = 0
+        self.callback_errors = 0
+        self.last_flush_seconds = 0.0
+
+    @property
+    def pending(self) -> int:
+        """Entries in memory, not yet on disk (including a batch being written)."""
+        return len(self._pending) + self._writing
+
+    @property
+    def spooled(self) -> int:
+        """Entries on disk, not yet committed to the database."""
+        return sum(segment.entries for segment in self._segments)
+
+    def stats(self) -> WriterStats:
+        """Return a snapshot of the counters."""
+        return WriterStats(
+            self.records_submitted, self.rows_written, self.rows_duplicate, self.pending,
+            self.spooled, self.flush_failures, self.spool_failures, self.segments_rejected,
+            self.records_dropped, self.tasks_finished, self.tasks_abandoned,
+            self.callback_errors, self.last_flush_seconds,
+        )  # fmt: skip
+
+    def submit(self, record: RequestRecord) -> None:
+        """Queue one request record; O(1), never blocks (call it on the event loop's thread)."""
+        self.records_submitted += 1
+        self._enqueue(record)
+
+    def finish_task(self, task_id: str, outcome: str, at: datetime | None = None) -> None:
+        """Queue a task's outcome; raises ValueError at once for an invalid outcome."""
+        self._enqueue(TaskFinish(task_id, outcome, at or utcnow()))
+
+    def _enqueue(self, entry: LedgerEntry) -> None:
+        """Append to the queue, or straight to the spool once the writer is closed."""
+        if self._closed:
+            # A straggler after shutdown: a blocking write is rare and beats losing it.
+            logger.warning("ledger writer is closed; spooling an entry of task %s", entry.task_id)
+            self.spool.write([entry])
+            return
+        if len(self._pending) >= self.config.max_pending:
+            self._pending.popleft()
+            self.records_dropped += 1
+        self._pending.append(entry)
+
+    async def start(self) -> None:
+        """Adopt the spool a previous process left, then start the background loops."""
+        if self._loops or self._closed:
+            raise RuntimeError("LedgerWriter.start() may be called once, before close()")
+        leftovers = await asyncio.to_thread(self.spool.leftovers)
+        if leftovers:
+            count = sum(segment.entries for segment in leftovers)
+            logger.info(
+                "ledger writer: replaying %d spooled entries from %s", count, self.spool.directory
+            )
+        self._segments.extend(leftovers)
+        self._spooled.set()
+        self._loops = [
+            asyncio.create_task(self._spool_loop(), name="ledger-spool"),
+            asyncio.create_task(self._drain_loop(), name="ledger-drain"),
+        ]
+
+    async def close(self) -> None:
+        """Stop the loops, spool everything, and commit it unless the database stays down."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self._spooled.set()
+        loops, self._loops = self._loops, []
+        await asyncio.gather(*loops)
+        while self._pending:
+            if not await self._spool_pending():
+                logger.error(
+                    "ledger writer: the spool disk refuses writes; %d entries are lost on exit",
+                    len(self._pending),
+                )
+                break
+        self._closed = True
+        deadline = time.monotonic() + self.config.close_timeout
+        while not await self._drain():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                logger.warning(
+                    "ledger writer closed with %d entries kept in %s; the next start replays them",
+                    self.spooled, self.spool.directory,
+                )  # fmt: skip
+                return
+            await asyncio.sleep(min(self._backoff, remaining))
+
+    async def flush(self) -> bool:
+        """Spool and commit everything queued now; False if the disk or the database refused."""
+        spooled = await self._spool_pending()
+        return await self._drain() and spooled
+
+    async def close_idle_tasks(self, idle_seconds: float) -> list[FinishedTask]:
+        """Abandon open tasks idle for `idle_seconds`, report them to the callback, return them."""
+        closed = await store.close_idle_tasks(self.engine, idle_seconds)
+        self.tasks_abandoned += len(closed)
+        self._observe(closed)
+        return closed
+
+    async def _stopped_within(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True as soon as close() was called."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _spool_loop(self) -> None:
+        """Every flush interval, move the queue to a spool segment."""
+        while not await self._stopped_within(self.config.flush_interval):
+            await self._spool_pending()
+
+    async def _spool_pending(self) -> bool:
+        """Write the queued entries as one durable segment; keep them queued if the disk fails."""
+        async with self._spool_lock:
+            if not self._pending:
+                return True
+            batch = list(self._pending)
+            self._pending.clear()
+            self._writing = len(batch)
+            try:
+                segment = await asyncio.to_thread(self.spool.write, batch)
+            except OSError as exc:
+                self.spool_failures += 1
+                logger.error("ledger spool: cannot write to %s: %s", self.spool.directory, exc)
+                self._pending.extendleft(reversed(batch))
+                return False
+            finally:
+                self._writing = 0
+            self._segments.append(segment)
+            self._spooled.set()
+            return True
+
+    async def _drain_loop(self) -> None:
+        """Apply spooled segments as they appear, and abandon idle tasks now and then."""
+        next_idle_check = time.monotonic() + self.config.idle_check_interval
+        while not self._stopping.is_set():
+            wait = max(self._retry_at - time.monotonic(), 0.0) or self.config.flush_interval
+            # A timeout is not an error here: it is time to retry, or to look for idle tasks.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._spooled.wait(), wait)
+            self._spooled.clear()
+            if self._stopping.is_set():
+                return
+            if self._segments and time.monotonic() >= self._retry_at:
+                await self._drain()
+            if time.monotonic() >= next_idle_check:
+                next_idle_check = time.monotonic() + self.config.idle_check_interval
+                await self._abandon_idle()
+
+    async def _abandon_idle(self) -> None:
+        """Run the periodic idle check, unless entries still wait for the database."""
+        if self.config.idle_timeout is None or self._segments or self._pending:
+            return  # with a backlog, last_activity_at in the database is stale
+        try:
+            await self.close_idle_tasks(self.config.idle_timeout)
+        except Exception as exc:  # database down: the next check retries
+            logger.warning("ledger writer: idle-task check failed: %s", exc)
+
+    async def _drain(self) -> bool:
+        """Apply segments oldest first; False (and a backoff) on the first failure."""
+        async with self._drain_lock:
+            started = time.perf_counter()
+            while self._segments:
+                segment = self._segments[0]
+                try:
+                    result = await self._apply(segment)
+                except (IntegrityError, DataError) as exc:
+                    await self._reject(segment, exc)
+                    continue
+                except Exception as exc:  # down, slow or restarting: keep the spool, retry
+                    self._note_failure(exc)
+                    return False
+                self.rows_written += result.inserted
+                self.rows_duplicate += result.duplicates
+                self.tasks_finished += len(result.finished)
+                self._segments.popleft()
+                self._observe(result.finished)
+                await self._delete(segment)
+            self.last_flush_seconds = time.perf_counter() - started
+            self._backoff = self._retry_at = 0.0
+            return True
+
+    async def _apply(self, segment: Segment) -> store.BatchResult:
+        """Apply one segment in one transaction."""
+        entries = await asyncio.to_thread(self.spool.read, segment)
+        if not entries:
+            return store.BatchResult()
+        async with self.engine.begin() as connection:
+            return await store.apply_batch(connection, entries)
+
+    async def _delete(self, segment: Segment) -> None:
+        """Delete a committed segment; if that fails, a later replay is a harmless no-op."""
+        try:
+            await asyncio.to_thread(self.spool.delete, segment)
+        except OSError as exc:
+            logger.error("ledger spool: cannot delete committed %s: %s", segment.path, exc)
+
+    async def _reject(self, segment: Segment, exc: Exception) -> None:
+        """Set aside a segment the database will never accept, so the rest can flow."""
+        self._segments.popleft()
+        self.segments_rejected += 1
+        try:
+            target = await asyncio.to_thread(self.spool.reject, segment)
+        except OSError as move_error:
+            logger.error("ledger spool: cannot move rejected %s: %s", segment.path, move_error)
+            return
+        logger.error(
+            "ledger: database refused %s for good (%s); moved to %s", segment.path, exc, target
+        )
+
+    def _note_failure(self, exc: Exception) -> None:
+        """Count a failed flush and schedule the retry with exponential backoff."""
+        self.flush_failures += 1
+        initial, ceiling = self.config.retry_initial, self.config.retry_max
+        first = not self._backoff
+        self._backoff = initial if first else min(self._backoff * 2, ceiling)
+        self._retry_at = time.monotonic() + self._backoff
+        logger.warning(
+            "ledger writer: database write failed (%s: %s); %d entries kept in the spool, "
+            "retrying in %.1fs", type(exc).__name__, exc, self.spooled, self._backoff,
+            exc_info=first,  # the traceback once per outage, not once per retry
+        )  # fmt: skip
+
+    def _observe(self, finished: list[FinishedTask]) -> None:
+        """Report finished tasks to the callback; a failing callback must not stop the writer."""
+        if self.on_task_finished is None:
+            return
+        for task in finished:
+            try:
+                self.on_task_finished(task.team, task.outcome, task.cost_total)
+            except Exception:
+                self.callback_errors += 1
+                logger.exception("ledger writer: on_task_finished failed for %s", task.task_id)

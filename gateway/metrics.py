@@ -1,0 +1,104 @@
+"""Prometheus metrics, every name prefixed `farebox_`, on a registry of the app's own.
+
+Labels have bounded cardinality: model aliases and backends come from the configuration,
+tiers and kinds are fixed sets, and free-form values (teams from a header) are capped by
+`BoundedLabel`. A task id or user id is never a label.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+SPEED_BUCKETS = (5, 10, 20, 40, 60, 80, 100, 150, 200, 300, 500, 1000)
+TASK_COST_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
+TOKEN_KINDS = ("input", "cached", "cache_write", "output", "reasoning")
+
+
+class BoundedLabel:
+    """Keeps at most `limit` distinct values of a label; later newcomers become `other`."""
+
+    def __init__(self, limit: int = 100):
+        self.limit = limit
+        self._seen: set[str] = set()
+
+    def __call__(self, value: str | None) -> str:
+        if not value:
+            return "none"
+        value = value[:64]
+        if value in self._seen:
+            return value
+        if len(self._seen) >= self.limit:
+            return "other"
+        self._seen.add(value)
+        return value
+
+
+class Metrics:
+    """The gateway's instruments, registered on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        self.team = BoundedLabel()
+        r = self.registry
+        self.requests = Counter(
+            "farebox_requests",
+            "Upstream calls by outcome.",
+            ["model", "backend", "tier", "status"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "farebox_tokens",
+            "Tokens by kind (input is uncached input).",
+            ["model", "kind"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "farebox_cost_usd", "Cost in US dollars by kind.", ["model", "kind"], registry=r
+        )
+        self.ttft = Histogram(
+            "farebox_time_to_first_token_seconds",
+            "Time to the first token, thinking included.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttfat = Histogram(
+            "farebox_time_to_first_answer_token_seconds",
+            "Time to the first answer token, after thinking ends.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decode_speed = Histogram(
+            "farebox_decode_tokens_per_second",
+            "Output tokens per second after the first token.",
+            ["model"],
+            buckets=SPEED_BUCKETS,
+            registry=r,
+        )
+        self.duration = Histogram(
+            "farebox_request_duration_seconds",
+            "Whole request duration.",
+            ["model"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.task_cost = Histogram(
+            "farebox_task_cost_usd",
+            "Cost of each finished task in US dollars.",
+            ["team", "outcome"],
+            buckets=TASK_COST_BUCKETS,
+            registry=r,
+        )
+
+    def observe_task(self, team: str | None, outcome: str, cost: Decimal) -> None:
+        """Record one finished task's total cost."""
+        self.task_cost.labels(team=self.team(team), outcome=outcome[:32]).observe(float(cost))
+
+    def render(self) -> bytes:
+        """The exposition text for GET /metrics."""
+        return generate_latest(self.registry)

@@ -1,0 +1,154 @@
+"""Configuration of the simulator: served models, timing, prefix cache and auth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+
+class TierTiming(BaseModel):
+    """Multipliers applied to the per-token rates for one service tier or speed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prefill: float = Field(default=1.0, ge=0)
+    decode: float = Field(default=1.0, ge=0)
+
+
+class SimModel(BaseModel):
+    """One model the simulator serves, with the quirks of the engine behind it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    # More names it answers to, like vLLM's extra --served-model-name values.
+    aliases: list[str] = Field(default_factory=list)
+    api: Literal["openai", "anthropic"] = "openai"
+    thinking: bool = False
+    reasoning_field: Literal["reasoning", "reasoning_content"] = "reasoning"
+    supports_thinking_budget: bool = False
+    supports_continue_final_message: bool = False
+    start_of_thinking: str = "<think>"
+    end_of_thinking: str = "</think>"
+    reasoning_tokens: int = Field(default=40, ge=0)
+    output_tokens: int = Field(default=24, ge=1)
+    max_model_len: int = Field(default=131072, ge=16)
+    prefill_ms_per_token: float | None = Field(default=None, ge=0)
+    decode_ms_per_token: float | None = Field(default=None, ge=0)
+    # Anthropic only: prefixes shorter than this are never written to the cache.
+    min_cacheable_tokens: int = Field(default=0, ge=0)
+    supports_fast_mode: bool = False
+
+
+def default_models() -> list[SimModel]:
+    """Return the models served when the configuration names none."""
+    return [
+        # Plain chat model; like a backend that refuses continue_final_message.
+        SimModel(name="sim-chat"),
+        SimModel(
+            name="sim-thinker",
+            thinking=True,
+            reasoning_field="reasoning",
+            supports_thinking_budget=True,
+            supports_continue_final_message=True,
+        ),
+        # Stands for an SGLang or older vLLM backend: the other reasoning field
+        # and neither per-request budgets nor continue_final_message.
+        SimModel(
+            name="sim-sglang-thinker",
+            thinking=True,
+            reasoning_field="reasoning_content",
+            supports_thinking_budget=False,
+            supports_continue_final_message=False,
+        ),
+        SimModel(
+            name="claude-sim",
+            api="anthropic",
+            thinking=True,
+            min_cacheable_tokens=1024,
+            supports_fast_mode=True,
+        ),
+    ]
+
+
+def default_tier_timing() -> dict[str, TierTiming]:
+    """Return per-tier multipliers: flex is slow, priority quick, fast mode speeds decode only."""
+    return {
+        "flex": TierTiming(prefill=2.0, decode=2.0),
+        "priority": TierTiming(prefill=0.5, decode=0.5),
+        "fast": TierTiming(prefill=1.0, decode=0.4),
+    }
+
+
+class SimConfig(BaseModel):
+    """Everything the simulator needs; build it in code or load it from YAML."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[SimModel] = Field(default_factory=default_models, min_length=1)
+    prefill_ms_per_token: float = Field(default=0.0, ge=0)
+    decode_ms_per_token: float = Field(default=0.0, ge=0)
+    tier_timing: dict[str, TierTiming] = Field(default_factory=default_tier_timing)
+    block_size: int = Field(default=16, ge=1)
+    cache_capacity_blocks: int = Field(default=65536, ge=1)
+    seed: int = 0
+    api_key: SecretStr | None = None
+    request_log_size: int = Field(default=1000, ge=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> SimConfig:
+        names = [name for m in self.models for name in (m.name, *m.aliases)]
+        if len(names) != len(set(names)):
+            raise ValueError(f"model names must be unique, got {names}")
+        return self
+
+    def find_model(self, name: str | None, api: str) -> SimModel | None:
+        """Return the served model of that name or alias and API; no name means the first one."""
+        for model in self.models:
+            if model.api == api and (name is None or name == model.name or name in model.aliases):
+                return model
+        return None
+
+    def rates(self, model: SimModel, tier: str) -> tuple[float, float]:
+        """Return (prefill, decode) milliseconds per token for a model at a tier."""
+        prefill = self.prefill_ms_per_token
+        decode = self.decode_ms_per_token
+        if model.prefill_ms_per_token is not None:
+            prefill = model.prefill_ms_per_token
+        if model.decode_ms_per_token is not None:
+            decode = model.decode_ms_per_token
+        timing = self.tier_timing.get(tier, TierTiming())
+        return prefill * timing.prefill, decode * timing.decode
+
+
+def default_config() -> SimConfig:
+    """Return the stock configuration: four models, zero latency, seed 0."""
+    return SimConfig()
+
+
+def load_config(path: Path) -> SimConfig:
+    """Read a SimConfig from a YAML file."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ValueError(f"cannot read simulator config {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"simulator config {path} must be a YAML mapping, got {type(data).__name__}"
+        )
+    return SimConfig.model_validate(data)
+
+
+# Sizes that shape the caches and the log when they are built; changing them needs a restart.
+FIXED_AT_START = frozenset({"block_size", "cache_capacity_blocks", "request_log_size"})
+
+
+def updated_config(config: SimConfig, changes: dict[str, Any]) -> SimConfig:
+    """Return config with top-level fields replaced by changes, validated as a whole."""
+    fixed = sorted(FIXED_AT_START & changes.keys())
+    if fixed:
+        raise ValueError(f"{', '.join(fixed)} cannot change while running; restart the simulator")
+    return SimConfig.model_validate({**config.model_dump(), **changes})

@@ -1,0 +1,143 @@
+"""vLLM's chat completion bodies: the full response and the SSE chunk sequence."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.sim.config import SimModel
+from gateway.sim.generator import OutputPlan
+from gateway.sim.openai_request import ChatRequest
+from gateway.sim.timing import Pacer, Timing
+
+
+@dataclass(frozen=True)
+class ChatJob:
+    """A validated request with its planned output, cache hit and timing."""
+
+    request: ChatRequest
+    model: SimModel
+    completion_id: str
+    created: int
+    prompt_tokens: int
+    cached_tokens: int
+    plan: OutputPlan
+    timing: Timing
+
+    @property
+    def role(self) -> str:
+        """Return the answering role: the continued message's role when continuing."""
+        if self.request.add_generation_prompt:
+            return "assistant"
+        return str(self.request.messages[-1].get("role", "assistant"))
+
+
+def usage(job: ChatJob) -> dict[str, Any]:
+    """Return vLLM's usage object; reasoning details only for a model with a reasoning parser."""
+    plan = job.plan
+    body: dict[str, Any] = {
+        "prompt_tokens": job.prompt_tokens,
+        "total_tokens": job.prompt_tokens + plan.completion_tokens,
+        "completion_tokens": plan.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": job.cached_tokens},
+    }
+    if job.model.thinking:
+        body["completion_tokens_details"] = {"reasoning_tokens": plan.reasoning_tokens}
+    return body
+
+
+def completion_body(job: ChatJob) -> dict[str, Any]:
+    """Return the non-streaming chat.completion object."""
+    plan = job.plan
+    reasoning = plan.reasoning_text if plan.reasoning and job.request.include_reasoning else None
+    message: dict[str, Any] = {
+        "role": job.role,
+        "content": plan.content_text if plan.content else None,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        job.model.reasoning_field: reasoning,
+    }
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": plan.finish_reason,
+        "stop_reason": None,
+    }
+    return {
+        "id": job.completion_id,
+        "object": "chat.completion",
+        "created": job.created,
+        "model": job.model.name,
+        "choices": [choice],
+        "service_tier": job.request.echoed_tier,
+        "system_fingerprint": None,
+        "usage": usage(job),
+        "prompt_logprobs": None,
+        "kv_transfer_params": None,
+    }
+
+
+def _chunk(job: ChatJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+    body = {
+        "id": job.completion_id,
+        "object": "chat.completion.chunk",
+        "created": job.created,
+        "model": job.model.name,
+        "service_tier": job.request.echoed_tier,
+        "choices": choices,
+        **extra,
+    }
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def _choice(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    choice: dict[str, Any] = {
+        "index": 0,
+        "delta": delta,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+    }
+    if finish_reason is not None:
+        choice["stop_reason"] = None
+    return choice
+
+
+def _pieces(job: ChatJob) -> list[tuple[str | None, str]]:
+    """Return (delta field, text) per output token; None marks a token that is not shown."""
+    field = job.model.reasoning_field if job.request.include_reasoning else None
+    return [(field, word) for word in job.plan.reasoning] + [
+        ("content", w) for w in job.plan.content
+    ]
+
+
+def _wants_usage(request: ChatRequest) -> bool:
+    return request.stream_options is not None and bool(request.stream_options.include_usage)
+
+
+async def chunk_stream(job: ChatJob) -> AsyncGenerator[bytes, None]:
+    """Yield the SSE chunks: role, one per token, finish, optional usage, then [DONE]."""
+    pacer = Pacer(job.timing)
+    await pacer.prefill()
+    yield _chunk(job, [_choice({"role": job.role, "content": ""})])
+    pieces = _pieces(job)
+    length_cut = job.plan.finish_reason == "length"
+    for index, (field, word) in enumerate(pieces):
+        await pacer.token(index)
+        last = index == len(pieces) - 1
+        if field is None and not (last and length_cut):
+            continue
+        delta = {field: word} if field is not None else {}
+        # A length cut arrives on the last real token; a stop arrives on the EOS token after it.
+        yield _chunk(job, [_choice(delta, "length" if last and length_cut else None)])
+    if not length_cut:
+        # The EOS token decodes to nothing: an empty content delta, or {} behind a reasoning parser.
+        yield _chunk(job, [_choice({} if job.model.thinking else {"content": ""}, "stop")])
+    if _wants_usage(job.request):
+        yield _chunk(job, [], usage=usage(job))
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,43 @@
+"""Everything one simulator instance remembers between requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.sim.anthropic_cache import BreakpointCache
+from gateway.sim.config import SimConfig
+from gateway.sim.faults import FaultBook
+from gateway.sim.prefix_cache import PrefixCache
+from gateway.sim.records import RequestLog
+
+
+@dataclass
+class SimState:
+    """The configuration plus the caches, request log and armed faults."""
+
+    config: SimConfig
+    initial_config: SimConfig
+    prefix_cache: PrefixCache
+    breakpoints: BreakpointCache
+    log: RequestLog
+    faults: FaultBook
+
+    @classmethod
+    def build(cls, config: SimConfig) -> SimState:
+        """Return fresh, empty state for a configuration."""
+        return cls(
+            config=config,
+            initial_config=config,
+            prefix_cache=PrefixCache(config.block_size, config.cache_capacity_blocks),
+            breakpoints=BreakpointCache(),
+            log=RequestLog(config.request_log_size),
+            faults=FaultBook(),
+        )
+
+    def reset(self) -> None:
+        """Forget requests, faults, both caches and runtime config changes."""
+        self.config = self.initial_config
+        self.log.clear()
+        self.faults.clear()
+        self.prefix_cache.clear()
+        self.breakpoints.clear()

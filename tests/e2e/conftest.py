@@ -1,0 +1,96 @@
+"""A gateway on a real port, forwarding to the simulator on another real port."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.app import create_app
+from gateway.config import GatewayConfig, ModelRoute
+from gateway.pipeline.context import RequestContext
+from gateway.settings import Settings, Timeouts
+from tests.conftest import SimControl
+from tests.servers import ServerThread
+
+ANTHROPIC_KEY = "sk-ant-test-0123456789abcdef"
+
+
+def sim_routes(sim_url: str) -> dict[str, ModelRoute]:
+    """The test configuration: each wire format the gateway speaks, all on the simulator."""
+    return {
+        # An alias that is the upstream's own name: nothing in the body has to change.
+        "sim-chat": ModelRoute(provider="openai", model="sim-chat", base_url=f"{sim_url}/v1"),
+        "chat": ModelRoute(
+            provider="openai", model="sim-chat", base_url=f"{sim_url}/v1", family="vllm"
+        ),
+        "thinker": ModelRoute(
+            provider="openai", model="sim-thinker", base_url=f"{sim_url}/v1", family="vllm"
+        ),
+        "sglang-thinker": ModelRoute(
+            provider="openai", model="sim-sglang-thinker", base_url=f"{sim_url}/v1", family="sglang"
+        ),
+        "claude": ModelRoute(
+            provider="anthropic",
+            model="claude-sim",
+            base_url=sim_url,
+            api_key_env="FAREBOX_TEST_ANTHROPIC_KEY",
+        ),
+    }
+
+
+@dataclass
+class Gateway:
+    """A running gateway and the request contexts its pipeline finished."""
+
+    server: ServerThread
+    seen: list[RequestContext] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.server.url}/v1"
+
+    def last(self, count: int = 1, timeout: float = 10.0) -> RequestContext:
+        """The latest finished request, once at least `count` have finished.
+
+        A stream is recorded when the relay closes, just after the client read `[DONE]`.
+        """
+        deadline = time.monotonic() + timeout
+        while len(self.seen) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {len(self.seen)} of {count} requests finished")
+            time.sleep(0.01)
+        return self.seen[-1]
+
+
+GatewayFactory = Callable[..., Gateway]
+
+
+@pytest.fixture
+def make_gateway(sim: SimControl, monkeypatch: pytest.MonkeyPatch) -> Iterator[GatewayFactory]:
+    """Start gateways with optional settings overrides; all are stopped after the test."""
+    monkeypatch.setenv("FAREBOX_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY)
+    started: list[Gateway] = []
+
+    def start(timeouts: Timeouts | None = None, **settings: object) -> Gateway:
+        seen: list[RequestContext] = []
+        config = GatewayConfig(models=sim_routes(sim.url))
+        app = create_app(
+            Settings(timeouts=timeouts or Timeouts(), **settings),  # type: ignore[arg-type]
+            config,
+            observers=[seen.append],
+        )
+        gateway = Gateway(ServerThread(app).start(), seen)
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.server.stop()
+
+
+@pytest.fixture
+def gateway(make_gateway: GatewayFactory) -> Gateway:
+    return make_gateway()
