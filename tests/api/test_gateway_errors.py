@@ -54,7 +54,8 @@ def test_schema_violation_names_the_field(client: TestClient) -> None:
 
 def test_unknown_model_is_404(client: TestClient) -> None:
     response = client.post(
-        "/v1/chat/completions", json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}
+        "/v1/chat/completions",
+        json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]},
     )
     error = _assert_openai_error(response, 404, "gpt-9")
     assert error["code"] == "model_not_found"
