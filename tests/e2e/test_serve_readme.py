@@ -1,0 +1,87 @@
+"""`farebox serve` with no configuration, then the README's SDK example, as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
+    env["FAREBOX_DATA_DIR"] = str(tmp_path / "data")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _wait_ready(port, process)
+        yield port, process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _wait_ready(port: int, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(
+                f"farebox serve exited: {process.stdout.read() if process.stdout else ''}"
+            )
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("farebox serve did not become ready")
+
+
+def _readme_example(port: int) -> str:
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## Use it from the OpenAI SDK.*?```python\n(.*?)```", readme, re.S)
+    assert block, "README has no SDK example"
+    code = block.group(1)
+    assert len(code.strip().splitlines()) <= 10
+    return code.replace("127.0.0.1:4000", f"127.0.0.1:{port}")
+
+
+def test_serve_starts_the_simulator_and_the_readme_example_works(
+    served: tuple[int, subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    port, process = served
+    script = tmp_path / "example.py"
+    script.write_text(_readme_example(port))
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "CompletionUsage(" in result.stdout  # the whole reply's usage
+    assert "prompt_tokens=" in result.stdout
+    process.terminate()
+    output, _ = process.communicate(timeout=30)
+    assert f"http://127.0.0.1:{port}/v1" in output
+    assert "bundled simulator" in output
