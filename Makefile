@@ -28,7 +28,7 @@ services:
 	@bash .ci/services
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check gateway tests bench
+	$(BIN)/ruff check gateway tests $(wildcard bench)
 	$(BIN)/mypy
 
 test: $(VENV)/.installed-test services lint
