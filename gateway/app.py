@@ -10,17 +10,23 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway import __version__
-from gateway.api import chat, health, models
+from gateway.api import chat, health, models, spend, tasks
+from gateway.api import metrics as metrics_api
 from gateway.config import GatewayConfig, load_config
 from gateway.embedded_sim import start_embedded_sim
 from gateway.errors import FareboxError, error_body
+from gateway.ledger import LedgerWriter, WriterConfig, make_engine, migrate
+from gateway.metrics import Metrics
+from gateway.pricing import PriceBook
 from gateway.services import Observer, Services
 from gateway.settings import Settings
+from gateway.state import open_state
 from gateway.upstream.registry import Upstreams
 
 log = logging.getLogger("farebox")
@@ -46,7 +52,14 @@ def create_app(
             yield {"services": services}
 
     app = FastAPI(title="Farebox", version=__version__, lifespan=lifespan)
-    for router in (chat.router, models.router, health.router):
+    for router in (
+        chat.router,
+        models.router,
+        health.router,
+        tasks.router,
+        spend.router,
+        metrics_api.router,
+    ):
         app.include_router(router)
     _install_error_handlers(app)
     return app
@@ -64,13 +77,41 @@ async def _build_services(
     client = httpx.AsyncClient(limits=limits, trust_env=False)
     upstreams = Upstreams(client, sim_base_url, settings.timeouts)
     stack.push_async_callback(upstreams.aclose)
+    metrics = Metrics()
+    engine, ledger = await _open_ledger(stack, settings, config, metrics)
+    state = await open_state(settings.redis_url)
+    stack.push_async_callback(state.aclose)
     return Services(
         settings=settings,
         config=config,
         upstreams=upstreams,
+        prices=PriceBook.from_sources(config.prices),
+        metrics=metrics,
+        ledger=ledger,
+        engine=engine,
+        state=state,
         observers=list(observers),
         sim_base_url=sim_base_url,
     )
+
+
+async def _open_ledger(
+    stack: AsyncExitStack, settings: Settings, config: GatewayConfig, metrics: Metrics
+) -> tuple[AsyncEngine, LedgerWriter]:
+    """Migrate the ledger database and start its background writer."""
+    url = settings.ledger_url()
+    await migrate(url)
+    engine = make_engine(url)
+    stack.push_async_callback(engine.dispose)
+    writer_config = WriterConfig(
+        spool_dir=settings.data_dir / "spool",
+        flush_interval=settings.ledger_flush_interval,
+        idle_timeout=config.tasks.idle_timeout_s,
+    )
+    writer = LedgerWriter(engine, writer_config, on_task_finished=metrics.observe_task)
+    await writer.start()
+    stack.push_async_callback(writer.close)  # flushes every pending row on shutdown
+    return engine, writer
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -8,14 +8,28 @@ tiers and kinds are fixed sets, and free-form values (teams from a header) are c
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
 SPEED_BUCKETS = (5, 10, 20, 40, 60, 80, 100, 150, 200, 300, 500, 1000)
 TASK_COST_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
 TOKEN_KINDS = ("input", "cached", "cache_write", "output", "reasoning")
+
+
+class LedgerStats(Protocol):
+    """What the ledger writer reports about its backlog."""
+
+    @property
+    def rows_written(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def spooled(self) -> int: ...
+    @property
+    def flush_failures(self) -> int: ...
 
 
 class BoundedLabel:
@@ -94,6 +108,22 @@ class Metrics:
             buckets=TASK_COST_BUCKETS,
             registry=r,
         )
+        self.ledger = Gauge(
+            "farebox_ledger_rows",
+            "Ledger rows written, waiting in memory, or in the spool.",
+            ["state"],
+            registry=r,
+        )
+        self.ledger_failures = Gauge(
+            "farebox_ledger_flush_failures", "Failed ledger flushes since start.", registry=r
+        )
+
+    def observe_ledger(self, stats: LedgerStats) -> None:
+        """Copy the ledger writer's counters into gauges, at scrape time."""
+        self.ledger.labels(state="written").set(stats.rows_written)
+        self.ledger.labels(state="pending").set(stats.pending)
+        self.ledger.labels(state="spooled").set(stats.spooled)
+        self.ledger_failures.set(stats.flush_failures)
 
     def observe_task(self, team: str | None, outcome: str, cost: Decimal) -> None:
         """Record one finished task's total cost."""

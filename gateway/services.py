@@ -5,13 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from gateway.config import GatewayConfig
+from gateway.ledger import LedgerWriter
+from gateway.metrics import Metrics
 from gateway.pipeline.context import RequestContext
+from gateway.pricing import PriceBook
 from gateway.settings import Settings
+from gateway.state import SharedState
 from gateway.upstream.registry import Upstreams
 
 Observer = Callable[[RequestContext], None]
-"""Called with every finished request context (metrics, ledger, tests)."""
+"""Called with every finished request context (tests, extensions)."""
 
 
 @dataclass(slots=True)
@@ -21,6 +27,11 @@ class Services:
     settings: Settings
     config: GatewayConfig
     upstreams: Upstreams
+    prices: PriceBook
+    metrics: Metrics
+    ledger: LedgerWriter
+    engine: AsyncEngine
+    state: SharedState
     observers: list[Observer] = field(default_factory=list)
     sim_base_url: str | None = None
     config_loaded: bool = True

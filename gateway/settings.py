@@ -35,11 +35,20 @@ class Settings(BaseSettings):
     sim_port: int = Field(
         default=0, description="Port of the bundled simulator when the config uses it; 0 = any."
     )
-    database_url: str | None = None
+    database_url: str | None = Field(
+        default=None, description="Ledger database; default: a SQLite file in data_dir."
+    )
+    ledger_flush_interval: float = Field(default=0.2, gt=0)
     redis_url: str | None = None
     data_dir: Path = Path(".farebox")
     log_level: str = "info"
     timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    def ledger_url(self) -> str:
+        """The ledger's database URL: the configured one, else SQLite under data_dir."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{self.data_dir / 'farebox.db'}"
 
     def config_path(self) -> Path:
         """The config file in force: the configured one, else the embedded default."""

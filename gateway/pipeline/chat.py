@@ -23,6 +23,7 @@ from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.parse import parse
 from gateway.pipeline.relay import relay
+from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.upstream.base import UpstreamCall, UpstreamStream
@@ -64,14 +65,14 @@ async def _complete(ctx: RequestContext, call: UpstreamCall, services: Services)
     try:
         reply = await adapter.complete(call)
     except FareboxError as exc:
-        finish(ctx, meter, services, error=exc)
+        await finish(ctx, meter, services, error=exc)
         raise
     reply_json = orjson.loads(reply.body)
     meter.observe_reply(reply_json)
-    finish(ctx, meter, services)
-    return Response(
-        reply.body, status_code=reply.status, media_type="application/json", headers=_headers(ctx)
-    )
+    await finish(ctx, meter, services)
+    body = with_cost(reply_json, reply.body, ctx)
+    headers = _headers(ctx) | cost_headers(ctx)
+    return Response(body, status_code=reply.status, media_type="application/json", headers=headers)
 
 
 async def _stream(ctx: RequestContext, call: UpstreamCall, services: Services) -> Response:
@@ -88,7 +89,7 @@ async def _stream(ctx: RequestContext, call: UpstreamCall, services: Services) -
         events = stream.events()
         first = await _first_event(stream, events, call)
     except FareboxError as exc:
-        finish(ctx, meter, services, error=exc)
+        await finish(ctx, meter, services, error=exc)
         raise
     body = relay(ctx, first, events, stream, meter, services)
     return StreamingResponse(body, media_type="text/event-stream", headers=_headers(ctx))

@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from gateway.config import ModelRoute
+from gateway.pricing import CostBreakdown
 from gateway.schemas.chat import ChatRequest
 from gateway.usage import Usage
 
@@ -79,6 +81,8 @@ class RequestContext:
     edits: BodyEdits = field(default_factory=BodyEdits)
     timings: Timings = field(default_factory=Timings)
     usage: Usage | None = None
+    cost: CostBreakdown | None = None
+    task_cost: Decimal | None = None
     status_code: int | None = None
     error_type: str | None = None
     response_headers: dict[str, str] = field(default_factory=dict)

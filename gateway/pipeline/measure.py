@@ -39,6 +39,7 @@ class Meter:
     usage: Usage | None = None
     finish_reason: str | None = None
     service_tier: str | None = None
+    speed: str | None = None
     chunks: int = 0
 
     def observe_chunk(self, chunk: dict[str, Any]) -> None:
@@ -64,6 +65,8 @@ class Meter:
         usage = payload.get("usage")
         if isinstance(usage, dict):
             self.usage = usage_from_openai(usage)
+            if isinstance(usage.get("speed"), str):  # Anthropic's fast mode, via litellm
+                self.speed = usage["speed"]
         tier = payload.get("service_tier")
         if isinstance(tier, str):
             self.service_tier = tier

@@ -12,10 +12,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+
 from gateway.errors import FareboxError, UpstreamUnreachableError, stream_error_event
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.finish import finish
+from gateway.pipeline.finish import finish, price_now
 from gateway.pipeline.measure import Meter
+from gateway.pipeline.respond import with_cost
 from gateway.services import Services
 from gateway.upstream.base import UpstreamStream
 from gateway.upstream.sse import DONE, DONE_EVENT, event_data, event_json
@@ -51,8 +54,10 @@ async def relay(
             chunk = event_json(event)
             if chunk is not None:
                 meter.observe_chunk(chunk)
-                if _is_usage_only(chunk) and not ctx.client_wants_usage_chunk:
-                    continue
+                if _is_usage_only(chunk):
+                    if not ctx.client_wants_usage_chunk:
+                        continue
+                    event = _usage_event_with_cost(ctx, chunk, event, meter, services)
             yield event
         if not saw_done:
             error = UpstreamUnreachableError(
@@ -66,9 +71,23 @@ async def relay(
         cancelled = True
         raise
     finally:
-        await _close(events)
-        await stream.aclose()
-        finish(ctx, meter, services, error=error, cancelled=cancelled)
+        # A disconnect cancels this generator's scope; the clean-up and the booking of
+        # what was already spent must still run to the end.
+        with anyio.CancelScope(shield=True):
+            await _close(events)
+            await stream.aclose()
+            await finish(ctx, meter, services, error=error, cancelled=cancelled)
+
+
+def _usage_event_with_cost(
+    ctx: RequestContext, chunk: dict[str, Any], event: bytes, meter: Meter, services: Services
+) -> bytes:
+    """The usage chunk with `usage.cost` added; the data line is rebuilt, nothing else."""
+    price_now(ctx, meter, services)
+    data = event_data(event)
+    if data is None:
+        return event
+    return b"data: " + with_cost(chunk, data, ctx) + b"\n\n"
 
 
 async def _next(events: AsyncIterator[bytes]) -> bytes | None:

@@ -7,7 +7,7 @@ Public entry points:
 - ``serve_sim(config, host, port)`` (async), ``run_sim(...)`` (blocking),
   ``SimServer`` (a real port in a background thread, for tests).
 - ``gateway.sim.command.sim``: the typer command behind ``farebox sim``.
-- ``gateway.sim.tokens``: offline tiktoken helpers the gateway can share.
+- ``gateway.tokens``: offline tiktoken helpers, shared with the gateway.
 """
 
 from __future__ import annotations

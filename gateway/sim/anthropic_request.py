@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.sim import tokens
+from gateway import tokens
 from gateway.sim.anthropic_cache import Breakpoint
 from gateway.sim.errors import SimRequestError, describe_validation
 

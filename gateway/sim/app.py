@@ -7,7 +7,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.sim import tokens
+from gateway import tokens
 from gateway.sim.anthropic_api import anthropic_routes
 from gateway.sim.config import SimConfig, default_config
 from gateway.sim.control import control_routes

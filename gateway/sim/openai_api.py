@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.sim import tokens
+from gateway import tokens
 from gateway.sim.config import SimModel
 from gateway.sim.errors import SimRequestError, vllm_error, vllm_error_body
 from gateway.sim.generator import OutputPlan, plan_output, rng_for, scaled_length

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from types import ModuleType
 from typing import Any
 
+import httpx
 import orjson
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnreachableError
@@ -101,9 +102,16 @@ class LiteLLMStream:
 
 
 class LiteLLMUpstream:
-    """Calls `litellm.acompletion` with the route's provider, model, base URL and key."""
+    """Calls `litellm.acompletion` with the route's provider, model, base URL and key.
 
-    def __init__(self) -> None:
+    litellm sends through the gateway's own pooled client, so connections are shared
+    with the OpenAI-compatible path and closed with the gateway, not left in litellm's
+    process-wide cache.
+    """
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+        self._handler: Any = None
         self._module: ModuleType | None = None
         self._lock = asyncio.Lock()
 
@@ -111,6 +119,11 @@ class LiteLLMUpstream:
         async with self._lock:
             if self._module is None:
                 self._module = await asyncio.to_thread(_import_litellm)
+                from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
+
+                self._handler = AsyncHTTPHandler()
+                await self._handler.close()  # drop its own client: it sends through ours
+                self._handler.client = self._client
         return self._module
 
     def _kwargs(self, call: UpstreamCall) -> dict[str, Any]:
@@ -122,6 +135,7 @@ class LiteLLMUpstream:
             api_key=call.api_key,
             timeout=call.timeouts.first_token,
             num_retries=0,
+            client=self._handler,
         )
         if call.base_url:
             kwargs["api_base"] = call.base_url.removesuffix("/v1").removesuffix("/")
@@ -146,11 +160,8 @@ class LiteLLMUpstream:
         return LiteLLMStream(wrapper, call, where)
 
     async def aclose(self) -> None:
-        """Close the HTTP clients litellm cached; they belong to this event loop."""
-        if self._module is None:
-            return
-        await self._module.close_litellm_async_clients()
-        self._module.in_memory_llm_clients_cache.flush_cache()
+        """Nothing of its own to close: requests went through the gateway's client."""
+        return None
 
 
 def _translate(exc: Exception, call: UpstreamCall, where: str) -> UpstreamError:

@@ -23,6 +23,7 @@ class Upstreams:
     """The adapters of one gateway process; litellm's is built on first use only."""
 
     def __init__(self, client: httpx.AsyncClient, sim_base_url: str | None, timeouts: Timeouts):
+        self._client = client
         self.openai = OpenAICompatUpstream(client)
         self._litellm: LiteLLMUpstream | None = None
         self.sim_base_url = sim_base_url
@@ -36,7 +37,7 @@ class Upstreams:
             # Importing litellm costs seconds and ~200 MB: only routes that need it pay.
             from gateway.upstream.litellm_adapter import LiteLLMUpstream
 
-            self._litellm = LiteLLMUpstream()
+            self._litellm = LiteLLMUpstream(self._client)
         return self._litellm
 
     def base_url(self, route: ModelRoute) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -22,11 +23,11 @@ def _dead_port() -> int:
 
 
 @pytest.fixture
-def client() -> Iterator[TestClient]:
+def client(tmp_path: Path) -> Iterator[TestClient]:
     config = parse_config(
         f"models:\n  dead:\n    model: m\n    base_url: http://127.0.0.1:{_dead_port()}/v1\n"
     )
-    app = create_app(Settings(max_body_bytes=2048), config)
+    app = create_app(Settings(max_body_bytes=2048, data_dir=tmp_path), config)
     with TestClient(app) as test_client:
         yield test_client
 
@@ -98,8 +99,8 @@ def test_models_health_and_readiness(client: TestClient) -> None:
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
 
 
-def test_readyz_is_503_without_upstreams() -> None:
-    app = create_app(Settings(), parse_config("models: {}\n"))
+def test_readyz_is_503_without_upstreams(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=tmp_path), parse_config("models: {}\n"))
     with TestClient(app) as client:
         ready = client.get("/readyz")
     assert ready.status_code == 503

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -68,18 +69,39 @@ class Gateway:
 GatewayFactory = Callable[..., Gateway]
 
 
+PRICES = {
+    # A self-hosted model: GPU time, $3.60/h at 10,000 prefill and 1,000 decode tokens/s.
+    "chat": {
+        "gpu": {
+            "cost_per_hour": "3.60",
+            "prefill_tokens_per_second": 10000,
+            "decode_tokens_per_second": 1000,
+        }
+    },
+    # Billed like Claude Sonnet 4.5 from litellm's map: $3 in, $0.30 cached, $15 out.
+    "claude": {"base": "claude-sonnet-4-5"},
+}
+
+
+def sim_config(sim_url: str) -> GatewayConfig:
+    """Routes to the simulator, with prices."""
+    return GatewayConfig.model_validate({"models": sim_routes(sim_url), "prices": PRICES})
+
+
 @pytest.fixture
-def make_gateway(sim: SimControl, monkeypatch: pytest.MonkeyPatch) -> Iterator[GatewayFactory]:
+def make_gateway(
+    sim: SimControl, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[GatewayFactory]:
     """Start gateways with optional settings overrides; all are stopped after the test."""
     monkeypatch.setenv("FAREBOX_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY)
     started: list[Gateway] = []
 
     def start(timeouts: Timeouts | None = None, **settings: object) -> Gateway:
         seen: list[RequestContext] = []
-        config = GatewayConfig(models=sim_routes(sim.url))
+        settings.setdefault("data_dir", tmp_path / f"gateway-{len(started)}")
         app = create_app(
             Settings(timeouts=timeouts or Timeouts(), **settings),  # type: ignore[arg-type]
-            config,
+            sim_config(sim.url),
             observers=[seen.append],
         )
         gateway = Gateway(ServerThread(app).start(), seen)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.sim import tokens
+from gateway import tokens
 from gateway.sim.generator import (
     STARTERS,
     WORDS,

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from gateway.sim import tokens
+from gateway import tokens
 
 
 def test_count_tokens_offline() -> None:

@@ -1,0 +1,66 @@
+"""Spend: grouped totals over a time range (JSON or CSV), cost per finished task, estimates."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from starlette.responses import Response
+
+from gateway.api.deps import ServicesDep
+from gateway.api.jsonable import jsonable
+from gateway.errors import InvalidRequestError
+from gateway.ledger import SpendRow, TaskCostStats, export_csv, spend, task_cost_stats
+from gateway.pricing import CostEstimateRequest, UnknownModelError, estimate_request
+
+router = APIRouter()
+
+GroupBy = Literal["team", "project", "model", "backend", "tier", "step", "step_kind"]
+
+
+@router.get("/v1/spend", response_model=None)
+async def read_spend(
+    services: ServicesDep,
+    group_by: GroupBy = "team",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    format: Annotated[Literal["json", "csv"], Query()] = "json",
+) -> dict[str, Any] | Response:
+    """Requests, tokens and cost by component, grouped, over `since <= t < until`."""
+    await services.ledger.flush()
+    rows = await spend(services.engine, group_by, since, until)
+    if format == "csv":
+        return Response(export_csv(rows, SpendRow), media_type="text/csv")
+    return {"object": "list", "group_by": group_by, "data": jsonable(rows)}
+
+
+@router.get("/v1/spend/tasks", response_model=None)
+async def read_task_costs(
+    services: ServicesDep,
+    group_by: Literal["team", "project"] = "team",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    format: Annotated[Literal["json", "csv"], Query()] = "json",
+) -> dict[str, Any] | Response:
+    """Cost per finished task (count, p50, p95, max) and the output/reasoning/cache-write shares."""
+    await services.ledger.flush()
+    rows = await task_cost_stats(services.engine, group_by, since, until)
+    if format == "csv":
+        return Response(export_csv(rows, TaskCostStats), media_type="text/csv")
+    return {"object": "list", "group_by": group_by, "data": jsonable(rows)}
+
+
+@router.post("/v1/cost/estimate")
+async def estimate_cost(body: CostEstimateRequest, services: ServicesDep) -> dict[str, Any]:
+    """Price hypothetical token counts for a model (an alias or a price-map name) and tier."""
+    key = (
+        services.config.price_key(body.model)
+        if body.model in services.config.models
+        else body.model
+    )
+    try:
+        breakdown = estimate_request(services.prices, body.model_copy(update={"model": key}))
+    except UnknownModelError as exc:
+        raise InvalidRequestError(str(exc), param="model") from exc
+    return {"object": "cost.estimate", **breakdown.as_dict()}

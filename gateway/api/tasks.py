@@ -1,0 +1,56 @@
+"""Tasks: finish one, read one (its cost breakdown, tokens, requests, TTFT, status)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.api.deps import ServicesDep
+from gateway.api.jsonable import jsonable
+from gateway.errors import FareboxError, InvalidRequestError
+from gateway.ledger import get_task
+
+router = APIRouter()
+
+
+class TaskNotFoundError(FareboxError):
+    status_code = 404
+    error_type = "not_found_error"
+    code = "task_not_found"
+
+
+class FinishRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: str = Field(default="success", min_length=1, max_length=64)
+
+
+@router.post("/v1/tasks/{task_id}/finish")
+async def finish_task(task_id: str, body: FinishRequest, services: ServicesDep) -> dict[str, Any]:
+    """Mark a task finished with an outcome (`success`, `failed`, ...)."""
+    try:
+        services.ledger.finish_task(task_id, body.outcome)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), param="outcome") from exc
+    return {"task_id": task_id, "outcome": body.outcome, "status": "finishing"}
+
+
+@router.get("/v1/tasks/{task_id}")
+async def read_task(task_id: str, services: ServicesDep) -> dict[str, Any]:
+    """The task's totals and each upstream call it made."""
+    await services.ledger.flush()  # read what this process has already served
+    detail = await get_task(services.engine, task_id)
+    if detail is None:
+        raise TaskNotFoundError(f"task '{task_id}' has no recorded requests", param="task_id")
+    task = jsonable(detail.task)
+    task["cost"] = {
+        "total": task.pop("cost_total"),
+        **{name: task.pop(f"cost_{name}") for name in _COMPONENTS},
+    }
+    requests = [jsonable(record) for record in detail.requests]
+    return {"object": "task", **task, "requests": requests}
+
+
+_COMPONENTS = ("input", "cached", "cache_write", "output", "reasoning")

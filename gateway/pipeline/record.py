@@ -1,0 +1,128 @@
+"""Stage 8: book the request: a ledger row, the metrics, the task's running cost.
+
+Costs are rounded once, to the ledger's ten places, so the cost a client is told, the
+row in the ledger and the task's total all agree to the digit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from gateway.ledger import RequestRecord
+from gateway.ledger.records import as_money
+from gateway.metrics import Metrics
+from gateway.pipeline.context import RequestContext
+from gateway.pricing import COMPONENTS, CostBreakdown
+
+ZERO = Decimal(0)
+
+
+@dataclass(frozen=True, slots=True)
+class BookedCost:
+    """A request's cost as booked: each component rounded, and their exact sum."""
+
+    components: dict[str, Decimal]
+
+    @property
+    def total(self) -> Decimal:
+        return sum(self.components.values(), ZERO)
+
+    @classmethod
+    def of(cls, cost: CostBreakdown | None) -> BookedCost:
+        if cost is None:
+            return cls({name: as_money(ZERO, name) for name in COMPONENTS})
+        return cls({name: as_money(value, name) for name, value in cost.components().items()})
+
+
+def _ms(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+def decode_speed(ctx: RequestContext) -> float | None:
+    """Output tokens per second after the first token."""
+    timings, usage = ctx.timings, ctx.usage
+    if usage is None or timings.first_token is None or timings.last_token is None:
+        return None
+    elapsed = timings.last_token - timings.first_token
+    if elapsed <= 0 or usage.completion_tokens < 2:
+        return None
+    return (usage.completion_tokens - 1) / elapsed
+
+
+def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> RequestRecord:
+    """The ledger row for this upstream call."""
+    assert ctx.task is not None and ctx.route is not None and ctx.alias is not None
+    timings = ctx.timings
+    finished = timings.finished or timings.received
+    record = RequestRecord(
+        request_id=ctx.request_id,
+        attempt=attempt,
+        task_id=ctx.task.task_id,
+        task_step=ctx.task.step,
+        step_kind=ctx.task.step_kind,
+        team=ctx.identity.team or "default",
+        project=ctx.identity.project or "default",
+        caller=ctx.identity.caller,
+        model_alias=ctx.alias,
+        backend=ctx.route.base_url or ctx.route.provider,
+        provider=ctx.route.provider,
+        upstream_model=ctx.route.model,
+        tier_requested=ctx.tier_requested or "",
+        tier_served=ctx.tier_served or "",
+        status_code=ctx.status_code or 0,
+        error_type=ctx.error_type,
+        streamed=ctx.stream,
+        cost_input=booked.components["input"],
+        cost_cached=booked.components["cached"],
+        cost_cache_write=booked.components["cache_write"],
+        cost_output=booked.components["output"],
+        cost_reasoning=booked.components["reasoning"],
+        cost_total=booked.total,
+        ttft_ms=_ms(timings.ms_since_sent(timings.first_token)),
+        ttfat_ms=_ms(timings.ms_since_sent(timings.first_answer_token)),
+        duration_ms=round((finished - timings.received) * 1000),
+        decode_tps=decode_speed(ctx),
+    )
+    return record.with_usage(ctx.usage) if ctx.usage is not None else record
+
+
+def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -> None:
+    """Count the request, its tokens and cost, and its latencies."""
+    assert ctx.route is not None
+    model = ctx.alias or "unknown"
+    metrics.requests.labels(
+        model=model,
+        backend=ctx.route.provider,
+        tier=ctx.tier_served or "standard",
+        status=str(ctx.status_code or 0),
+    ).inc()
+    usage = ctx.usage
+    if usage is not None:
+        counts = {
+            "input": usage.uncached_input_tokens,
+            "cached": usage.cached_tokens,
+            "cache_write": usage.cache_write_tokens + usage.cache_write_1h_tokens,
+            "output": usage.answer_tokens,
+            "reasoning": usage.reasoning_tokens,
+        }
+        for kind, count in counts.items():
+            metrics.tokens.labels(model=model, kind=kind).inc(count)
+    for kind, amount in booked.components.items():
+        metrics.cost.labels(model=model, kind=kind).inc(float(amount))
+    _observe_latencies(metrics, ctx, model)
+
+
+def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> None:
+    timings = ctx.timings
+    ttft = timings.ms_since_sent(timings.first_token)
+    if ttft is not None:
+        metrics.ttft.labels(model=model).observe(ttft / 1000)
+    ttfat = timings.ms_since_sent(timings.first_answer_token)
+    if ttfat is not None:
+        metrics.ttfat.labels(model=model).observe(ttfat / 1000)
+    speed = decode_speed(ctx)
+    if speed is not None:
+        metrics.decode_speed.labels(model=model).observe(speed)
+    if timings.finished is not None:
+        metrics.duration.labels(model=model).observe(timings.finished - timings.received)

@@ -1,0 +1,41 @@
+"""What the client is told about cost: response headers and `usage.cost`.
+
+The usage object keeps every field the upstream sent, in order; only `cost` is added,
+so the official SDK still parses it (unknown fields are allowed there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.record import BookedCost
+from gateway.pricing.money import money_str
+from gateway.rawjson import patch_object
+
+
+def cost_object(ctx: RequestContext) -> dict[str, Any]:
+    """The `usage.cost` breakdown: USD as exact decimal strings, per component."""
+    booked = BookedCost.of(ctx.cost)
+    body: dict[str, Any] = {"currency": "USD", "total": money_str(booked.total)}
+    body.update({name: money_str(value) for name, value in booked.components.items()})
+    body["tier"] = ctx.tier_served or "standard"
+    body["priced"] = ctx.cost is not None
+    body["estimated"] = bool(ctx.usage and ctx.usage.estimated)
+    return body
+
+
+def cost_headers(ctx: RequestContext) -> dict[str, str]:
+    """`X-Farebox-Cost-Usd` and `X-Farebox-Task-Cost-Usd` for a whole reply."""
+    headers = {"x-farebox-cost-usd": money_str(BookedCost.of(ctx.cost).total)}
+    if ctx.task_cost is not None:
+        headers["x-farebox-task-cost-usd"] = money_str(ctx.task_cost)
+    return headers
+
+
+def with_cost(payload: dict[str, Any], raw: bytes, ctx: RequestContext) -> bytes:
+    """`raw` (a reply or chunk) with `usage.cost` added and every other byte kept."""
+    usage = payload.get("usage")
+    if not isinstance(usage, dict):
+        return raw
+    return patch_object(raw, {"usage": {**usage, "cost": cost_object(ctx)}})

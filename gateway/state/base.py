@@ -1,0 +1,33 @@
+"""The interface every shared-state backend implements."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Protocol
+
+# Money is kept as integer units of 1e-10 USD: exact, and atomic to add in Redis.
+MONEY_UNITS = Decimal("1e10")
+
+
+def to_units(amount: Decimal) -> int:
+    """Dollars to integer units of 1e-10 USD (the ledger's precision)."""
+    return int((amount * MONEY_UNITS).to_integral_value())
+
+
+def from_units(units: int) -> Decimal:
+    """Integer units back to dollars, exactly."""
+    return (Decimal(units) / MONEY_UNITS).quantize(Decimal("1e-10"))
+
+
+class SharedState(Protocol):
+    """Counters and short-lived history that all replicas of a gateway must agree on."""
+
+    async def add_task_cost(self, task_id: str, amount: Decimal, ttl_s: float) -> Decimal:
+        """Add to a task's running cost and return the new total."""
+        ...
+
+    async def task_cost(self, task_id: str) -> Decimal:
+        """The task's running cost (zero when unknown or expired)."""
+        ...
+
+    async def aclose(self) -> None: ...

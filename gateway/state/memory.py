@@ -1,0 +1,41 @@
+"""In-process shared state: the embedded default, for a single gateway process."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from decimal import Decimal
+
+from gateway.state.base import from_units, to_units
+
+
+class MemoryState:
+    """Running task costs in a bounded LRU, expired after their TTL."""
+
+    def __init__(self, max_tasks: int = 100_000):
+        self.max_tasks = max_tasks
+        self._costs: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def _live(self, task_id: str) -> int:
+        entry = self._costs.get(task_id)
+        if entry is None:
+            return 0
+        units, expires = entry
+        if expires < time.monotonic():
+            del self._costs[task_id]
+            return 0
+        return units
+
+    async def add_task_cost(self, task_id: str, amount: Decimal, ttl_s: float) -> Decimal:
+        units = self._live(task_id) + to_units(amount)
+        self._costs[task_id] = (units, time.monotonic() + ttl_s)
+        self._costs.move_to_end(task_id)
+        while len(self._costs) > self.max_tasks:
+            self._costs.popitem(last=False)
+        return from_units(units)
+
+    async def task_cost(self, task_id: str) -> Decimal:
+        return from_units(self._live(task_id))
+
+    async def aclose(self) -> None:
+        self._costs.clear()

@@ -1,0 +1,47 @@
+"""Shared state in Redis, so every gateway replica sees the same running totals."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+import redis.asyncio as aioredis
+
+from gateway.state.base import from_units, to_units
+
+
+class RedisState:
+    """Running task costs as integer counters (INCRBY is atomic across replicas)."""
+
+    def __init__(self, client: aioredis.Redis, namespace: str):
+        self.client = client
+        self.namespace = namespace
+
+    @classmethod
+    async def connect(cls, url: str, namespace: str) -> RedisState:
+        """Connect and ping, so a wrong URL fails at start-up, not on the first request."""
+        client = aioredis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+        try:
+            await client.ping()
+        except Exception:
+            await client.aclose()
+            raise
+        return cls(client, namespace)
+
+    def _key(self, task_id: str) -> str:
+        return f"{self.namespace}:task-cost:{task_id}"
+
+    async def add_task_cost(self, task_id: str, amount: Decimal, ttl_s: float) -> Decimal:
+        key = self._key(task_id)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.incrby(key, to_units(amount))
+            pipe.expire(key, max(math.ceil(ttl_s), 1))
+            units, _ = await pipe.execute()
+        return from_units(int(units))
+
+    async def task_cost(self, task_id: str) -> Decimal:
+        value = await self.client.get(self._key(task_id))
+        return from_units(int(value)) if value is not None else Decimal("0E-10")
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
