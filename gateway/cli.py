@@ -73,13 +73,17 @@ def serve(
     )
 
 
-def _register_sim() -> None:
+def _register_commands() -> None:
+    from gateway.commands.cost import cost
+    from gateway.commands.report import report
     from gateway.sim.command import sim
 
     app.command("sim", help="Run the bundled simulator (a stand-in for vLLM and Anthropic).")(sim)
+    app.command("cost")(cost)
+    app.command("report")(report)
 
 
-_register_sim()
+_register_commands()
 
 
 def main() -> None:

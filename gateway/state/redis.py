@@ -13,20 +13,28 @@ from gateway.state.base import from_units, to_units
 class RedisState:
     """Running task costs as integer counters (INCRBY is atomic across replicas)."""
 
-    def __init__(self, client: aioredis.Redis, namespace: str):
+    def __init__(
+        self, client: aioredis.Redis, namespace: str, pool: aioredis.BlockingConnectionPool
+    ):
         self.client = client
         self.namespace = namespace
+        self._pool = pool
 
     @classmethod
     async def connect(cls, url: str, namespace: str) -> RedisState:
         """Connect and ping, so a wrong URL fails at start-up, not on the first request."""
-        client = aioredis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+        # A blocking pool makes a burst wait for a free connection instead of failing.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=256, timeout=5, socket_connect_timeout=5, socket_timeout=5
+        )
+        client = aioredis.Redis(connection_pool=pool)
         try:
             await client.ping()
         except Exception:
             await client.aclose()
+            await pool.aclose()
             raise
-        return cls(client, namespace)
+        return cls(client, namespace, pool)
 
     def _key(self, task_id: str) -> str:
         return f"{self.namespace}:task-cost:{task_id}"
@@ -45,3 +53,4 @@ class RedisState:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+        await self._pool.aclose()  # a pool we created is ours to close

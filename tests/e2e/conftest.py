@@ -6,7 +6,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import openai
 import pytest
 
 from gateway.app import create_app
@@ -48,6 +50,19 @@ class Gateway:
 
     server: ServerThread
     seen: list[RequestContext] = field(default_factory=list)
+    settings: Settings = field(default_factory=Settings)
+    clients: list[openai.OpenAI] = field(default_factory=list)
+
+    def sdk(self, api_key: str = "sk-client-key", **options: Any) -> openai.OpenAI:
+        """An official SDK client for this gateway, closed when the gateway stops."""
+        client = openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **options)
+        self.clients.append(client)
+        return client
+
+    def stop(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.server.stop()
 
     @property
     def base_url(self) -> str:
@@ -99,18 +114,15 @@ def make_gateway(
     def start(timeouts: Timeouts | None = None, **settings: object) -> Gateway:
         seen: list[RequestContext] = []
         settings.setdefault("data_dir", tmp_path / f"gateway-{len(started)}")
-        app = create_app(
-            Settings(timeouts=timeouts or Timeouts(), **settings),  # type: ignore[arg-type]
-            sim_config(sim.url),
-            observers=[seen.append],
-        )
-        gateway = Gateway(ServerThread(app).start(), seen)
+        gateway_settings = Settings(timeouts=timeouts or Timeouts(), **settings)  # type: ignore[arg-type]
+        app = create_app(gateway_settings, sim_config(sim.url), observers=[seen.append])
+        gateway = Gateway(ServerThread(app).start(), seen, gateway_settings)
         started.append(gateway)
         return gateway
 
     yield start
     for gateway in started:
-        gateway.server.stop()
+        gateway.stop()
 
 
 @pytest.fixture

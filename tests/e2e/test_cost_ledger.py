@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
 
 import httpx
 import openai
 import pytest
+from typer.testing import CliRunner
 
+from gateway import cli
 from tests.e2e.conftest import Gateway, GatewayFactory
 from tests.pg import fresh_pg_database, pg_url
 
@@ -24,9 +27,7 @@ HISTORY = [
 
 def _client(gateway: Gateway, task: str, team: str) -> openai.OpenAI:
     headers = {"X-Task-Id": task, "X-Farebox-Team": team, "X-Farebox-Project": "billing"}
-    return openai.OpenAI(
-        base_url=gateway.base_url, api_key="sk-client", max_retries=0, default_headers=headers
-    )
+    return gateway.sdk(default_headers=headers)
 
 
 def _gpu_cost(usage: openai.types.CompletionUsage) -> Decimal:
@@ -197,3 +198,20 @@ def test_task_totals_on_postgresql(make_gateway: GatewayFactory, pg_ledger_url: 
     gateway = make_gateway(database_url=pg_ledger_url)
     costs = run_agent_task(gateway, "task-pg", "finance")
     _assert_task_totals(gateway, "task-pg", costs)
+
+
+def test_finance_report_from_the_cli(gateway: Gateway) -> None:
+    costs = run_agent_task(gateway, "task-report", "finance")
+    _task(gateway, "task-report")  # committed to the ledger
+    runner = CliRunner()
+    url = gateway.settings.ledger_url()
+    result = runner.invoke(cli.app, ["report", "--database-url", url, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    (team,) = document["tasks"]
+    assert team["group"] == "finance" and team["finished_tasks"] == 1
+    assert Decimal(team["cost_p50"]) == Decimal(team["cost_max"]) == sum(costs)
+    assert sum(Decimal(row["cost_total"]) for row in document["spend"]) == sum(costs)
+    table = runner.invoke(cli.app, ["report", "--database-url", url, "--group-by", "model"])
+    assert table.exit_code == 0 and "Cost per finished task" in table.output
+    assert "finance" in table.output and "claude" in table.output

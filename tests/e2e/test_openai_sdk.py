@@ -11,7 +11,7 @@ MESSAGES = [{"role": "user", "content": "Say hello to the gateway."}]
 
 
 def _client(gateway: Gateway) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.base_url, api_key="sk-client-key", max_retries=0)
+    return gateway.sdk()
 
 
 def _async_client(gateway: Gateway) -> openai.AsyncOpenAI:

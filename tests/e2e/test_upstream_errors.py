@@ -81,7 +81,7 @@ def test_litellm_route_errors_never_leak_the_provider_key(
     gateway: Gateway, sim: SimControl
 ) -> None:
     sim.fault(match={"path": "/v1/messages"}, status=401, count=2)
-    client = openai.OpenAI(base_url=gateway.base_url, api_key="client", max_retries=0)
+    client = gateway.sdk(api_key="client")
     with pytest.raises(openai.APIStatusError) as caught:
         client.chat.completions.create(model="claude", messages=[{"role": "user", "content": "x"}])
     assert caught.value.status_code == 401

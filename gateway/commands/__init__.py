@@ -1,0 +1,1 @@
+"""The `farebox` subcommands that report: each takes `--json` and exits non-zero on a problem."""

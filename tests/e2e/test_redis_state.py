@@ -1,0 +1,57 @@
+"""Shared state in the real Redis: running task costs agree across gateway replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from decimal import Decimal
+
+import pytest
+
+from gateway.state import MemoryState, open_state
+from gateway.state.redis import RedisState
+from tests.e2e.conftest import GatewayFactory
+from tests.redis_service import require_redis
+
+pytestmark = pytest.mark.redis
+
+
+async def test_redis_task_costs_are_exact_atomic_and_expire() -> None:
+    state = await open_state(require_redis(), namespace=f"test-{uuid.uuid4().hex}")
+    assert isinstance(state, RedisState)
+    try:
+        adds = [state.add_task_cost("t", Decimal("0.0000000001"), 60) for _ in range(200)]
+        await asyncio.gather(*adds)
+        assert await state.task_cost("t") == Decimal("0.00000002")
+        assert await state.add_task_cost("t", Decimal("1.5"), 60) == Decimal("1.50000002")
+        await state.add_task_cost("short", Decimal("1"), 1)
+        await asyncio.sleep(2.1)
+        assert await state.task_cost("short") == 0
+    finally:
+        await state.client.delete(state._key("t"))
+        await state.aclose()
+
+
+async def test_memory_state_is_the_embedded_default() -> None:
+    state = await open_state(None)
+    assert isinstance(state, MemoryState)
+    assert await state.add_task_cost("t", Decimal("0.25"), 60) == Decimal("0.25")
+    assert await state.add_task_cost("t", Decimal("0.5"), 60) == Decimal("0.75")
+    assert await state.task_cost("missing") == 0
+
+
+def test_two_gateways_share_a_task_total(make_gateway: GatewayFactory) -> None:
+    url = require_redis()
+    first, second = make_gateway(redis_url=url), make_gateway(redis_url=url)
+    task = f"task-{uuid.uuid4().hex}"
+    costs = []
+    for gateway in (first, second, first):
+        client = gateway.sdk()
+        raw = client.chat.completions.with_raw_response.create(
+            model="chat",
+            messages=[{"role": "user", "content": "hello"}],
+            extra_headers={"X-Task-Id": task},
+        )
+        costs.append(Decimal(raw.headers["x-farebox-cost-usd"]))
+        assert Decimal(raw.headers["x-farebox-task-cost-usd"]) == sum(costs)
+    assert all(cost > 0 for cost in costs)
