@@ -215,3 +215,24 @@ def test_finance_report_from_the_cli(gateway: Gateway) -> None:
     table = runner.invoke(cli.app, ["report", "--database-url", url, "--group-by", "model"])
     assert table.exit_code == 0 and "Cost per finished task" in table.output
     assert "finance" in table.output and "claude" in table.output
+
+
+def test_gpu_priced_model_planned_and_effective(gateway: Gateway) -> None:
+    client = _client(gateway, "task-gpu", "ml")
+    completion = client.chat.completions.create(model="chat", messages=HISTORY)  # type: ignore[arg-type]
+    assert completion.usage is not None
+    body = httpx.get(f"{gateway.base_url}/gpu", params={"hours": 2}, timeout=30).json()
+    (chat,) = body["data"]
+    assert chat["model"] == "chat" and Decimal(chat["gpu_cost_per_hour"]) == Decimal("3.6")
+    (now,) = [hour for hour in chat["hours"] if hour["input_tokens"]]  # the hour it ran in
+    assert now["input_tokens"] == completion.usage.prompt_tokens
+    assert now["output_tokens"] == completion.usage.completion_tokens
+    # Planned: $0.001 per second over 10,000 / 1,000 tokens per second.
+    assert Decimal(now["planned_input_per_million"]) == Decimal("0.1")
+    assert Decimal(now["planned_output_per_million"]) == Decimal("1")
+    # Effective: the whole hour's $3.60 over the few tokens served, far above the plan.
+    tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
+    expected = (Decimal("3.6") * 1_000_000 / tokens).quantize(Decimal("0.000001"))
+    assert Decimal(now["effective_per_million"]) == expected
+    idle = [hour for hour in chat["hours"] if not hour["input_tokens"]]
+    assert idle and idle[0]["effective_per_million"] is None  # an idle hour served nothing

@@ -74,7 +74,12 @@ def test_failure_after_the_stream_started_ends_it_with_an_error_event(
     events = [e for e in response.text.split("\n\n") if e.strip()]
     assert events[-1] == "data: [DONE]"
     assert '"error"' in events[-2]
-    assert gateway.last().status_code == 502
+    ctx = gateway.last()
+    assert ctx.status_code == 502
+    # The upstream never reported usage: what was seen is counted and marked estimated.
+    assert ctx.usage is not None and ctx.usage.estimated
+    assert ctx.usage.prompt_tokens > 0 and ctx.usage.completion_tokens > 0
+    assert ctx.cost is not None and ctx.cost.total > 0
 
 
 def test_litellm_route_errors_never_leak_the_provider_key(
@@ -107,4 +112,6 @@ def test_client_disconnect_cancels_the_upstream_request(
             break
         time.sleep(0.05)
     assert logged, "the upstream request was not cancelled"
-    assert gateway.last().status_code == 499
+    ctx = gateway.last()
+    assert ctx.status_code == 499
+    assert ctx.usage is not None and ctx.usage.estimated and ctx.usage.prompt_tokens > 0
