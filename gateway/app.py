@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway import __version__
-from gateway.api import chat, gpu, health, models, spend, tasks
+from gateway.api import chat, gpu, health, models, prefix, spend, tasks
 from gateway.api import metrics as metrics_api
 from gateway.config import GatewayConfig, load_config
 from gateway.embedded_sim import start_embedded_sim
@@ -59,6 +59,7 @@ def create_app(
         tasks.router,
         spend.router,
         gpu.router,
+        prefix.router,
         metrics_api.router,
     ):
         app.include_router(router)

@@ -75,12 +75,14 @@ def serve(
 
 def _register_commands() -> None:
     from gateway.commands.cost import cost
+    from gateway.commands.lint import lint
     from gateway.commands.report import report
     from gateway.sim.command import sim
 
     app.command("sim", help="Run the bundled simulator (a stand-in for vLLM and Anthropic).")(sim)
     app.command("cost")(cost)
     app.command("report")(report)
+    app.command("lint")(lint)
 
 
 _register_commands()

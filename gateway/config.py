@@ -19,6 +19,9 @@ SIM_BASE_URL = "sim"
 """`base_url: sim` means the bundled simulator, started by `farebox serve` on demand."""
 
 Family = Literal["openai", "vllm", "sglang", "anthropic", "other"]
+PrefixAction = Literal[
+    "observe", "normalize", "sticky_cache_key", "anthropic_cache_control", "strict"
+]
 
 
 class ConfigError(ValueError):
@@ -45,6 +48,10 @@ class ModelRoute(BaseModel):
     )
     price_model: str | None = Field(
         default=None, description="Price-map key, when it differs from `provider/model`."
+    )
+    prefix: list[PrefixAction] = Field(
+        default_factory=lambda: list[PrefixAction](["observe"]),
+        description="Prefix-stability actions; observing (headers, ledger, metrics) is always on.",
     )
 
     @field_validator("provider")

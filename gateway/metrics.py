@@ -108,6 +108,36 @@ class Metrics:
             buckets=TASK_COST_BUCKETS,
             registry=r,
         )
+        self.prefix_expected = Counter(
+            "farebox_prefix_expected_cached_tokens",
+            "Cached tokens the prefix checker expected the upstream to read.",
+            ["model"],
+            registry=r,
+        )
+        self.prefix_actual = Counter(
+            "farebox_prefix_actual_cached_tokens",
+            "Cached tokens the upstream reported, for the same requests.",
+            ["model"],
+            registry=r,
+        )
+        self.prefix_breaks = Counter(
+            "farebox_prefix_breaks",
+            "Prompt prefixes that diverged, by reason.",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.prefix_findings = Counter(
+            "farebox_prefix_volatile_findings",
+            "Volatile spans found in cacheable prompts.",
+            ["model", "kind"],
+            registry=r,
+        )
+        self.prefix_lost = Counter(
+            "farebox_prefix_lost_usd",
+            "Money lost to cache misses: missed tokens x (input - cached input price).",
+            ["model"],
+            registry=r,
+        )
         self.ledger = Gauge(
             "farebox_ledger_rows",
             "Ledger rows written, waiting in memory, or in the spool.",

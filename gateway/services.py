@@ -11,6 +11,7 @@ from gateway.config import GatewayConfig
 from gateway.ledger import LedgerWriter
 from gateway.metrics import Metrics
 from gateway.pipeline.context import RequestContext
+from gateway.prefix.checker import PrefixChecker
 from gateway.pricing import PriceBook
 from gateway.settings import Settings
 from gateway.state import SharedState
@@ -32,6 +33,7 @@ class Services:
     ledger: LedgerWriter
     engine: AsyncEngine
     state: SharedState
+    prefix_checker: PrefixChecker = field(default_factory=PrefixChecker)
     observers: list[Observer] = field(default_factory=list)
     sim_base_url: str | None = None
     config_loaded: bool = True

@@ -22,6 +22,7 @@ from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.parse import parse
+from gateway.pipeline.prefix import check_prefix, rule_for_route
 from gateway.pipeline.relay import relay
 from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.rawjson import patch_object
@@ -34,10 +35,18 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     parse(ctx)
     identify(ctx)
     decide(ctx, services.config)
+    await _check_prefix(ctx, services)
     call = _build_call(ctx, services)
     if ctx.stream:
         return await _stream(ctx, call, services)
     return await _complete(ctx, call, services)
+
+
+async def _check_prefix(ctx: RequestContext, services: Services) -> None:
+    assert ctx.alias is not None
+    price_key = services.config.price_key(ctx.alias)
+    rule = rule_for_route(ctx, services.prices, price_key)
+    ctx.prefix = await check_prefix(ctx, services.prefix_checker, services.state, rule)
 
 
 def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:

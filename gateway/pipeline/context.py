@@ -6,12 +6,15 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.config import ModelRoute
 from gateway.pricing import CostBreakdown
 from gateway.schemas.chat import ChatRequest
 from gateway.usage import Usage
+
+if TYPE_CHECKING:
+    from gateway.pipeline.prefix import PrefixOutcome
 
 
 @dataclass(slots=True)
@@ -83,6 +86,7 @@ class RequestContext:
     usage: Usage | None = None
     cost: CostBreakdown | None = None
     task_cost: Decimal | None = None
+    prefix: PrefixOutcome | None = None
     status_code: int | None = None
     error_type: str | None = None
     response_headers: dict[str, str] = field(default_factory=dict)

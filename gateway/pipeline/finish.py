@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 
 from gateway.errors import FareboxError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.measure import Meter
+from gateway.pipeline.prefix import judge, remember
 from gateway.pipeline.price import price_usage, settle_tier, usage_of
 from gateway.pipeline.record import BookedCost, ledger_record, observe_metrics
+from gateway.pricing import PricingError
 from gateway.services import Services
 
 
@@ -26,6 +29,21 @@ def settle(ctx: RequestContext, meter: Meter, error: FareboxError | None, cancel
         ctx.status_code, ctx.error_type = 499, "client_disconnected"
     else:
         ctx.status_code = 200
+
+
+def _judge_prefix(ctx: RequestContext, services: Services) -> None:
+    """The cache verdict, priced at the input and cached-input rates the call paid."""
+    assert ctx.prefix is not None and ctx.alias is not None
+    input_price = cached_price = Decimal(0)
+    try:
+        price = services.prices.price(services.config.price_key(ctx.alias))
+        rates = price.quote(
+            ctx.tier_served or "standard", ctx.usage.prompt_tokens if ctx.usage else 0
+        ).rates
+        input_price, cached_price = rates.input, rates.cached_input
+    except PricingError:
+        pass  # an unpriced model still gets a verdict; it loses no money
+    judge(ctx.prefix, ctx, input_price, cached_price)
 
 
 def price_now(ctx: RequestContext, meter: Meter, services: Services) -> None:
@@ -50,6 +68,9 @@ async def finish(
     if ctx.cost is None or ctx.usage is not usage:
         price_usage(ctx, usage, services.prices, services.config.price_key(ctx.alias))
     booked = BookedCost.of(ctx.cost)
+    if ctx.prefix is not None and ctx.status_code == 200:
+        _judge_prefix(ctx, services)
+        await remember(ctx.prefix, services.state)
     services.ledger.submit(ledger_record(ctx, booked))
     observe_metrics(services.metrics, ctx, booked)
     ttl = services.config.tasks.idle_timeout_s * 2

@@ -50,6 +50,21 @@ def decode_speed(ctx: RequestContext) -> float | None:
     return (usage.completion_tokens - 1) / elapsed
 
 
+def _expected_cached(ctx: RequestContext) -> int | None:
+    if ctx.prefix is None or ctx.prefix.verdict is None:
+        return None
+    return ctx.prefix.verdict.expected_cached
+
+
+def _prefix_status(ctx: RequestContext) -> str | None:
+    """`hit`, `miss`, ... and, when the prefix broke, why: `miss:volatile_value`."""
+    if ctx.prefix is None:
+        return None
+    status = ctx.prefix.verdict.status if ctx.prefix.verdict else "unjudged"
+    divergence = ctx.prefix.check.divergence
+    return f"{status}:{divergence.reason}" if divergence is not None else str(status)
+
+
 def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> RequestRecord:
     """The ledger row for this upstream call."""
     assert ctx.task is not None and ctx.route is not None and ctx.alias is not None
@@ -83,6 +98,8 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
         ttfat_ms=_ms(timings.ms_since_sent(timings.first_answer_token)),
         duration_ms=round((finished - timings.received) * 1000),
         decode_tps=decode_speed(ctx),
+        expected_cached_tokens=_expected_cached(ctx),
+        prefix_status=_prefix_status(ctx),
     )
     return record.with_usage(ctx.usage) if ctx.usage is not None else record
 
@@ -111,6 +128,23 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
     for kind, amount in booked.components.items():
         metrics.cost.labels(model=model, kind=kind).inc(float(amount))
     _observe_latencies(metrics, ctx, model)
+    _observe_prefix(metrics, ctx, model)
+
+
+def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
+    outcome = ctx.prefix
+    if outcome is None:
+        return
+    for finding in outcome.check.findings:
+        metrics.prefix_findings.labels(model=model, kind=finding.kind).inc()
+    divergence = outcome.check.divergence
+    if divergence is not None:
+        metrics.prefix_breaks.labels(model=model, reason=divergence.reason).inc()
+    judged = outcome.verdict
+    if judged is not None:
+        metrics.prefix_expected.labels(model=model).inc(judged.expected_cached)
+        metrics.prefix_actual.labels(model=model).inc(judged.actual_cached)
+        metrics.prefix_lost.labels(model=model).inc(float(judged.money_lost))
 
 
 def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> None:

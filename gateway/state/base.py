@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Protocol
+from typing import Any, Protocol
 
 # Money is kept as integer units of 1e-10 USD: exact, and atomic to add in Redis.
 MONEY_UNITS = Decimal("1e10")
@@ -28,6 +28,16 @@ class SharedState(Protocol):
 
     async def task_cost(self, task_id: str) -> Decimal:
         """The task's running cost (zero when unknown or expired)."""
+        ...
+
+    async def prefix_history(self, keys: list[str]) -> list[dict[str, Any]]:
+        """Recent prefix records under each key, newest first, keys in the order given."""
+        ...
+
+    async def remember_prefix(
+        self, keys: list[str], record: dict[str, Any], ttl_s: float, keep: int
+    ) -> None:
+        """Push a record under each key, keeping the newest `keep`, expiring after `ttl_s`."""
         ...
 
     async def aclose(self) -> None: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from decimal import Decimal
+from typing import Any
 
 from gateway.state.base import from_units, to_units
 
@@ -12,9 +13,11 @@ from gateway.state.base import from_units, to_units
 class MemoryState:
     """Running task costs in a bounded LRU, expired after their TTL."""
 
-    def __init__(self, max_tasks: int = 100_000):
+    def __init__(self, max_tasks: int = 100_000, max_prefix_keys: int = 100_000):
         self.max_tasks = max_tasks
+        self.max_prefix_keys = max_prefix_keys
         self._costs: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self._prefixes: OrderedDict[str, tuple[list[dict[str, Any]], float]] = OrderedDict()
 
     def _live(self, task_id: str) -> int:
         entry = self._costs.get(task_id)
@@ -37,5 +40,26 @@ class MemoryState:
     async def task_cost(self, task_id: str) -> Decimal:
         return from_units(self._live(task_id))
 
+    async def prefix_history(self, keys: list[str]) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        found: list[dict[str, Any]] = []
+        for key in keys:
+            entry = self._prefixes.get(key)
+            if entry is not None and entry[1] >= now:
+                found.extend(entry[0])
+        return found
+
+    async def remember_prefix(
+        self, keys: list[str], record: dict[str, Any], ttl_s: float, keep: int
+    ) -> None:
+        expires = time.monotonic() + ttl_s
+        for key in keys:
+            records, _ = self._prefixes.get(key, ([], 0.0))
+            self._prefixes[key] = ([record, *records][:keep], expires)
+            self._prefixes.move_to_end(key)
+        while len(self._prefixes) > self.max_prefix_keys:
+            self._prefixes.popitem(last=False)
+
     async def aclose(self) -> None:
         self._costs.clear()
+        self._prefixes.clear()

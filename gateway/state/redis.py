@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from typing import Any
 
+import orjson
 import redis.asyncio as aioredis
 
 from gateway.state.base import from_units, to_units
@@ -50,6 +52,30 @@ class RedisState:
     async def task_cost(self, task_id: str) -> Decimal:
         value = await self.client.get(self._key(task_id))
         return from_units(int(value)) if value is not None else Decimal("0E-10")
+
+    async def prefix_history(self, keys: list[str]) -> list[dict[str, Any]]:
+        if not keys:
+            return []
+        async with self.client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.lrange(self._prefix_key(key), 0, -1)
+            lists = await pipe.execute()
+        return [orjson.loads(item) for items in lists for item in items]
+
+    async def remember_prefix(
+        self, keys: list[str], record: dict[str, Any], ttl_s: float, keep: int
+    ) -> None:
+        value = orjson.dumps(record)
+        async with self.client.pipeline(transaction=True) as pipe:
+            for key in keys:
+                name = self._prefix_key(key)
+                pipe.lpush(name, value)
+                pipe.ltrim(name, 0, keep - 1)
+                pipe.expire(name, max(math.ceil(ttl_s), 1))
+            await pipe.execute()
+
+    def _prefix_key(self, key: str) -> str:
+        return f"{self.namespace}:prefix:{key}"
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -41,6 +41,21 @@ def sim_routes(sim_url: str) -> dict[str, ModelRoute]:
             base_url=sim_url,
             api_key_env="FAREBOX_TEST_ANTHROPIC_KEY",
         ),
+        # Prefix-stability actions, one route each.
+        "strict-chat": ModelRoute(model="sim-chat", base_url=f"{sim_url}/v1", prefix=["strict"]),
+        "tidy-chat": ModelRoute(
+            model="sim-chat",
+            base_url=f"{sim_url}/v1",
+            family="openai",
+            prefix=["normalize", "sticky_cache_key"],
+        ),
+        "claude-cached": ModelRoute(
+            provider="anthropic",
+            model="claude-sim",
+            base_url=sim_url,
+            api_key_env="FAREBOX_TEST_ANTHROPIC_KEY",
+            prefix=["anthropic_cache_control"],
+        ),
     }
 
 

@@ -1,0 +1,275 @@
+"""Benchmark the per-request prefix check on ~1 MB prompts.
+
+Run: `python bench/prefix_bench.py` (`--quick` for fewer rounds, `--no-write` to skip
+writing bench/results/prefix.md). Each round gets a freshly parsed body, as the pipeline
+hands each request over; times cover segmenting, digesting, scanning and comparing, not
+JSON parsing. The dev box is shared and noisy, so min, median and p95 are all reported;
+the verdict uses the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+try:
+    from gateway.prefix import CacheRule, PrefixChecker, PrefixRecord, ScanCache, rule_for
+except ImportError:  # not installed: run from a checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from gateway.prefix import CacheRule, PrefixChecker, PrefixRecord, ScanCache, rule_for
+
+Body = dict[str, Any]
+Row = tuple[str, float, float, float, str]
+RESULTS = Path(__file__).resolve().parent / "results" / "prefix.md"
+TARGET_MS = 2.0
+_WORDS = ("the", "agent", "reads", "a", "file", "then", "calls", "tool", "and", "writes", "report")
+
+
+def _prose(rng: random.Random, size: int) -> str:
+    words: list[str] = []
+    length = 0
+    while length < size:
+        word = rng.choice(_WORDS)
+        words.append(word)
+        length += len(word) + 1
+    return " ".join(words)
+
+
+def _code(rng: random.Random, size: int) -> str:
+    lines: list[str] = []
+    while sum(map(len, lines)) < size:
+        n = rng.randint(0, 999)
+        lines.append(f"    def handler_{n}(self, item: dict) -> int:\n")
+        lines.append(f"        return item['count'] + {n}\n")
+    return "".join(lines)
+
+
+def _json_rows(rng: random.Random, size: int) -> str:
+    rows: list[str] = []
+    length = 0
+    while length < size:
+        n = rng.randint(1, 99_999)
+        row = f'{{"id": {n}, "name": "item {n}", "price": {n / 100:.2f}, "qty": {n % 50}}}'
+        rows.append(row)
+        length += len(row) + 2
+    return "[" + ", ".join(rows) + "]"
+
+
+def _tool_call(step: int) -> Body:
+    call = {"name": "read_file", "arguments": '{"path": "src/app.py"}'}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": f"call_{step}", "type": "function", "function": call}],
+    }
+
+
+def agent_body(total_bytes: int = 1_000_000, chunk: int = 4_800, seed: int = 7) -> Body:
+    """Return a ~1 MB agent conversation: system, tools, tool calls and their outputs.
+
+    With the default `chunk` that is ~400 messages; a larger chunk gives fewer, larger
+    ones. A closing user turn makes the whole history cacheable, so all of it is scanned.
+    """
+    rng = random.Random(seed)
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": _prose(rng, 300),
+                "parameters": schema,
+            },
+        }
+        for i in range(12)
+    ]
+    messages: list[Body] = [{"role": "system", "content": _prose(rng, 20_000)}]
+    messages.append({"role": "user", "content": _prose(rng, 2_000)})
+    size, step = 26_000, 0
+    while size < total_bytes:
+        output = (_prose, _code, _json_rows)[step % 3](rng, chunk)
+        messages.append(_tool_call(step))
+        messages.append({"role": "tool", "tool_call_id": f"call_{step}", "content": output})
+        size += len(output) + 200
+        step += 1
+    messages.append({"role": "user", "content": "Summarise what you found so far."})
+    return {"model": "gpt-5", "tools": tools, "messages": messages}
+
+
+def next_turn(body: Body, n: int) -> Body:
+    """Return the body one turn later: the same history plus an answer and a new question."""
+    answer = {"role": "assistant", "content": f"Step {n} done. {_prose(random.Random(n), 400)}"}
+    question = {"role": "user", "content": f"Step {n + 1}: continue with the next file."}
+    return {**body, "messages": [*body["messages"], answer, question]}
+
+
+def _stats(samples: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return ordered[0], statistics.median(ordered), p95
+
+
+def _timed(calls: Iterable[Callable[[], object]]) -> tuple[float, float, float]:
+    """Return (min, median, p95) milliseconds over the calls."""
+    samples = []
+    for call in calls:
+        start = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - start) * 1000)
+    return _stats(samples)
+
+
+def parsed(body: Body) -> Body:
+    """Return a freshly parsed copy, as the pipeline hands each request over (cold objects)."""
+    result: Body = orjson.loads(orjson.dumps(body))
+    return result
+
+
+def _fresh(body: Body, rounds: int, call: Callable[[Body], object]) -> tuple[float, float, float]:
+    """Time `call` on a freshly parsed copy of `body` each round."""
+    copies = [parsed(body) for _ in range(rounds)]
+    return _timed([partial(call, copy) for copy in copies])
+
+
+def _steady(body: Body, rule: CacheRule, rounds: int) -> tuple[float, float, float]:
+    """Time agent turns over a warm checker, each compared with the last eight records."""
+    checker = PrefixChecker()
+    history: list[PrefixRecord] = [checker.check(body, rule).record]
+    turns = []
+    for n in range(rounds):
+        body = next_turn(body, n)
+        turns.append(parsed(body))
+    samples = []
+    for turn in turns:
+        start = time.perf_counter()
+        result = checker.check(turn, rule, history[-8:])
+        samples.append((time.perf_counter() - start) * 1000)
+        history.append(result.record)
+    return _stats(samples)
+
+
+def _volatile(rule: CacheRule, rounds: int) -> tuple[float, float, float]:
+    """Time a 1 MB system prompt whose first line carries a new timestamp every request."""
+    text = _prose(random.Random(3), 1_000_000)
+    checker = PrefixChecker(cache=ScanCache())
+
+    def body(n: int) -> Body:
+        stamp = f"Now: 2026-03-12T14:{n // 60:02d}:{n % 60:02d}Z"
+        system = {"role": "system", "content": f"{stamp} {text}"}
+        return {"model": "gpt-5", "messages": [system, {"role": "user", "content": "hi"}]}
+
+    previous = checker.check(body(0), rule).record
+    samples = []
+    for n in range(1, rounds + 1):
+        request = parsed(body(n))
+        start = time.perf_counter()
+        previous = checker.check(request, rule, [previous]).record
+        samples.append((time.perf_counter() - start) * 1000)
+    return _stats(samples)
+
+
+def run(rounds: int) -> list[Row]:
+    """Return (case, min ms, median ms, p95 ms, note) rows."""
+    rule = rule_for("openai")
+    many, few = agent_body(), agent_body(chunk=48_000)
+    sizes = {"many": len(many["messages"]), "few": len(few["messages"])}
+    fp = PrefixChecker()
+    return [
+        (
+            f"fingerprint only, 1 MB in {sizes['many']} messages",
+            *_fresh(many, rounds, lambda b: fp.fingerprint(b, rule)),
+            "segment + digest; no scan, no compare",
+        ),
+        (
+            f"fingerprint only, 1 MB in {sizes['few']} messages",
+            *_fresh(few, rounds, lambda b: fp.fingerprint(b, rule)),
+            "segment + digest; no scan, no compare",
+        ),
+        (
+            "first-seen 1 MB, full scan",
+            *_fresh(many, rounds, lambda b: PrefixChecker(scan_budget=None).check(b, rule)),
+            "empty scan cache, no history; regex over all 1 MB",
+        ),
+        (
+            "first-seen 1 MB, default 64 KiB scan budget",
+            *_fresh(many, rounds, lambda b: PrefixChecker().check(b, rule)),
+            "the rest is scanned by later requests",
+        ),
+        (
+            f"steady state: {sizes['many']}-message 1 MB history + new turn",
+            *_steady(many, rule, rounds),
+            "warm scan cache, 8 records of history",
+        ),
+        (
+            f"steady state: {sizes['few']}-message 1 MB history + new turn",
+            *_steady(few, rule, rounds),
+            "warm scan cache, 8 records of history",
+        ),
+        (
+            "1 MB system prompt with a new timestamp each request",
+            *_volatile(rule, rounds),
+            "one 32 KiB window rescanned",
+        ),
+    ]
+
+
+def table(rows: list[Row]) -> str:
+    """Return the rows as a Markdown table."""
+    lines = [
+        "| case | min ms | median ms | p95 ms | median < 2 ms | note |",
+        "|---|---:|---:|---:|:---:|---|",
+    ]
+    for case, low, median, p95, note in rows:
+        ok = "yes" if median < TARGET_MS else "no"
+        lines.append(f"| {case} | {low:.2f} | {median:.2f} | {p95:.2f} | {ok} | {note} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    """Return a one-line description of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"{cpu}, {os.cpu_count()} CPUs, load average {load:.2f} at start, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    )
+
+
+def main() -> None:
+    """Run the benchmark, print the table and write the results file."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="5 rounds instead of 30")
+    parser.add_argument("--no-write", action="store_true", help="do not write the results file")
+    args = parser.parse_args()
+    rounds = 5 if args.quick else 30
+    about = machine()
+    result = table(run(rounds))
+    print(result)
+    if not args.no_write:
+        command = "python bench/prefix_bench.py" + (" --quick" if args.quick else "")
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(
+            f"# Prefix check benchmark\n\nCommand: `{command}` ({rounds} rounds per case)\n\n"
+            f"Machine: {about}\n\n{result}\n",
+            encoding="utf-8",
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Stage 4: check prompt-prefix stability before the call, judge it after the reply.
+
+Before: fingerprint the prompt as the upstream renders it, compare it with this caller's
+and this task's recent requests (shared by all replicas through the state backend), find
+volatile content in the cacheable part, and apply the route's actions (normalize, sticky
+cache key, Anthropic breakpoints, strict). After: compare the expected cached tokens with
+what the upstream reported, and remember this prompt for the next request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from gateway.errors import InvalidRequestError
+from gateway.pipeline.context import RequestContext
+from gateway.prefix import cache_rules
+from gateway.prefix.actions import normalize, sticky_cache_key
+from gateway.prefix.breakpoints import anthropic_cache_breakpoints, apply_breakpoints
+from gateway.prefix.cache_rules import CacheRule
+from gateway.prefix.checker import PrefixCheck, PrefixChecker
+from gateway.prefix.record import PrefixRecord
+from gateway.prefix.strict import strict_error_message, strict_violations
+from gateway.prefix.verdict import Verdict, verdict
+from gateway.pricing import PriceBook, UnknownModelError
+from gateway.state import SharedState
+
+# How long a provider keeps a prefix cached, so history expires with the cache itself.
+CACHE_LIFETIME_S = {"openai": 600.0, "anthropic": 300.0, "vllm": 3600.0}
+HISTORY_PER_KEY = 4
+
+
+@dataclass(slots=True)
+class PrefixOutcome:
+    """What the check found, carried from before the call to after it."""
+
+    check: PrefixCheck
+    family: str
+    keys: list[str]
+    verdict: Verdict | None = None
+
+
+def cache_family(wire_family: str) -> str:
+    """The prompt-cache family of a wire dialect (SGLang caches like vLLM)."""
+    return {"anthropic": "anthropic", "vllm": "vllm", "sglang": "vllm"}.get(wire_family, "openai")
+
+
+def rule_for_route(ctx: RequestContext, prices: PriceBook, price_key: str) -> CacheRule:
+    """The cache rule of the route, with the model's own minimum from the price map."""
+    assert ctx.route is not None
+    family = cache_family(ctx.route.wire_family)
+    try:
+        info = prices.model_info(price_key)
+    except UnknownModelError:
+        info = {}
+    return cache_rules.rule_from_model_info(family, info or {})
+
+
+def history_keys(ctx: RequestContext) -> list[str]:
+    """Where this request's prefix history lives: its task, then its caller and model."""
+    assert ctx.task is not None
+    keys = [f"task:{ctx.task.task_id}"] if not ctx.task.implicit else []
+    return [*keys, f"caller:{ctx.identity.caller or 'anonymous'}:{ctx.alias}"]
+
+
+def _forwarded_body(ctx: RequestContext) -> dict[str, Any]:
+    body = {k: v for k, v in ctx.body.items() if k not in ctx.edits.remove}
+    body.update(ctx.edits.set_fields)
+    return body
+
+
+async def check_prefix(
+    ctx: RequestContext, checker: PrefixChecker, state: SharedState, rule: CacheRule
+) -> PrefixOutcome:
+    """Check the prompt the upstream will receive; apply the route's actions."""
+    assert ctx.route is not None
+    actions = set(ctx.route.prefix)
+    if "normalize" in actions:
+        _apply(ctx, normalize(_forwarded_body(ctx)))
+    keys = history_keys(ctx)
+    raw_history = await state.prefix_history(keys)
+    history = [PrefixRecord.from_dict(item) for item in raw_history]
+    check = checker.check(_forwarded_body(ctx), rule, history)
+    if "strict" in actions:
+        violations = strict_violations(check.findings, check.divergence)
+        if violations:
+            raise InvalidRequestError(strict_error_message(violations), code="volatile_prefix")
+    if "sticky_cache_key" in actions and rule.family == "openai" and ctx.identity.caller:
+        key = sticky_cache_key(ctx.body, ctx.identity.caller, check.record.head_fingerprint)
+        if ctx.body.get("prompt_cache_key") != key:
+            ctx.edits.set_fields["prompt_cache_key"] = key
+    if "anthropic_cache_control" in actions and rule.family == "anthropic":
+        _place_breakpoints(ctx, check, rule)
+    ctx.response_headers.update(prefix_headers(check))
+    return PrefixOutcome(check, rule.family, keys)
+
+
+def _apply(ctx: RequestContext, result: tuple[dict[str, Any], list[str]]) -> None:
+    body, changed = result
+    for field in changed:
+        ctx.edits.set_fields[field] = body[field]
+
+
+def _place_breakpoints(ctx: RequestContext, check: PrefixCheck, rule: CacheRule) -> None:
+    request = check.request
+    positions = anthropic_cache_breakpoints(
+        request.segments,
+        request.stable_count,
+        cumulative_tokens=check.record.cumulative_tokens,
+        min_tokens=rule.min_tokens,
+    )
+    _apply(ctx, apply_breakpoints(_forwarded_body(ctx), request, positions))
+
+
+def prefix_headers(check: PrefixCheck) -> dict[str, str]:
+    """`X-Farebox-Prefix`: `stable`, or what breaks the cache, where and why."""
+    headers = {"x-farebox-expected-cached-tokens": str(check.expectation.cached_tokens)}
+    divergence = check.divergence
+    if divergence is not None and divergence.avoidable:
+        value = f"break; segment={divergence.segment}; reason={divergence.reason}"
+    elif check.findings:
+        first = check.findings[0]
+        value = f"volatile; segment={first.segment}; kind={first.kind}; offset={first.offset}"
+    elif check.expectation.below_minimum:
+        value = "below_minimum"
+    else:
+        value = "stable"
+    headers["x-farebox-prefix"] = value
+    return headers
+
+
+def judge(
+    outcome: PrefixOutcome, ctx: RequestContext, input_price: Decimal, cached_price: Decimal
+) -> Verdict | None:
+    """Compare the expected cached tokens with what the upstream reported."""
+    if ctx.usage is None or ctx.usage.estimated:
+        return None
+    usage = ctx.usage
+    expected = outcome.check.expected_cached_for(usage.prompt_tokens)
+    outcome.verdict = verdict(
+        expected, usage.cached_tokens, usage.prompt_tokens, input_price, cached_price
+    )
+    return outcome.verdict
+
+
+async def remember(outcome: PrefixOutcome, state: SharedState) -> None:
+    """Keep this prompt's fingerprints for the next requests of the caller and the task."""
+    ttl = CACHE_LIFETIME_S.get(outcome.family, 600.0)
+    await state.remember_prefix(outcome.keys, outcome.check.record.to_dict(), ttl, HISTORY_PER_KEY)

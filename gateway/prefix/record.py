@@ -1,0 +1,182 @@
+"""The fingerprint chain of one request, as a plain value the history store can keep.
+
+Fingerprint `i` covers segments `0..i` (and the family and model), so two requests share a
+cacheable prefix exactly as far as their fingerprints agree. The chain is built from the
+per-segment digests on first use: the hot path compares digests position by position,
+which gives the same answer, and a 400-message chain costs ~0.4 ms to hash on the dev box.
+The store (Redis or in-process) is not this package's business: it keeps
+`PrefixRecord.to_dict()` and hands records back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+
+from gateway.prefix.cache_rules import CacheMode, CacheRule
+from gateway.prefix.segments import DIGEST_SIZE, RequestSegments, SegmentKind
+
+TokenCounter = Callable[[bytes], int]
+_BREAKPOINT_KINDS = (SegmentKind.TOOLS, SegmentKind.SYSTEM, SegmentKind.MESSAGE)
+_SETTING_PREVIEW = 200
+
+
+def estimate_tokens(data: bytes) -> int:
+    """Estimate the tokens of `data` as a quarter of its bytes, rounded up."""
+    return (len(data) + 3) // 4
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixRecord:
+    """One request's segment digests, token estimates and cache breakpoints."""
+
+    family: str
+    model: str
+    segment_names: tuple[str, ...]
+    segment_digests: tuple[str, ...]
+    canonical_digests: tuple[str, ...]
+    cumulative_tokens: tuple[int, ...]
+    stable_count: int
+    header_count: int
+    breakpoints: tuple[int, ...] = ()
+    settings: Mapping[str, str] = field(default_factory=dict)
+    _chain: list[tuple[str, ...]] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def fingerprints(self) -> tuple[str, ...]:
+        """Return the hex fingerprint of every prefix, segment by segment."""
+        if not self._chain:
+            self._chain.append(chain_fingerprints(self.family, self.model, self.segment_digests))
+        return self._chain[0]
+
+    @property
+    def total_tokens(self) -> int:
+        """Return the estimated size of the whole prompt."""
+        return self.cumulative_tokens[-1] if self.cumulative_tokens else 0
+
+    @property
+    def head_fingerprint(self) -> str:
+        """Return the fingerprint after the header (tools, system, settings): one per agent."""
+        if not self.segment_digests or self.header_count == 0:
+            return ""
+        return self.fingerprints[min(self.header_count, len(self.segment_digests)) - 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict for the history store."""
+        return {
+            "family": self.family,
+            "model": self.model,
+            "fingerprints": list(self.fingerprints),
+            "segment_names": list(self.segment_names),
+            "segment_digests": list(self.segment_digests),
+            "canonical_digests": list(self.canonical_digests),
+            "cumulative_tokens": list(self.cumulative_tokens),
+            "stable_count": self.stable_count,
+            "header_count": self.header_count,
+            "breakpoints": list(self.breakpoints),
+            "settings": dict(self.settings),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PrefixRecord:
+        """Rebuild a record from `to_dict()` output."""
+        record = cls(
+            family=str(data["family"]),
+            model=str(data["model"]),
+            segment_names=tuple(data["segment_names"]),
+            segment_digests=tuple(data["segment_digests"]),
+            canonical_digests=tuple(data["canonical_digests"]),
+            cumulative_tokens=tuple(int(n) for n in data["cumulative_tokens"]),
+            stable_count=int(data["stable_count"]),
+            header_count=int(data["header_count"]),
+            breakpoints=tuple(int(n) for n in data.get("breakpoints", ())),
+            settings={str(k): str(v) for k, v in dict(data.get("settings", {})).items()},
+        )
+        stored = data.get("fingerprints")
+        if isinstance(stored, list) and len(stored) == len(record.segment_digests):
+            record._chain.append(tuple(str(f) for f in stored))
+        return record
+
+
+def chain_seed(family: str, model: str) -> bytes:
+    """Return the start of the chain: a prompt cache never crosses families or models."""
+    return hashlib.sha256(f"farebox-prefix/1\0{family}\0{model}".encode()).digest()[:DIGEST_SIZE]
+
+
+def chain_fingerprints(family: str, model: str, digests: Sequence[str]) -> tuple[str, ...]:
+    """Return fingerprint i = H(fingerprint i-1 + digest i) for every segment, as hex."""
+    previous = chain_seed(family, model)
+    links: list[bytes] = []
+    sha256 = hashlib.sha256
+    for hex_digest in digests:
+        # Names are implied by position: the header order is fixed per family and a message
+        # index can only shift if the system segment before it changed too.
+        previous = sha256(previous + bytes.fromhex(hex_digest)).digest()[:DIGEST_SIZE]
+        links.append(previous)
+    return _hex_each(links)
+
+
+def _hex_each(digests: list[bytes]) -> tuple[str, ...]:
+    """Return each 16-byte digest as hex, with one hex() call for all of them."""
+    joined = b"".join(digests).hex()
+    width = 2 * DIGEST_SIZE
+    return tuple(joined[i : i + width] for i in range(0, len(joined), width))
+
+
+def build_record(
+    request: RequestSegments, rule: CacheRule, counter: TokenCounter = estimate_tokens
+) -> PrefixRecord:
+    """Return the digests, token estimates and breakpoints of one request."""
+    segments = request.segments
+    # Segments are tuples: zip(*) turns them into columns in C, not one genexpr per field.
+    columns = zip(*segments, strict=True) if segments else [()] * 7
+    names, _, datas, digests, _, canonicals, _ = columns
+    if counter is estimate_tokens:
+        sizes = [(n + 3) >> 2 for n in map(len, datas)]
+    else:
+        sizes = [counter(data) for data in datas]
+    return PrefixRecord(
+        family=request.family,
+        model=request.model,
+        segment_names=names,
+        segment_digests=_hex_each(list(digests)),
+        canonical_digests=tuple(c.hex() if c else "" for c in canonicals),
+        cumulative_tokens=tuple(accumulate(sizes)),
+        stable_count=request.stable_count,
+        header_count=request.header_count,
+        breakpoints=written_breakpoints(request, rule),
+        settings={
+            s.name: s.data.decode("utf-8", "replace")[:_SETTING_PREVIEW]
+            for s in segments[: request.header_count]
+            if s.kind is SegmentKind.SETTING and s.data != b"null"
+        },
+    )
+
+
+def written_breakpoints(request: RequestSegments, rule: CacheRule) -> tuple[int, ...]:
+    """Return the segment indices whose end this request writes to a breakpoint cache."""
+    if rule.mode is not CacheMode.BREAKPOINT or not request.segments:
+        return ()
+    explicit = [
+        i for i, s in enumerate(request.segments) if s.breakpoint and s.kind in _BREAKPOINT_KINDS
+    ]
+    if not request.implicit_breakpoint:
+        return tuple(explicit[-rule.max_breakpoints :])
+    # The implicit breakpoint closes the newest message that can carry one (not the
+    # assistant's), and leaves room for the latest three explicit ones.
+    implicit = _implicit_position(request)
+    kept = explicit[-(rule.max_breakpoints - 1) :] if rule.max_breakpoints > 1 else []
+    return tuple(sorted({*kept, implicit}))
+
+
+def _implicit_position(request: RequestSegments) -> int:
+    last = len(request.segments) - 1
+    if request.family != "openai":
+        return last
+    for index in range(last, request.header_count - 1, -1):
+        if request.segments[index].role != "assistant":
+            return index
+    return last

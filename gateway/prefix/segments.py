@@ -1,0 +1,325 @@
+"""Cut a chat-completions body into the segments the upstream renders, in render order.
+
+A segment's canonical bytes are the compact JSON of the parsed value *in the key order the
+client sent* (Python dicts keep it and orjson keeps it): the provider renders schemas and
+arguments in that order, so a re-ordered key is a different prompt, while whitespace is not.
+Cache markers (`cache_control`, `prompt_cache_breakpoint`) are removed first: they say
+where to cache, they are not prompt text, and clients move them every turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+import orjson
+
+from gateway.prefix.cache_rules import CacheRule, Family
+
+DIGEST_SIZE = 16
+_MARKERS = ("cache_control", "prompt_cache_breakpoint")
+_MARKER_BYTES = (b'"cache_control"', b'"prompt_cache_breakpoint"')
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+# Settings a family may render into the prompt, gathered into one segment each.
+_EFFORT_KEYS = ("reasoning_effort", "thinking", "output_config.effort", "chat_template_kwargs")
+_SPEED_KEYS = ("service_tier", "speed")
+
+
+class SegmentKind(StrEnum):
+    """What a segment holds."""
+
+    TOOLS = "tools"
+    SYSTEM = "system"
+    SETTING = "setting"
+    SCHEMA = "schema"
+    MESSAGE = "message"
+
+
+class Segment(NamedTuple):
+    """One rendered part of the prompt and its canonical bytes.
+
+    A NamedTuple, not a frozen dataclass: a request has hundreds of segments and a frozen
+    dataclass's __init__ costs ~2 µs each on the dev box, a tuple a fraction of that.
+    """
+
+    name: str
+    kind: SegmentKind
+    data: bytes
+    digest: bytes
+    breakpoint: bool = False
+    canonical: bytes = b""
+    role: str = ""
+
+    @property
+    def text(self) -> str:
+        """Return the canonical JSON text that detector offsets refer to."""
+        return self.data.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSegments:
+    """A request cut into segments; segments before `stable_count` are the cacheable part."""
+
+    family: Family
+    model: str
+    segments: tuple[Segment, ...]
+    stable_count: int
+    header_count: int
+    implicit_breakpoint: bool
+
+    def names(self) -> list[str]:
+        """Return the segment names in render order."""
+        return [segment.name for segment in self.segments]
+
+
+def digest(data: bytes) -> bytes:
+    """Return the 16-byte digest of `data`.
+
+    SHA-256 (truncated) rather than BLAKE2b: with SHA-NI it hashes 1 MB in ~0.7 ms here,
+    BLAKE2b takes ~1.5 ms, and records shared between processes need one fixed choice.
+    """
+    return hashlib.sha256(data).digest()[:DIGEST_SIZE]
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Return compact JSON for `value` in its own key order."""
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        # orjson refuses integers beyond 64 bits; the standard library does not.
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def strip_markers(value: Any) -> Any:
+    """Return `value` without cache markers at any depth."""
+    if isinstance(value, dict):
+        return {k: strip_markers(v) for k, v in value.items() if k not in _MARKERS}
+    if isinstance(value, list):
+        return [strip_markers(item) for item in value]
+    return value
+
+
+def _message_segments(messages: list[Any], start: int) -> list[Segment]:
+    """Return one segment per message from `start` on, serialised in a single orjson call.
+
+    The loop is the hot path (hundreds of messages per request), hence the local names and
+    the inlined checks; a message with list content or a cache marker takes the slow path.
+    """
+    values = messages[start:]
+    if not values:
+        return []
+    pieces = dump_each(values)
+    sha256 = hashlib.sha256
+    new = tuple.__new__  # Segment._make without its Python-level wrapper
+    kind = SegmentKind.MESSAGE
+    segments: list[Segment] = []
+    append = segments.append
+    for index, (message, data) in enumerate(zip(values, pieces, strict=True), start):
+        if type(message) is not dict:
+            append(new(Segment, (f"messages[{index}]", kind, data, digest(data), False, b"", "")))
+            continue
+        role = message.get("role")
+        role_name = role if type(role) is str else ""
+        if (
+            type(message.get("content")) is list
+            or "cache_control" in message
+            or "prompt_cache_breakpoint" in message
+        ):
+            append(_rendered_message(f"messages[{index}]", message, role_name))
+            continue
+        segment_digest = sha256(data).digest()[:DIGEST_SIZE]
+        fields = (f"messages[{index}]", kind, data, segment_digest, False, b"", role_name)
+        append(new(Segment, fields))
+    return segments
+
+
+def rendered_message(message: Any) -> Any:
+    """Return a message as the provider renders it: no cache markers, a lone text part as text.
+
+    `"content": "x"` and `[{"type": "text", "text": "x"}]` render alike, and clients (and
+    our own breakpoint placement) switch between them when they move a marker.
+    """
+    if not isinstance(message, dict):
+        return message
+    value = strip_markers(message) if _has_marker(message) else message
+    content = value.get("content")
+    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict):
+        part = content[0]
+        if part.get("type") == "text" and isinstance(part.get("text"), str) and len(part) == 2:
+            return {**value, "content": part["text"]}
+    return value
+
+
+def _rendered_message(name: str, message: dict[str, Any], role: str) -> Segment:
+    data = canonical_bytes(rendered_message(message))
+    return Segment(name, SegmentKind.MESSAGE, data, digest(data), _has_marker(message), b"", role)
+
+
+def _has_marker(message: Any) -> bool:
+    """Return whether a message carries a cache marker on itself or on a content part.
+
+    Looked up in the structure, where clients put them, rather than searched for in a
+    megabyte of bytes: two substring searches cost ~0.6 ms per MB on the dev box.
+    """
+    if not isinstance(message, dict):
+        return False
+    if "cache_control" in message or "prompt_cache_breakpoint" in message:
+        return True
+    content = message.get("content")
+    if not isinstance(content, list):
+        return False
+    return any(
+        isinstance(part, dict) and ("cache_control" in part or "prompt_cache_breakpoint" in part)
+        for part in content
+    )
+
+
+def dump_each(values: list[Any]) -> list[bytes]:
+    """Return the canonical bytes of each value from one orjson call.
+
+    orjson's per-call cost (buffer growth for each output) made 400 separate calls ~6x
+    slower than one call over the list; the list's output is cut back into items at a
+    random sentinel placed between them, and verified by count.
+    """
+    sentinel = secrets.token_hex(16)
+    interleaved: list[Any] = [sentinel] * (2 * len(values) - 1)
+    interleaved[::2] = values
+    try:
+        batch = orjson.dumps(interleaved)
+    except (orjson.JSONEncodeError, TypeError):
+        batch = b""
+    # Split the whole output and trim the brackets off the ends: slicing [1:-1] first
+    # would copy the megabyte once more.
+    pieces = batch.split(b',"' + sentinel.encode() + b'",') if batch else []
+    if pieces:
+        pieces[0] = pieces[0][1:]
+        pieces[-1] = pieces[-1][:-1]
+    if len(pieces) != len(values):
+        pieces = [canonical_bytes(v) for v in values]
+    return pieces
+
+
+def _segment(name: str, kind: SegmentKind, value: Any) -> Segment:
+    """Return a header segment; JSON-structured ones also get a sorted-key digest."""
+    data = canonical_bytes(value)
+    marked = False
+    if (_MARKER_BYTES[0] in data or _MARKER_BYTES[1] in data) and isinstance(value, dict | list):
+        stripped = canonical_bytes(strip_markers(value))
+        marked = stripped != data
+        data = stripped
+    canonical = b""
+    if kind in (SegmentKind.TOOLS, SegmentKind.SETTING, SegmentKind.SCHEMA):
+        canonical = digest(sorted_form(strip_markers(value) if marked else value, kind))
+    return Segment(name, kind, data, digest(data), marked, canonical)
+
+
+def sorted_form(value: Any, kind: SegmentKind = SegmentKind.SCHEMA) -> bytes:
+    """Return `value` serialised with sorted keys (and tools sorted by name)."""
+    if kind is SegmentKind.TOOLS and isinstance(value, list):
+        value = sorted(value, key=tool_name)
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+
+
+def tool_name(tool: Any) -> str:
+    """Return a tool definition's name, or "" when it has none."""
+    if not isinstance(tool, dict):
+        return ""
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, dict) else tool.get("name")
+    return name if isinstance(name, str) else ""
+
+
+def _settings(body: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any] | None:
+    found: dict[str, Any] = {}
+    for key in keys:
+        outer, _, inner = key.partition(".")
+        value = body.get(outer)
+        if inner:
+            value = value.get(inner) if isinstance(value, dict) else None
+        if value is not None:
+            found[key] = value
+    return found or None
+
+
+def _header(body: Mapping[str, Any], part: str, system: list[Any]) -> Segment:
+    if part == "system":
+        data = canonical_bytes([rendered_message(m) for m in system])
+        marked = any(_has_marker(m) for m in system)
+        return Segment("system", SegmentKind.SYSTEM, data, digest(data), marked)
+    if part == "tools":
+        tools = body.get("tools")
+        return _segment(
+            "tools", SegmentKind.TOOLS, body.get("functions") if tools is None else tools
+        )
+    if part == "effort":
+        return _segment("effort", SegmentKind.SETTING, _settings(body, _EFFORT_KEYS))
+    if part == "speed":
+        return _segment("speed", SegmentKind.SETTING, _settings(body, _SPEED_KEYS))
+    if part == "response_format":
+        return _segment("response_format", SegmentKind.SCHEMA, body.get("response_format"))
+    return _segment(part, SegmentKind.SETTING, body.get(part))
+
+
+def leading_system_count(messages: Sequence[Any]) -> int:
+    """Return how many system or developer messages open the conversation."""
+    count = 0
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") not in _SYSTEM_ROLES:
+            break
+        count += 1
+    return count
+
+
+def message_index(name: str) -> int | None:
+    """Return i for a segment named "messages[i]", else None."""
+    if name.startswith("messages[") and name.endswith("]"):
+        return int(name[9:-1])
+    return None
+
+
+def newest_turn(messages: Sequence[Any], start: int) -> int:
+    """Return the index of the newest user message (the last message if there is none)."""
+    for index in range(len(messages) - 1, start - 1, -1):
+        message = messages[index]
+        if isinstance(message, dict) and message.get("role") == "user":
+            return index
+    return max(len(messages) - 1, start)
+
+
+def _implicit_breakpoint(body: Mapping[str, Any], family: Family) -> bool:
+    """Return whether the provider adds a breakpoint of its own at the end of the prompt."""
+    if family == "anthropic":
+        return body.get("cache_control") is not None  # top-level automatic caching
+    options = body.get("prompt_cache_options")
+    return family == "openai" and not (
+        isinstance(options, dict) and options.get("mode") == "explicit"
+    )
+
+
+def split_request(body: Mapping[str, Any], rule: CacheRule) -> RequestSegments:
+    """Cut `body` into segments in the order the rule's family renders them."""
+    raw_messages = body.get("messages")
+    messages: list[Any] = raw_messages if isinstance(raw_messages, list) else []
+    n_system = leading_system_count(messages)
+    segments = [_header(body, part, messages[:n_system]) for part in rule.header_order]
+    header_count = len(segments)
+    segments.extend(_message_segments(messages, n_system))
+    newest = newest_turn(messages, n_system) if len(messages) > n_system else len(messages)
+    stable = header_count + max(newest - n_system, 0)
+    model = body.get("model")
+    return RequestSegments(
+        family=rule.family,
+        model=model if isinstance(model, str) else "",
+        segments=tuple(segments),
+        stable_count=stable,
+        header_count=header_count,
+        implicit_breakpoint=_implicit_breakpoint(body, rule.family),
+    )
