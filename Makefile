@@ -40,7 +40,7 @@ unit: $(VENV)/.installed-test
 check: lint
 
 bench: $(VENV)/.installed-test
-	$(BIN)/python -m bench
+	$(BIN)/python bench/prefix_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
