@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
+import xxhash
+
 from gateway.prefix.cache_rules import CacheMode, CacheRule
 from gateway.prefix.segments import DIGEST_SIZE, RequestSegments, SegmentKind
 
@@ -110,11 +112,11 @@ def chain_fingerprints(family: str, model: str, digests: Sequence[str]) -> tuple
     """Return fingerprint i = H(fingerprint i-1 + digest i) for every segment, as hex."""
     previous = chain_seed(family, model)
     links: list[bytes] = []
-    sha256 = hashlib.sha256
+    xxh3 = xxhash.xxh3_128_digest
     for hex_digest in digests:
         # Names are implied by position: the header order is fixed per family and a message
         # index can only shift if the system segment before it changed too.
-        previous = sha256(previous + bytes.fromhex(hex_digest)).digest()[:DIGEST_SIZE]
+        previous = xxh3(previous + bytes.fromhex(hex_digest))[:DIGEST_SIZE]
         links.append(previous)
     return _hex_each(links)
 

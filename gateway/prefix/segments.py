@@ -9,7 +9,6 @@ where to cache, they are not prompt text, and clients move them every turn.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 import orjson
+import xxhash
 
 from gateway.prefix.cache_rules import CacheRule, Family
 
@@ -80,10 +80,12 @@ class RequestSegments:
 def digest(data: bytes) -> bytes:
     """Return the 16-byte digest of `data`.
 
-    SHA-256 (truncated) rather than BLAKE2b: with SHA-NI it hashes 1 MB in ~0.7 ms here,
-    BLAKE2b takes ~1.5 ms, and records shared between processes need one fixed choice.
+    XXH3-128: a prompt of 1 MB hashes in ~0.08 ms here, against ~0.7 ms for SHA-256 and
+    ~1.5 ms for BLAKE2b, and the check runs on every request. The digests only predict
+    cache hits, so a non-cryptographic hash is enough; records shared between processes
+    need one fixed choice.
     """
-    return hashlib.sha256(data).digest()[:DIGEST_SIZE]
+    return xxhash.xxh3_128_digest(data)[:DIGEST_SIZE]
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -114,7 +116,7 @@ def _message_segments(messages: list[Any], start: int) -> list[Segment]:
     if not values:
         return []
     pieces = dump_each(values)
-    sha256 = hashlib.sha256
+    xxh3 = xxhash.xxh3_128_digest
     new = tuple.__new__  # Segment._make without its Python-level wrapper
     kind = SegmentKind.MESSAGE
     segments: list[Segment] = []
@@ -132,7 +134,7 @@ def _message_segments(messages: list[Any], start: int) -> list[Segment]:
         ):
             append(_rendered_message(f"messages[{index}]", message, role_name))
             continue
-        segment_digest = sha256(data).digest()[:DIGEST_SIZE]
+        segment_digest = xxh3(data)[:DIGEST_SIZE]
         fields = (f"messages[{index}]", kind, data, segment_digest, False, b"", role_name)
         append(new(Segment, fields))
     return segments
