@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -16,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway import __version__
-from gateway.api import chat, gpu, health, models, prefix, spend, tasks
+from gateway.api import admin, chat, gpu, health, models, prefix, spend, tasks
 from gateway.api import metrics as metrics_api
 from gateway.config import GatewayConfig, load_config
 from gateway.embedded_sim import start_embedded_sim
@@ -24,6 +26,7 @@ from gateway.errors import FareboxError, error_body
 from gateway.ledger import LedgerWriter, WriterConfig, make_engine, migrate
 from gateway.metrics import Metrics
 from gateway.pricing import PriceBook
+from gateway.reloader import ConfigReloader
 from gateway.services import Observer, Services
 from gateway.settings import Settings
 from gateway.state import open_state
@@ -40,6 +43,8 @@ def create_app(
 ) -> FastAPI:
     """The gateway app; the config is read from `settings` unless given."""
     settings = settings or Settings()
+    # Reload reads the file the configuration came from; an in-memory one has none.
+    source = settings.config_path() if config is None or settings.config else None
     config = config if config is not None else load_config(settings.config_path())
 
     @asynccontextmanager
@@ -47,9 +52,11 @@ def create_app(
         async with AsyncExitStack() as stack:
             services = await _build_services(stack, settings, config, observers or [])
             app.state.services = services  # for tests and the CLI banner
+            reloader = ConfigReloader(services, source)
+            await _watch(stack, reloader)
             if on_ready is not None:
                 on_ready(services)
-            yield {"services": services}
+            yield {"services": services, "reloader": reloader}
 
     app = FastAPI(title="Farebox", version=__version__, lifespan=lifespan)
     for router in (
@@ -60,6 +67,7 @@ def create_app(
         spend.router,
         gpu.router,
         prefix.router,
+        admin.router,
         metrics_api.router,
     ):
         app.include_router(router)
@@ -114,6 +122,19 @@ async def _open_ledger(
     await writer.start()
     stack.push_async_callback(writer.close)  # flushes every pending row on shutdown
     return engine, writer
+
+
+async def _watch(stack: AsyncExitStack, reloader: ConfigReloader) -> None:
+    """Reload on file change and on SIGHUP until shutdown."""
+    reloader.install_sighup()
+    task = asyncio.create_task(reloader.watch())
+
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    stack.push_async_callback(stop)
 
 
 def _install_error_handlers(app: FastAPI) -> None:

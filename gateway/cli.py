@@ -76,6 +76,7 @@ def serve(
 def _register_commands() -> None:
     from gateway.commands.cost import cost
     from gateway.commands.lint import lint
+    from gateway.commands.policy import app as policy_app
     from gateway.commands.report import report
     from gateway.sim.command import sim
 
@@ -83,6 +84,7 @@ def _register_commands() -> None:
     app.command("cost")(cost)
     app.command("report")(report)
     app.command("lint")(lint)
+    app.add_typer(policy_app, name="policy")
 
 
 _register_commands()

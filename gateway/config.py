@@ -7,12 +7,14 @@ the environment variable that holds the key. Keys themselves never live in the f
 from __future__ import annotations
 
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway.policy.schema import Policy, RouteSettings, Rule, RuleActions
 from gateway.pricing.overrides import PriceOverride
 
 SIM_BASE_URL = "sim"
@@ -107,6 +109,18 @@ class GatewayConfig(BaseModel):
         description="Prices per model alias or price-map key, over litellm's price map.",
     )
     tasks: TaskSettings = Field(default_factory=TaskSettings)
+    defaults: RuleActions = Field(
+        default_factory=RuleActions, description="Policy actions when no rule says otherwise."
+    )
+    rules: list[Rule] = Field(default_factory=list, description="Policy rules; first match wins.")
+    routing: dict[str, RouteSettings] = Field(
+        default_factory=dict, description="Per alias: tiers, fallbacks, retries, timeouts."
+    )
+
+    @cached_property
+    def policy(self) -> Policy:
+        """The policy part of the file, as the policy engine reads it."""
+        return Policy(defaults=self.defaults, rules=self.rules, routing=self.routing)
 
     def price_key(self, alias: str) -> str:
         """The price-book name for an alias: its own override, else its route's model."""

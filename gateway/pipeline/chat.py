@@ -1,32 +1,38 @@
 """One chat-completions request, top to bottom.
 
-    parse -> identify -> decide -> check prefix -> call upstream -> measure -> price -> record
+    parse -> identify -> decide -> apply policy -> check prefix -> call upstream
+          -> measure -> price -> record
 
 Each stage is its own module; this one only puts them in order and owns the two ways a
-reply goes back (whole, or streamed through `relay`).
+reply goes back (whole, or streamed through `relay`). Failures before the first byte go
+to `attempts`, which retries or falls back by policy and books every attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import AsyncIterator
 
 import orjson
 from starlette.responses import Response, StreamingResponse
 
-from gateway.errors import FareboxError, UpstreamTimeoutError, UpstreamUnreachableError
+from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
+from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.decide import decide
 from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.parse import parse
+from gateway.pipeline.policy import apply_policy
 from gateway.pipeline.prefix import check_prefix, rule_for_route
 from gateway.pipeline.relay import relay
 from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.rawjson import patch_object
 from gateway.services import Services
+from gateway.settings import Timeouts
 from gateway.upstream.base import UpstreamCall, UpstreamStream
 
 
@@ -35,11 +41,11 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     parse(ctx)
     identify(ctx)
     decide(ctx, services.config)
+    base_edits = copy.deepcopy(ctx.edits)
+    decision = apply_policy(ctx, services.config, services.prices)
     await _check_prefix(ctx, services)
-    call = _build_call(ctx, services)
-    if ctx.stream:
-        return await _stream(ctx, call, services)
-    return await _complete(ctx, call, services)
+    send = _stream if ctx.stream else _complete
+    return await call_with_recovery(ctx, services, decision, base_edits, send)
 
 
 async def _check_prefix(ctx: RequestContext, services: Services) -> None:
@@ -47,6 +53,18 @@ async def _check_prefix(ctx: RequestContext, services: Services) -> None:
     price_key = services.config.price_key(ctx.alias)
     rule = rule_for_route(ctx, services.prices, price_key)
     ctx.prefix = await check_prefix(ctx, services.prefix_checker, services.state, rule)
+
+
+def _timeouts(ctx: RequestContext, services: Services) -> Timeouts:
+    """The route's own limits when its routing sets them, else the process settings."""
+    assert ctx.alias is not None
+    routing = services.config.routing.get(ctx.alias)
+    if routing is None or "timeouts" not in routing.model_fields_set:
+        return services.settings.timeouts
+    limits = routing.timeouts
+    return Timeouts(
+        connect=limits.connect_s, first_token=limits.first_token_s, idle_stream=limits.idle_s
+    )
 
 
 def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:
@@ -57,25 +75,26 @@ def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:
         body = patch_object(body, ctx.edits.set_fields, ctx.edits.remove)
     parsed = {k: v for k, v in ctx.body.items() if k not in ctx.edits.remove}
     parsed.update(ctx.edits.set_fields)
-    return services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
+    call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
+    call.timeouts = _timeouts(ctx, services)
+    call.extra_headers = dict(ctx.upstream_headers)
+    return call
 
 
 def _headers(ctx: RequestContext) -> dict[str, str]:
     headers = {"x-request-id": ctx.request_id}
     if ctx.task is not None and not ctx.task.implicit:
         headers["x-task-id"] = ctx.task.task_id
+    headers["x-farebox-tier"] = ctx.tier_served or ctx.tier_requested or "standard"
     return headers | ctx.response_headers
 
 
-async def _complete(ctx: RequestContext, call: UpstreamCall, services: Services) -> Response:
+async def _complete(ctx: RequestContext, services: Services) -> Response:
+    call = _build_call(ctx, services)
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
     ctx.timings.upstream_sent = time.perf_counter()
-    try:
-        reply = await adapter.complete(call)
-    except FareboxError as exc:
-        await finish(ctx, meter, services, error=exc)
-        raise
+    reply = await adapter.complete(call)  # a failure is booked by the caller
     reply_json = orjson.loads(reply.body)
     meter.observe_reply(reply_json)
     await finish(ctx, meter, services)
@@ -84,22 +103,19 @@ async def _complete(ctx: RequestContext, call: UpstreamCall, services: Services)
     return Response(body, status_code=reply.status, media_type="application/json", headers=headers)
 
 
-async def _stream(ctx: RequestContext, call: UpstreamCall, services: Services) -> Response:
+async def _stream(ctx: RequestContext, services: Services) -> Response:
     """Open the upstream stream and wait for its first event before answering.
 
     Until the first event arrives nothing has reached the client, so a failure here is
-    still an ordinary HTTP error (and, later, a retry or fallback).
+    still an ordinary HTTP error, or a retry or fallback.
     """
+    call = _build_call(ctx, services)
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
     ctx.timings.upstream_sent = time.perf_counter()
-    try:
-        stream = await adapter.open_stream(call)
-        events = stream.events()
-        first = await _first_event(stream, events, call)
-    except FareboxError as exc:
-        await finish(ctx, meter, services, error=exc)
-        raise
+    stream = await adapter.open_stream(call)
+    events = stream.events()
+    first = await _first_event(stream, events, call)
     body = relay(ctx, first, events, stream, meter, services)
     return StreamingResponse(body, media_type="text/event-stream", headers=_headers(ctx))
 

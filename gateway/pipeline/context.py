@@ -87,6 +87,9 @@ class RequestContext:
     cost: CostBreakdown | None = None
     task_cost: Decimal | None = None
     prefix: PrefixOutcome | None = None
+    upstream_headers: dict[str, str] = field(default_factory=dict)
+    clamped: bool = False
+    attempt: int = 0
     status_code: int | None = None
     error_type: str | None = None
     response_headers: dict[str, str] = field(default_factory=dict)

@@ -60,8 +60,13 @@ async def finish(
     *,
     error: FareboxError | None = None,
     cancelled: bool = False,
+    final: bool = True,
 ) -> None:
-    """Settle, price and record the request, then hand it to the observers."""
+    """Settle, price and record the attempt, then hand it to the observers.
+
+    `final` is False for an attempt that will be retried or fallen back from: it gets its
+    own ledger row, but does not finish the task.
+    """
     settle(ctx, meter, error, cancelled)
     assert ctx.alias is not None and ctx.task is not None
     usage = await usage_of(ctx, meter, cancelled)
@@ -71,11 +76,11 @@ async def finish(
     if ctx.prefix is not None and ctx.status_code == 200:
         _judge_prefix(ctx, services)
         await remember(ctx.prefix, services.state)
-    services.ledger.submit(ledger_record(ctx, booked))
+    services.ledger.submit(ledger_record(ctx, booked, attempt=ctx.attempt))
     observe_metrics(services.metrics, ctx, booked)
     ttl = services.config.tasks.idle_timeout_s * 2
     ctx.task_cost = await services.state.add_task_cost(ctx.task.task_id, booked.total, ttl)
-    if ctx.task.done:
+    if ctx.task.done and final:
         outcome = "success" if ctx.status_code == 200 else "failed"
         services.ledger.finish_task(ctx.task.task_id, outcome)
     services.notify(ctx)

@@ -98,6 +98,7 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
         ttfat_ms=_ms(timings.ms_since_sent(timings.first_answer_token)),
         duration_ms=round((finished - timings.received) * 1000),
         decode_tps=decode_speed(ctx),
+        output_cap_clamped=ctx.clamped,
         expected_cached_tokens=_expected_cached(ctx),
         prefix_status=_prefix_status(ctx),
     )

@@ -137,6 +137,13 @@ class LiteLLMUpstream:
             num_retries=0,
             client=self._handler,
         )
+        if call.extra_headers:
+            kwargs["extra_headers"] = dict(call.extra_headers)
+        # Thinking settings the policy wrote must reach the provider even for a model
+        # litellm's map does not list as a reasoning model (drop_params would drop them).
+        allowed = [k for k in ("thinking", "reasoning_effort") if k in kwargs]
+        if allowed:
+            kwargs["allowed_openai_params"] = allowed
         if call.base_url:
             kwargs["api_base"] = call.base_url.removesuffix("/v1").removesuffix("/")
         return kwargs

@@ -126,11 +126,15 @@ def make_gateway(
     monkeypatch.setenv("FAREBOX_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY)
     started: list[Gateway] = []
 
-    def start(timeouts: Timeouts | None = None, **settings: object) -> Gateway:
+    def start(
+        timeouts: Timeouts | None = None, config: Path | None = None, **settings: object
+    ) -> Gateway:
+        """A gateway on the test routes, or on the configuration file `config`."""
         seen: list[RequestContext] = []
         settings.setdefault("data_dir", tmp_path / f"gateway-{len(started)}")
-        gateway_settings = Settings(timeouts=timeouts or Timeouts(), **settings)  # type: ignore[arg-type]
-        app = create_app(gateway_settings, sim_config(sim.url), observers=[seen.append])
+        gateway_settings = Settings(timeouts=timeouts or Timeouts(), config=config, **settings)  # type: ignore[arg-type]
+        routes = None if config is not None else sim_config(sim.url)
+        app = create_app(gateway_settings, routes, observers=[seen.append])
         gateway = Gateway(ServerThread(app).start(), seen, gateway_settings)
         started.append(gateway)
         return gateway

@@ -1,0 +1,88 @@
+"""Call the upstream, retrying and falling back while nothing has reached the client.
+
+Each attempt is booked as its own ledger row (same request id, attempt 0, 1, ...). Only
+routes listed under `routing:` in the configuration retry or fall back: a retry is a
+reviewed line of policy, never a surprise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable
+
+from starlette.responses import Response
+
+from gateway.errors import UpstreamError, UpstreamStatusError, UpstreamTimeoutError
+from gateway.pipeline.context import BodyEdits, RequestContext
+from gateway.pipeline.finish import finish
+from gateway.pipeline.measure import Meter
+from gateway.pipeline.policy import apply_policy
+from gateway.policy.decision import Decision
+from gateway.policy.recovery import Recovery, Retrier, Target, recover
+from gateway.services import Services
+
+Attempt = Callable[[RequestContext, Services], Awaitable[Response]]
+
+
+def failure_status(error: UpstreamError) -> int | str:
+    """The status the fallback rules match: an HTTP status, `timeout` or `connect`."""
+    if isinstance(error, UpstreamStatusError):
+        return error.status_code
+    return "timeout" if isinstance(error, UpstreamTimeoutError) else "connect"
+
+
+def _retry_after(error: UpstreamError) -> float | None:
+    headers = getattr(error, "headers", {}) or {}
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+async def call_with_recovery(
+    ctx: RequestContext,
+    services: Services,
+    decision: Decision,
+    base_edits: BodyEdits,
+    send: Attempt,
+) -> Response:
+    """Send the request; on a failure before the first byte, retry or fall back by policy."""
+    assert ctx.alias is not None
+    configured = ctx.alias in services.config.routing
+    retrier = Retrier(decision.retry)
+    current = Target(ctx.alias, decision.tier)
+    tried: list[Target] = [current]
+    number = 1
+    while True:
+        try:
+            return await send(ctx, services)
+        except UpstreamError as error:
+            recovery = Recovery("give_up")
+            if configured:
+                status = failure_status(error)
+                recovery = recover(
+                    decision.fallbacks, retrier, current, number, status, tried, _retry_after(error)
+                )
+            final = recovery.action == "give_up"
+            await finish(ctx, Meter(), services, error=error, final=final)
+            if final or recovery.target is None:
+                raise
+        number = number + 1 if recovery.action == "retry" else 1
+        await asyncio.sleep(recovery.delay_s)
+        if recovery.action == "fallback":
+            current = recovery.target
+            tried.append(current)
+            _replan(ctx, services, base_edits, current)
+        ctx.attempt += 1
+
+
+def _replan(ctx: RequestContext, services: Services, base_edits: BodyEdits, target: Target) -> None:
+    """Plan the fallback afresh, from the edits made before the policy ran."""
+    assert ctx.alias is not None
+    ctx.edits = copy.deepcopy(base_edits)
+    ctx.route = services.config.models[ctx.alias]
+    ctx.cost = None
+    ctx.usage = None
+    apply_policy(ctx, services.config, services.prices, target=target)

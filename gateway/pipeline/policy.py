@@ -1,0 +1,88 @@
+"""Stage 3b: apply the policy: output caps, effort and thinking, speed tier, fallbacks.
+
+The policy engine (`gateway.policy`) is pure; this stage gathers its inputs (who is
+calling, the step kind, the model's capabilities), turns its decision into body edits on
+the context, and refuses the request when a strict rule says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.config import GatewayConfig
+from gateway.errors import InvalidRequestError
+from gateway.pipeline.context import RequestContext
+from gateway.policy.decision import Decision
+from gateway.policy.facts import RequestFacts
+from gateway.policy.plan import plan
+from gateway.policy.recovery import Target
+from gateway.pricing import PriceBook, UnknownModelError
+
+STEP_KINDS = frozenset({"user_turn", "tool_result", "continuation"})
+
+
+def capabilities(prices: PriceBook, config: GatewayConfig, alias: str) -> dict[str, Any]:
+    """The model's entry in litellm's map (reasoning, adaptive thinking, ...), if any."""
+    try:
+        return prices.model_info(config.price_key(alias)) or {}
+    except UnknownModelError:
+        return {}
+
+
+def facts_of(ctx: RequestContext, alias: str, task_effort: Any = None) -> RequestFacts:
+    """What rules match on: caller, team, project, headers, tags, explicit step kind."""
+    assert ctx.task is not None
+    explicit = ctx.task.step if ctx.task.step in STEP_KINDS else None
+    headers = dict(ctx.headers)
+    if explicit and "x-task-step-kind" not in headers:
+        headers["x-task-step-kind"] = explicit
+    return RequestFacts.from_headers(
+        alias, headers, caller=ctx.identity.caller, task_effort=task_effort
+    )
+
+
+def apply_policy(
+    ctx: RequestContext,
+    config: GatewayConfig,
+    prices: PriceBook,
+    task_effort: Any = None,
+    target: Target | None = None,
+) -> Decision:
+    """Plan the request (or a fallback attempt at `target`) and record the edits."""
+    assert ctx.alias is not None and ctx.task is not None
+    alias = target.alias if target is not None else ctx.alias
+    route = config.models[alias]
+    body = {k: v for k, v in ctx.body.items() if k not in ctx.edits.remove}
+    body.update(ctx.edits.set_fields)
+    decision = plan(
+        config.policy,
+        facts_of(ctx, ctx.alias, task_effort),
+        body,
+        route.wire_family,
+        capabilities(prices, config, alias),
+        target=target,
+    )
+    if decision.rejection is not None:
+        raise InvalidRequestError(decision.rejection.message, param=decision.rejection.field)
+    _record(ctx, config, decision)
+    return decision
+
+
+def _record(ctx: RequestContext, config: GatewayConfig, decision: Decision) -> None:
+    assert ctx.task is not None
+    for field in decision.remove:
+        ctx.edits.set_fields.pop(field, None)
+        ctx.edits.remove.add(field)
+    for field, value in decision.set_fields.items():
+        ctx.edits.remove.discard(field)
+        ctx.edits.set_fields[field] = value
+    route = config.models.get(decision.alias)
+    if route is not None and decision.alias != ctx.alias:
+        ctx.route = route  # a tier pool or fallback served by another alias
+    if ctx.route is not None and ctx.body.get("model") != ctx.route.model:
+        ctx.edits.set_fields["model"] = ctx.route.model
+    ctx.task.step_kind = decision.step_kind
+    ctx.tier_requested = decision.tier
+    ctx.upstream_headers = dict(decision.headers)
+    ctx.clamped = bool(decision.clamps)
+    ctx.response_headers["x-farebox-rule"] = decision.rule

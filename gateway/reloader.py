@@ -1,0 +1,76 @@
+"""Hot reload of the configuration: on file change, on SIGHUP, or through the admin API.
+
+A file that fails validation is refused with its file, line and reason, and the
+configuration in force stays in force: a typo never takes the gateway down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.config import ConfigError, load_config
+from gateway.pricing import PriceBook, PricingError
+from gateway.services import Services
+
+log = logging.getLogger("farebox.reload")
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadResult:
+    ok: bool
+    message: str
+
+
+class ConfigReloader:
+    """Swaps the running configuration for the file's, if the file is valid."""
+
+    def __init__(self, services: Services, path: Path | None, poll_s: float = 2.0):
+        self.services = services
+        self.path = path
+        self.poll_s = poll_s
+        self._mtime = self._stat()
+
+    def _stat(self) -> float | None:
+        if self.path is None:
+            return None
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return None
+
+    def reload(self) -> ReloadResult:
+        """Validate the file and put it in force; on error keep the running one."""
+        if self.path is None:
+            return ReloadResult(False, "this gateway runs an in-memory configuration: no file")
+        try:
+            config = load_config(self.path)
+            prices = PriceBook.from_sources(config.prices)
+        except (ConfigError, PricingError) as exc:
+            log.error("configuration refused, the previous one stays in force: %s", exc)
+            return ReloadResult(False, str(exc))
+        missing = set(self.services.config.models) - set(config.models)
+        self.services.config, self.services.prices = config, prices
+        log.info("configuration reloaded from %s (%d models)", self.path, len(config.models))
+        note = f"; removed: {', '.join(sorted(missing))}" if missing else ""
+        return ReloadResult(True, f"reloaded {self.path} ({len(config.models)} models{note})")
+
+    async def watch(self) -> None:
+        """Reload whenever the file's modification time changes."""
+        while self.path is not None:
+            await asyncio.sleep(self.poll_s)
+            mtime = self._stat()
+            if mtime is not None and mtime != self._mtime:
+                self._mtime = mtime
+                self.reload()
+
+    def install_sighup(self) -> bool:
+        """Reload on SIGHUP when running in the main thread (as `farebox serve` does)."""
+        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
+            return True
+        return False

@@ -1,0 +1,159 @@
+"""Policies end to end: each rule kind changes what the upstream receives."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import SimControl
+from tests.e2e.conftest import GatewayFactory
+
+TOOL_STEP = [
+    {"role": "user", "content": "Find invoice 7."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "invoice 7: paid"},
+]
+USER_STEP = [{"role": "user", "content": "Plan the migration."}]
+
+POLICY = """
+models:
+  thinker: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
+  chat: {{provider: openai, model: sim-chat, base_url: "{sim}/v1", family: vllm}}
+defaults:
+  max_tokens: {{default: 300, ceiling: 600}}
+rules:
+  - name: think-on-user-turns
+    match: {{model: thinker, step: user_turn}}
+    thinking_budget: 24
+  - name: no-thinking-on-tool-results
+    match: {{model: thinker, step: tool_result}}
+    effort: none
+  - name: overnight-tool-steps-on-flex
+    match: {{model: chat, step: tool_result}}
+    tier: {{force: flex}}
+routing:
+  thinker:
+    capabilities: {{supports_thinking_budget: true, supports_continue_final_message: true}}
+  chat:
+    tiers:
+      flex: {{set: {{service_tier: flex}}}}
+    fallbacks:
+      - {{from_tier: flex, statuses: [429, 503], tier: standard}}
+    retry: {{attempts: 0}}
+"""
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path, sim: SimControl) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICY.format(sim=sim.url))
+    return path
+
+
+def _sent(sim: SimControl) -> list[dict[str, Any]]:
+    return [json.loads(base64.b64decode(str(r["body_b64"]))) for r in sim.requests()]
+
+
+def test_rules_change_what_the_upstream_receives(
+    make_gateway: GatewayFactory, policy_file: Path, sim: SimControl
+) -> None:
+    gateway = make_gateway(config=policy_file)
+    client = gateway.sdk()
+    first = client.chat.completions.create(model="thinker", messages=USER_STEP, max_tokens=5000)  # type: ignore[arg-type]
+    client.chat.completions.create(model="thinker", messages=TOOL_STEP)  # type: ignore[arg-type]
+    user_turn, tool_result = _sent(sim)
+    # user_turn: a 24-token thinking budget; the 5000-token ask is clamped to the ceiling
+    # (plus the budget, since vLLM counts thinking inside max_tokens).
+    assert user_turn["thinking_token_budget"] == 24
+    assert user_turn["max_tokens"] == 600 + 24
+    assert first.usage is not None and first.usage.completion_tokens_details is not None
+    assert first.usage.completion_tokens_details.reasoning_tokens == 24
+    # tool_result: thinking off, and the default output cap set.
+    assert tool_result["chat_template_kwargs"]["enable_thinking"] is False
+    assert tool_result["max_tokens"] == 300
+    rows = gateway.last(2)
+    assert rows.task is not None and rows.task.step_kind == "tool_result"
+    assert gateway.seen[0].clamped and not gateway.seen[1].clamped
+
+
+def test_flex_429_falls_back_to_standard_with_two_ledger_rows(
+    make_gateway: GatewayFactory, policy_file: Path, sim: SimControl
+) -> None:
+    gateway = make_gateway(config=policy_file)
+    sim.fault(match={"model": "sim-chat", "service_tier": "flex"}, status=429, count=1)
+    raw = gateway.sdk().chat.completions.with_raw_response.create(
+        model="chat",
+        messages=TOOL_STEP,
+        extra_headers={"X-Task-Id": "task-flex"},  # type: ignore[arg-type]
+    )
+    assert raw.headers["x-farebox-tier"] == "standard"
+    flex, standard = _sent(sim)
+    assert flex["service_tier"] == "flex" and "service_tier" not in standard
+    task = httpx.get(f"{gateway.base_url}/tasks/task-flex", timeout=30).json()
+    rows = sorted(task["requests"], key=lambda r: r["attempt"])
+    assert [(r["attempt"], r["status_code"]) for r in rows] == [(0, 429), (1, 200)]
+    assert rows[0]["request_id"] == rows[1]["request_id"]
+    assert rows[0]["tier_requested"] == "flex" and rows[1]["tier_served"] == "standard"
+
+
+def test_invalid_policy_file_leaves_the_old_one_in_force(
+    make_gateway: GatewayFactory, policy_file: Path
+) -> None:
+    gateway = make_gateway(config=policy_file)
+    good = policy_file.read_text()
+    policy_file.write_text(good.replace("thinking_budget: 24", "thinking_budget: lots"))
+    refused = httpx.post(f"{gateway.server.url}/admin/reload", timeout=10)
+    assert refused.status_code == 400
+    assert "policy.yaml:" in refused.json()["error"]["message"]
+    assert "thinking_budget" in refused.json()["error"]["message"]
+    # Still the old policy: the 24-token budget applies.
+    gateway.sdk().chat.completions.create(model="thinker", messages=USER_STEP)  # type: ignore[arg-type]
+    assert gateway.last().task is not None
+    policy_file.write_text(good.replace("thinking_budget: 24", "thinking_budget: 32"))
+    applied = httpx.post(f"{gateway.server.url}/admin/reload", timeout=10)
+    assert applied.status_code == 200
+
+
+def test_policy_explain_matches_what_the_request_then_does(
+    make_gateway: GatewayFactory, policy_file: Path, sim: SimControl, tmp_path: Path
+) -> None:
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"model": "thinker", "messages": USER_STEP, "max_tokens": 5000}))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "policy",
+            "explain",
+            str(request),
+            "--config",
+            str(policy_file),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    explained = json.loads(result.stdout)
+    assert explained["rule"] == "think-on-user-turns" and explained["step_kind"] == "user_turn"
+    gateway = make_gateway(config=policy_file)
+    httpx.post(f"{gateway.base_url}/chat/completions", content=request.read_bytes(), timeout=30)
+    (sent,) = _sent(sim)
+    for field, value in explained["edits"]["set"].items():
+        assert sent[field] == value
+    assert gateway.last().response_headers["x-farebox-rule"] == "think-on-user-turns"
