@@ -138,6 +138,12 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.clamps = Counter(
+            "farebox_policy_clamps",
+            "Requests whose output cap or effort the policy lowered.",
+            ["model", "rule"],
+            registry=r,
+        )
         self.ledger = Gauge(
             "farebox_ledger_rows",
             "Ledger rows written, waiting in memory, or in the spool.",

@@ -11,6 +11,7 @@ from gateway.config import GatewayConfig
 from gateway.ledger import LedgerWriter
 from gateway.metrics import Metrics
 from gateway.pipeline.context import RequestContext
+from gateway.policy.breaker import BreakerBoard
 from gateway.prefix.checker import PrefixChecker
 from gateway.pricing import PriceBook
 from gateway.settings import Settings
@@ -34,6 +35,7 @@ class Services:
     engine: AsyncEngine
     state: SharedState
     prefix_checker: PrefixChecker = field(default_factory=PrefixChecker)
+    breakers: BreakerBoard = field(default_factory=BreakerBoard)
     observers: list[Observer] = field(default_factory=list)
     sim_base_url: str | None = None
     config_loaded: bool = True

@@ -13,7 +13,12 @@ from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response
 
-from gateway.errors import UpstreamError, UpstreamStatusError, UpstreamTimeoutError
+from gateway.errors import (
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamTimeoutError,
+    UpstreamUnreachableError,
+)
 from gateway.pipeline.context import BodyEdits, RequestContext
 from gateway.pipeline.finish import finish
 from gateway.pipeline.measure import Meter
@@ -25,8 +30,31 @@ from gateway.services import Services
 Attempt = Callable[[RequestContext, Services], Awaitable[Response]]
 
 
+class CircuitOpenError(UpstreamUnreachableError):
+    """The upstream's breaker is open: no request is sent until its cool-down ends."""
+
+    status_code = 503
+    code = "circuit_open"
+
+
+def _upstream_key(ctx: RequestContext) -> str:
+    assert ctx.route is not None
+    return f"{ctx.route.provider}:{ctx.route.base_url or ''}:{ctx.route.model}"
+
+
+def _counts_against_upstream(error: UpstreamError) -> bool:
+    """Failures that say the upstream is unwell; a 4xx about the request does not."""
+    if isinstance(error, CircuitOpenError):
+        return False
+    if isinstance(error, UpstreamStatusError):
+        return error.status_code == 429 or error.status_code >= 500
+    return True
+
+
 def failure_status(error: UpstreamError) -> int | str:
     """The status the fallback rules match: an HTTP status, `timeout` or `connect`."""
+    if isinstance(error, CircuitOpenError):
+        return "circuit_open"
     if isinstance(error, UpstreamStatusError):
         return error.status_code
     return "timeout" if isinstance(error, UpstreamTimeoutError) else "connect"
@@ -56,9 +84,16 @@ async def call_with_recovery(
     tried: list[Target] = [current]
     number = 1
     while True:
+        breaker = services.breakers.get(_upstream_key(ctx), decision.breaker)
         try:
-            return await send(ctx, services)
+            if not breaker.allow():
+                raise CircuitOpenError(f"upstream {ctx.alias} is failing; its circuit is open")
+            response = await send(ctx, services)
+            breaker.record_success()
+            return response
         except UpstreamError as error:
+            if _counts_against_upstream(error):
+                breaker.record_failure()
             recovery = Recovery("give_up")
             if configured:
                 status = failure_status(error)

@@ -130,6 +130,9 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
         metrics.cost.labels(model=model, kind=kind).inc(float(amount))
     _observe_latencies(metrics, ctx, model)
     _observe_prefix(metrics, ctx, model)
+    if ctx.clamped:
+        rule = ctx.response_headers.get("x-farebox-rule", "defaults")
+        metrics.clamps.labels(model=model, rule=rule[:64]).inc()
 
 
 def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:

@@ -32,6 +32,7 @@ POLICY = """
 models:
   thinker: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
   chat: {{provider: openai, model: sim-chat, base_url: "{sim}/v1", family: vllm}}
+  fragile: {{provider: openai, model: sim-sglang-thinker, base_url: "{sim}/v1", family: sglang}}
 defaults:
   max_tokens: {{default: 300, ceiling: 600}}
 rules:
@@ -53,6 +54,9 @@ routing:
     fallbacks:
       - {{from_tier: flex, statuses: [429, 503], tier: standard}}
     retry: {{attempts: 0}}
+  fragile:
+    retry: {{attempts: 0}}
+    breaker: {{failures: 2, window_s: 60, cooldown_s: 60}}
 """
 
 
@@ -87,6 +91,8 @@ def test_rules_change_what_the_upstream_receives(
     rows = gateway.last(2)
     assert rows.task is not None and rows.task.step_kind == "tool_result"
     assert gateway.seen[0].clamped and not gateway.seen[1].clamped
+    metrics = httpx.get(f"{gateway.server.url}/metrics", timeout=10).text
+    assert 'farebox_policy_clamps_total{model="thinker",rule="think-on-user-turns"} 1.0' in metrics
 
 
 def test_flex_429_falls_back_to_standard_with_two_ledger_rows(
@@ -157,3 +163,24 @@ def test_policy_explain_matches_what_the_request_then_does(
     for field, value in explained["edits"]["set"].items():
         assert sent[field] == value
     assert gateway.last().response_headers["x-farebox-rule"] == "think-on-user-turns"
+
+
+def test_circuit_breaker_opens_after_repeated_failures(
+    make_gateway: GatewayFactory, policy_file: Path, sim: SimControl
+) -> None:
+    gateway = make_gateway(config=policy_file)
+    sim.fault(match={"model": "sim-sglang-thinker"}, status=500, count=2)
+    body = {"model": "fragile", "messages": USER_STEP}
+    for _ in range(2):
+        assert (
+            httpx.post(f"{gateway.base_url}/chat/completions", json=body, timeout=30).status_code
+            == 500
+        )
+    blocked = httpx.post(f"{gateway.base_url}/chat/completions", json=body, timeout=30)
+    assert blocked.status_code == 503 and blocked.json()["error"]["code"] == "circuit_open"
+    assert len(sim.requests()) == 2  # the open circuit sent nothing upstream
+    metrics = httpx.get(f"{gateway.server.url}/metrics", timeout=10).text
+    assert (
+        'farebox_requests_total{backend="openai",model="fragile",status="503",tier="standard"} 1.0'
+        in metrics
+    )
