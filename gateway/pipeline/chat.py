@@ -14,6 +14,7 @@ import asyncio
 import copy
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 from starlette.responses import Response, StreamingResponse
@@ -30,6 +31,7 @@ from gateway.pipeline.policy import apply_policy
 from gateway.pipeline.prefix import check_prefix, rule_for_route
 from gateway.pipeline.relay import relay
 from gateway.pipeline.respond import cost_headers, with_cost
+from gateway.pipeline.thinking_cap import ThinkingCap
 from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.settings import Timeouts
@@ -116,8 +118,25 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     stream = await adapter.open_stream(call)
     events = stream.events()
     first = await _first_event(stream, events, call)
-    body = relay(ctx, first, events, stream, meter, services)
+    body = relay(ctx, first, events, stream, meter, services, _thinking_cap(ctx, call, services))
     return StreamingResponse(body, media_type="text/event-stream", headers=_headers(ctx))
+
+
+def _thinking_cap(
+    ctx: RequestContext, call: UpstreamCall, services: Services
+) -> ThinkingCap | None:
+    """The stream-enforced thinking cap, when the policy set one the backend cannot."""
+    if ctx.thinking_cap is None:
+        return None
+
+    async def open_continuation(body: dict[str, Any]) -> UpstreamStream:
+        follow_up = services.upstreams.build_call(
+            call.alias, call.route, orjson.dumps(body), body, stream=True
+        )
+        follow_up.timeouts, follow_up.extra_headers = call.timeouts, call.extra_headers
+        return await services.upstreams.adapter(call.route).open_stream(follow_up)
+
+    return ThinkingCap(ctx.thinking_cap, dict(call.parsed), open_continuation)
 
 
 async def _first_event(

@@ -89,6 +89,7 @@ class RequestContext:
     prefix: PrefixOutcome | None = None
     upstream_headers: dict[str, str] = field(default_factory=dict)
     clamped: bool = False
+    thinking_cap: int | None = None
     attempt: int = 0
     status_code: int | None = None
     error_type: str | None = None

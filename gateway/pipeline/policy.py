@@ -85,4 +85,6 @@ def _record(ctx: RequestContext, config: GatewayConfig, decision: Decision) -> N
     ctx.tier_requested = decision.tier
     ctx.upstream_headers = dict(decision.headers)
     ctx.clamped = bool(decision.clamps)
+    enforce = decision.stream_enforcement and decision.can_continue
+    ctx.thinking_cap = decision.thinking_budget if enforce else None
     ctx.response_headers["x-farebox-rule"] = decision.rule

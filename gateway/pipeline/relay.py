@@ -19,9 +19,12 @@ from gateway.pipeline.context import RequestContext
 from gateway.pipeline.finish import finish, price_now
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.respond import with_cost
+from gateway.pipeline.thinking_cap import ThinkingCap, is_role_only
+from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.upstream.base import UpstreamStream
 from gateway.upstream.sse import DONE, DONE_EVENT, event_data, event_json
+from gateway.usage import usage_from_openai
 
 
 def _is_usage_only(chunk: dict[str, Any]) -> bool:
@@ -35,6 +38,7 @@ async def relay(
     stream: UpstreamStream,
     meter: Meter,
     services: Services,
+    cap: ThinkingCap | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the client's SSE bytes; always close the upstream and record the request."""
     error: FareboxError | None = None
@@ -53,6 +57,18 @@ async def relay(
                 break
             chunk = event_json(event)
             if chunk is not None:
+                if cap is not None and cap.cut and is_role_only(chunk):
+                    continue  # the continuation's opening chunk: the client had one
+                if cap is not None and cap.passes_budget(chunk):
+                    meter.observe_chunk(chunk)
+                    yield event
+                    await _close(events)
+                    await stream.aclose()
+                    stream = await cap.continue_stream()
+                    events = stream.events()
+                    continue
+                if cap is not None and cap.cut and _is_usage_only(chunk):
+                    chunk, event = _combined_usage(chunk, event, cap)
                 meter.observe_chunk(chunk)
                 if _is_usage_only(chunk):
                     if not ctx.client_wants_usage_chunk:
@@ -77,6 +93,15 @@ async def relay(
             await _close(events)
             await stream.aclose()
             await finish(ctx, meter, services, error=error, cancelled=cancelled)
+
+
+def _combined_usage(
+    chunk: dict[str, Any], event: bytes, cap: ThinkingCap
+) -> tuple[dict[str, Any], bytes]:
+    """The continuation's usage chunk, rewritten to cover both upstream calls."""
+    data = event_data(event) or b"{}"
+    usage = cap.combined(usage_from_openai(chunk["usage"])).to_openai()
+    return {**chunk, "usage": usage}, b"data: " + patch_object(data, {"usage": usage}) + b"\n\n"
 
 
 def _usage_event_with_cost(

@@ -6,6 +6,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,13 @@ models:
   thinker: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
   chat: {{provider: openai, model: sim-chat, base_url: "{sim}/v1", family: vllm}}
   fragile: {{provider: openai, model: sim-sglang-thinker, base_url: "{sim}/v1", family: sglang}}
+  capped: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
 defaults:
   max_tokens: {{default: 300, ceiling: 600}}
 rules:
+  - name: short-thoughts
+    match: {{model: capped}}
+    thinking_budget: 10
   - name: think-on-user-turns
     match: {{model: thinker, step: user_turn}}
     thinking_budget: 24
@@ -54,6 +59,9 @@ routing:
     fallbacks:
       - {{from_tier: flex, statuses: [429, 503], tier: standard}}
     retry: {{attempts: 0}}
+  capped:
+    # No hard budget on this backend: Farebox cuts the thinking on the stream.
+    capabilities: {{supports_continue_final_message: true}}
   fragile:
     retry: {{attempts: 0}}
     breaker: {{failures: 2, window_s: 60, cooldown_s: 60}}
@@ -184,3 +192,39 @@ def test_circuit_breaker_opens_after_repeated_failures(
         'farebox_requests_total{backend="openai",model="fragile",status="503",tier="standard"} 1.0'
         in metrics
     )
+
+
+def test_stream_enforced_thinking_cap_answers_in_one_stream(
+    make_gateway: GatewayFactory, policy_file: Path, sim: SimControl
+) -> None:
+    gateway = make_gateway(config=policy_file)
+    sim.http.post("/sim/config", json={"decode_ms_per_token": 10})  # a cut can be seen upstream
+    stream = gateway.sdk().chat.completions.create(
+        model="capped",
+        messages=USER_STEP,  # type: ignore[arg-type]
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    deltas = [c.choices[0].delta.model_dump() for c in chunks if c.choices]
+    reasoning = [d for d in deltas if d.get("reasoning")]
+    answer = "".join(d.get("content") or "" for d in deltas)
+    assert len(reasoning) == 10  # cut at the budget (the model would think for 40)
+    assert answer.strip()  # and the answer still arrived, in the same stream
+    assert sum(1 for d in deltas if d.get("role")) == 1  # one stream, one opening
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 10
+    assert usage.completion_tokens >= 10 + len(answer.split())
+    assert usage.model_extra is not None and "cost" in usage.model_extra
+    first, follow_up = _sent(sim)
+    assert "thinking_token_budget" not in first
+    assert follow_up["continue_final_message"] is True
+    assert follow_up["messages"][-1]["role"] == "assistant"
+    assert follow_up["messages"][-1]["content"].rstrip().endswith("</think>")
+    ctx = gateway.last()  # booked once the relay closed: the cut call is cancelled by then
+    deadline = time.monotonic() + 10
+    while not any(r.get("cancelled") for r in sim.requests()):  # the cut generation stopped
+        assert time.monotonic() < deadline, "the cut generation was not cancelled upstream"
+        time.sleep(0.05)
+    assert ctx.usage is not None and ctx.usage.reasoning_tokens == 10
