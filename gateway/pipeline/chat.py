@@ -32,6 +32,7 @@ from gateway.pipeline.prefix import check_prefix, rule_for_route
 from gateway.pipeline.relay import relay
 from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.pipeline.thinking_cap import ThinkingCap
+from gateway.policy.decision import Decision
 from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.settings import Timeouts
@@ -44,10 +45,22 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     identify(ctx)
     decide(ctx, services.config)
     base_edits = copy.deepcopy(ctx.edits)
-    decision = apply_policy(ctx, services.config, services.prices)
+    decision = await _apply_policy(ctx, services)
     await _check_prefix(ctx, services)
     send = _stream if ctx.stream else _complete
     return await call_with_recovery(ctx, services, decision, base_edits, send)
+
+
+async def _apply_policy(ctx: RequestContext, services: Services) -> Decision:
+    """Plan the request; a task's first effort is pinned when its rule says so."""
+    assert ctx.task is not None
+    task = ctx.task.task_id
+    pinned = None if ctx.task.implicit else await services.state.task_value(task, "effort")
+    decision = apply_policy(ctx, services.config, services.prices, task_effort=pinned)
+    if decision.pin_effort and decision.effort and pinned is None and not ctx.task.implicit:
+        ttl = services.config.tasks.idle_timeout_s * 2
+        await services.state.pin_task_value(task, "effort", decision.effort, ttl)
+    return decision
 
 
 async def _check_prefix(ctx: RequestContext, services: Services) -> None:

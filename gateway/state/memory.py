@@ -18,6 +18,7 @@ class MemoryState:
         self.max_prefix_keys = max_prefix_keys
         self._costs: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._prefixes: OrderedDict[str, tuple[list[dict[str, Any]], float]] = OrderedDict()
+        self._values: OrderedDict[str, tuple[str, float]] = OrderedDict()
 
     def _live(self, task_id: str) -> int:
         entry = self._costs.get(task_id)
@@ -60,6 +61,19 @@ class MemoryState:
         while len(self._prefixes) > self.max_prefix_keys:
             self._prefixes.popitem(last=False)
 
+    async def task_value(self, task_id: str, name: str) -> str | None:
+        entry = self._values.get(f"{task_id}:{name}")
+        if entry is None or entry[1] < time.monotonic():
+            return None
+        return entry[0]
+
+    async def pin_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> None:
+        if await self.task_value(task_id, name) is None:
+            self._values[f"{task_id}:{name}"] = (value, time.monotonic() + ttl_s)
+            while len(self._values) > self.max_tasks:
+                self._values.popitem(last=False)
+
     async def aclose(self) -> None:
+        self._values.clear()
         self._costs.clear()
         self._prefixes.clear()

@@ -74,6 +74,14 @@ class RedisState:
                 pipe.expire(name, max(math.ceil(ttl_s), 1))
             await pipe.execute()
 
+    async def task_value(self, task_id: str, name: str) -> str | None:
+        value = await self.client.get(f"{self.namespace}:task:{task_id}:{name}")
+        return value.decode() if isinstance(value, bytes) else value
+
+    async def pin_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> None:
+        key = f"{self.namespace}:task:{task_id}:{name}"
+        await self.client.set(key, value, ex=max(math.ceil(ttl_s), 1), nx=True)
+
     def _prefix_key(self, key: str) -> str:
         return f"{self.namespace}:prefix:{key}"
 

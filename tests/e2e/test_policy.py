@@ -35,9 +35,18 @@ models:
   chat: {{provider: openai, model: sim-chat, base_url: "{sim}/v1", family: vllm}}
   fragile: {{provider: openai, model: sim-sglang-thinker, base_url: "{sim}/v1", family: sglang}}
   capped: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
+  pinned: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
 defaults:
   max_tokens: {{default: 300, ceiling: 600}}
 rules:
+  - name: pinned-first-effort
+    match: {{model: pinned, step: user_turn}}
+    effort: high
+    pin_effort_per_task: true
+  - name: pinned-later-steps
+    match: {{model: pinned}}
+    effort: low
+    pin_effort_per_task: true
   - name: short-thoughts
     match: {{model: capped}}
     thinking_budget: 10
@@ -228,3 +237,32 @@ def test_stream_enforced_thinking_cap_answers_in_one_stream(
         assert time.monotonic() < deadline, "the cut generation was not cancelled upstream"
         time.sleep(0.05)
     assert ctx.usage is not None and ctx.usage.reasoning_tokens == 10
+
+
+def test_effort_stays_pinned_within_a_task(
+    make_gateway: GatewayFactory, policy_file: Path, sim: SimControl
+) -> None:
+    gateway = make_gateway(config=policy_file)
+    client = gateway.sdk(default_headers={"X-Task-Id": "task-pinned"})
+    client.chat.completions.create(model="pinned", messages=USER_STEP)  # type: ignore[arg-type]
+    client.chat.completions.create(model="pinned", messages=TOOL_STEP)  # type: ignore[arg-type]
+    gateway.sdk().chat.completions.create(model="pinned", messages=TOOL_STEP)  # type: ignore[arg-type]
+    first, second, other_task = _sent(sim)
+    assert first["reasoning_effort"] == second["reasoning_effort"] == "high"  # cache-stable
+    assert other_task["reasoning_effort"] == "low"  # a request of its own is not pinned
+
+
+def test_a_changed_file_is_reloaded_by_itself(
+    make_gateway: GatewayFactory, policy_file: Path
+) -> None:
+    gateway = make_gateway(config=policy_file)
+    text = policy_file.read_text()
+    extra = '  extra: {provider: openai, model: sim-chat, base_url: "http://127.0.0.1:1/v1"}\n'
+    policy_file.write_text(text.replace("models:\n", "models:\n" + extra, 1))
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        ids = [m["id"] for m in httpx.get(f"{gateway.base_url}/models", timeout=5).json()["data"]]
+        if "extra" in ids:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the changed configuration file was not reloaded")
