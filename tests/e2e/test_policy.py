@@ -36,9 +36,14 @@ models:
   fragile: {{provider: openai, model: sim-sglang-thinker, base_url: "{sim}/v1", family: sglang}}
   capped: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
   pinned: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
+  claude: {{provider: anthropic, model: claude-sim, base_url: "{sim}", api_key_env: FAREBOX_TEST_ANTHROPIC_KEY}}
 defaults:
   max_tokens: {{default: 300, ceiling: 600}}
 rules:
+  - name: claude-thinks-a-little
+    match: {{model: claude}}
+    thinking_budget: 2048
+    max_tokens: {{default: 1000, ceiling: 1000}}
   - name: pinned-first-effort
     match: {{model: pinned, step: user_turn}}
     effort: high
@@ -60,6 +65,8 @@ rules:
     match: {{model: chat, step: tool_result}}
     tier: {{force: flex}}
 routing:
+  claude:
+    capabilities: {{supports_reasoning: true}}  # claude-sim is not in litellm's map
   thinker:
     capabilities: {{supports_thinking_budget: true, supports_continue_final_message: true}}
   chat:
@@ -266,3 +273,15 @@ def test_a_changed_file_is_reloaded_by_itself(
             return
         time.sleep(0.2)
     raise AssertionError("the changed configuration file was not reloaded")
+
+
+def test_anthropic_thinking_budget_reaches_the_messages_api(
+    make_gateway: GatewayFactory, policy_file: Path, sim: SimControl
+) -> None:
+    gateway = make_gateway(config=policy_file)
+    reply = gateway.sdk().chat.completions.create(model="claude", messages=USER_STEP)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content
+    (sent,) = _sent(sim)
+    # Anthropic counts thinking inside max_tokens: the answer cap plus the budget.
+    assert sent["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert sent["max_tokens"] == 1000 + 2048
