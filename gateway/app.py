@@ -52,7 +52,7 @@ def create_app(
         async with AsyncExitStack() as stack:
             services = await _build_services(stack, settings, config, observers or [])
             app.state.services = services  # for tests and the CLI banner
-            reloader = ConfigReloader(services, source)
+            reloader = ConfigReloader(services, source, settings.reload_poll_s)
             await _watch(stack, reloader)
             if on_ready is not None:
                 on_ready(services)

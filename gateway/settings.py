@@ -39,6 +39,9 @@ class Settings(BaseSettings):
         default=None, description="Ledger database; default: a SQLite file in data_dir."
     )
     ledger_flush_interval: float = Field(default=0.2, gt=0)
+    reload_poll_s: float = Field(
+        default=2.0, gt=0, description="How often the config file is checked for changes."
+    )
     redis_url: str | None = None
     data_dir: Path = Path(".farebox")
     log_level: str = "info"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -85,3 +86,37 @@ def test_serve_starts_the_simulator_and_the_readme_example_works(
     output, _ = process.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}/v1" in output
     assert "bundled simulator" in output
+
+
+def test_sighup_reloads_the_configuration(tmp_path: Path) -> None:
+    config = tmp_path / "farebox.yaml"
+    config.write_text((ROOT / "policies" / "default.yaml").read_text())
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
+    env.update(
+        FAREBOX_DATA_DIR=str(tmp_path / "data"),
+        FAREBOX_CONFIG=str(config),
+        FAREBOX_RELOAD_POLL_S="3600",  # only the signal can reload it in this test
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_ready(port, process)
+        extra = "  sim-extra:\n    provider: openai\n    model: sim-chat\n    base_url: sim\n"
+        config.write_text(config.read_text().replace("models:\n", "models:\n" + extra, 1))
+        process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+            if "sim-extra" in [m["id"] for m in models["data"]]:
+                return
+            time.sleep(0.1)
+        raise AssertionError("SIGHUP did not reload the configuration")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
