@@ -119,11 +119,12 @@ def _message_segments(messages: list[Any], start: int) -> list[Segment]:
     xxh3 = xxhash.xxh3_128_digest
     new = tuple.__new__  # Segment._make without its Python-level wrapper
     kind = SegmentKind.MESSAGE
+    names = _message_names(start + len(values))
     segments: list[Segment] = []
     append = segments.append
     for index, (message, data) in enumerate(zip(values, pieces, strict=True), start):
         if type(message) is not dict:
-            append(new(Segment, (f"messages[{index}]", kind, data, digest(data), False, b"", "")))
+            append(new(Segment, (names[index], kind, data, digest(data), False, b"", "")))
             continue
         role = message.get("role")
         role_name = role if type(role) is str else ""
@@ -132,12 +133,21 @@ def _message_segments(messages: list[Any], start: int) -> list[Segment]:
             or "cache_control" in message
             or "prompt_cache_breakpoint" in message
         ):
-            append(_rendered_message(f"messages[{index}]", message, role_name))
+            append(_rendered_message(names[index], message, role_name))
             continue
-        segment_digest = xxh3(data)[:DIGEST_SIZE]
-        fields = (f"messages[{index}]", kind, data, segment_digest, False, b"", role_name)
+        fields = (names[index], kind, data, xxh3(data)[:DIGEST_SIZE], False, b"", role_name)
         append(new(Segment, fields))
     return segments
+
+
+_NAMES: list[str] = []
+
+
+def _message_names(count: int) -> list[str]:
+    """`messages[i]` for i < count, formatted once per process, not once per request."""
+    if len(_NAMES) < count:
+        _NAMES.extend(f"messages[{i}]" for i in range(len(_NAMES), count))
+    return _NAMES
 
 
 def rendered_message(message: Any) -> Any:
