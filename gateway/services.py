@@ -38,7 +38,6 @@ class Services:
     breakers: BreakerBoard = field(default_factory=BreakerBoard)
     observers: list[Observer] = field(default_factory=list)
     sim_base_url: str | None = None
-    config_loaded: bool = True
 
     def notify(self, ctx: RequestContext) -> None:
         """Hand a finished request to every observer."""

@@ -22,8 +22,7 @@ async def healthz() -> dict[str, str]:
 async def readyz(services: ServicesDep) -> JSONResponse:
     """Ready only when the configuration loaded and at least one upstream is configured."""
     problems: list[str] = []
-    if not services.config_loaded:
-        problems.append("configuration not loaded")
+    # The configuration loaded: the app would not have started otherwise.
     if not services.config.models:
         problems.append("no upstream models configured")
     if services.config.uses_simulator and services.sim_base_url is None:

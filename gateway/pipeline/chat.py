@@ -27,7 +27,7 @@ from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.parse import parse
-from gateway.pipeline.policy import apply_policy
+from gateway.pipeline.policy import apply_policy, capabilities
 from gateway.pipeline.prefix import check_prefix, rule_for_route
 from gateway.pipeline.relay import relay
 from gateway.pipeline.respond import cost_headers, with_cost
@@ -45,29 +45,29 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     identify(ctx)
     decide(ctx, services.config)
     base_edits = copy.deepcopy(ctx.edits)
-    decision = await _apply_policy(ctx, services)
-    await _check_prefix(ctx, services)
+    assert ctx.alias is not None
+    model_info = capabilities(services.prices, services.config, ctx.alias)  # looked up once
+    decision = await _apply_policy(ctx, services, model_info)
+    rule = rule_for_route(ctx, model_info)
+    ctx.prefix = await check_prefix(ctx, services.prefix_checker, services.state, rule)
     send = _stream if ctx.stream else _complete
     return await call_with_recovery(ctx, services, decision, base_edits, send)
 
 
-async def _apply_policy(ctx: RequestContext, services: Services) -> Decision:
+async def _apply_policy(
+    ctx: RequestContext, services: Services, model_info: dict[str, Any]
+) -> Decision:
     """Plan the request; a task's first effort is pinned when its rule says so."""
     assert ctx.task is not None
     task = ctx.task.task_id
     pinned = None if ctx.task.implicit else await services.state.task_value(task, "effort")
-    decision = apply_policy(ctx, services.config, services.prices, task_effort=pinned)
+    decision = apply_policy(
+        ctx, services.config, services.prices, task_effort=pinned, model_info=model_info
+    )
     if decision.pin_effort and decision.effort and pinned is None and not ctx.task.implicit:
         ttl = services.config.tasks.idle_timeout_s * 2
         await services.state.pin_task_value(task, "effort", decision.effort, ttl)
     return decision
-
-
-async def _check_prefix(ctx: RequestContext, services: Services) -> None:
-    assert ctx.alias is not None
-    price_key = services.config.price_key(ctx.alias)
-    rule = rule_for_route(ctx, services.prices, price_key)
-    ctx.prefix = await check_prefix(ctx, services.prefix_checker, services.state, rule)
 
 
 def _timeouts(ctx: RequestContext, services: Services) -> Timeouts:
@@ -88,8 +88,7 @@ def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:
     body = ctx.raw_body
     if ctx.edits:
         body = patch_object(body, ctx.edits.set_fields, ctx.edits.remove)
-    parsed = {k: v for k, v in ctx.body.items() if k not in ctx.edits.remove}
-    parsed.update(ctx.edits.set_fields)
+    parsed = ctx.forwarded_body()
     call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
     call.timeouts = _timeouts(ctx, services)
     call.extra_headers = dict(ctx.upstream_headers)

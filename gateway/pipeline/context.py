@@ -95,6 +95,12 @@ class RequestContext:
     error_type: str | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
 
+    def forwarded_body(self) -> dict[str, Any]:
+        """The parsed body as the upstream will receive it: the client's, with the edits."""
+        body = {k: v for k, v in self.body.items() if k not in self.edits.remove}
+        body.update(self.edits.set_fields)
+        return body
+
     @property
     def stream(self) -> bool:
         return bool(self.request and self.request.stream)

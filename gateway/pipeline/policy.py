@@ -47,19 +47,23 @@ def apply_policy(
     prices: PriceBook,
     task_effort: Any = None,
     target: Target | None = None,
+    model_info: dict[str, Any] | None = None,
 ) -> Decision:
-    """Plan the request (or a fallback attempt at `target`) and record the edits."""
+    """Plan the request (or a fallback attempt at `target`) and record the edits.
+
+    `model_info` is the alias's price-map entry when the caller already looked it up.
+    """
     assert ctx.alias is not None and ctx.task is not None
     alias = target.alias if target is not None else ctx.alias
     route = config.models[alias]
-    body = {k: v for k, v in ctx.body.items() if k not in ctx.edits.remove}
-    body.update(ctx.edits.set_fields)
+    if model_info is None or target is not None:
+        model_info = capabilities(prices, config, alias)
     decision = plan(
         config.policy,
         facts_of(ctx, ctx.alias, task_effort),
-        body,
+        ctx.forwarded_body(),
         route.wire_family,
-        capabilities(prices, config, alias),
+        model_info,
         target=target,
     )
     if decision.rejection is not None:

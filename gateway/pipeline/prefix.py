@@ -23,7 +23,6 @@ from gateway.prefix.checker import PrefixCheck, PrefixChecker
 from gateway.prefix.record import PrefixRecord
 from gateway.prefix.strict import strict_error_message, strict_violations
 from gateway.prefix.verdict import Verdict, verdict
-from gateway.pricing import PriceBook, UnknownModelError
 from gateway.state import SharedState
 
 # How long a provider keeps a prefix cached, so history expires with the cache itself.
@@ -46,15 +45,10 @@ def cache_family(wire_family: str) -> str:
     return {"anthropic": "anthropic", "vllm": "vllm", "sglang": "vllm"}.get(wire_family, "openai")
 
 
-def rule_for_route(ctx: RequestContext, prices: PriceBook, price_key: str) -> CacheRule:
-    """The cache rule of the route, with the model's own minimum from the price map."""
+def rule_for_route(ctx: RequestContext, model_info: dict[str, Any]) -> CacheRule:
+    """The cache rule of the route, with the model's own minimum from its price-map entry."""
     assert ctx.route is not None
-    family = cache_family(ctx.route.wire_family)
-    try:
-        info = prices.model_info(price_key)
-    except UnknownModelError:
-        info = {}
-    return cache_rules.rule_from_model_info(family, info or {})
+    return cache_rules.rule_from_model_info(cache_family(ctx.route.wire_family), model_info)
 
 
 def history_keys(ctx: RequestContext) -> list[str]:
@@ -64,12 +58,6 @@ def history_keys(ctx: RequestContext) -> list[str]:
     return [*keys, f"caller:{ctx.identity.caller or 'anonymous'}:{ctx.alias}"]
 
 
-def _forwarded_body(ctx: RequestContext) -> dict[str, Any]:
-    body = {k: v for k, v in ctx.body.items() if k not in ctx.edits.remove}
-    body.update(ctx.edits.set_fields)
-    return body
-
-
 async def check_prefix(
     ctx: RequestContext, checker: PrefixChecker, state: SharedState, rule: CacheRule
 ) -> PrefixOutcome:
@@ -77,11 +65,11 @@ async def check_prefix(
     assert ctx.route is not None
     actions = set(ctx.route.prefix)
     if "normalize" in actions:
-        _apply(ctx, normalize(_forwarded_body(ctx)))
+        _apply(ctx, normalize(ctx.forwarded_body()))
     keys = history_keys(ctx)
     raw_history = await state.prefix_history(keys)
     history = [PrefixRecord.from_dict(item) for item in raw_history]
-    check = checker.check(_forwarded_body(ctx), rule, history)
+    check = checker.check(ctx.forwarded_body(), rule, history)
     if "strict" in actions:
         violations = strict_violations(check.findings, check.divergence)
         if violations:
@@ -110,7 +98,7 @@ def _place_breakpoints(ctx: RequestContext, check: PrefixCheck, rule: CacheRule)
         cumulative_tokens=check.record.cumulative_tokens,
         min_tokens=rule.min_tokens,
     )
-    _apply(ctx, apply_breakpoints(_forwarded_body(ctx), request, positions))
+    _apply(ctx, apply_breakpoints(ctx.forwarded_body(), request, positions))
 
 
 def prefix_headers(check: PrefixCheck) -> dict[str, str]:
