@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # Re-install only when the project's metadata changed.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml setup.py gateway/prefix/_locate.c | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 

@@ -31,7 +31,10 @@ class SharedState(Protocol):
         ...
 
     async def prefix_history(self, keys: list[str]) -> list[dict[str, Any]]:
-        """Recent prefix records under each key, newest first, keys in the order given."""
+        """Recent prefix records under each key, newest first, keys in the order given.
+
+        A record kept under several keys is returned once, where it first appears.
+        """
         ...
 
     async def remember_prefix(

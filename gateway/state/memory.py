@@ -43,12 +43,12 @@ class MemoryState:
 
     async def prefix_history(self, keys: list[str]) -> list[dict[str, Any]]:
         now = time.monotonic()
-        found: list[dict[str, Any]] = []
+        found: dict[int, dict[str, Any]] = {}  # by identity: one record is kept under two keys
         for key in keys:
             entry = self._prefixes.get(key)
             if entry is not None and entry[1] >= now:
-                found.extend(entry[0])
-        return found
+                found.update((id(record), record) for record in entry[0])
+        return list(found.values())
 
     async def remember_prefix(
         self, keys: list[str], record: dict[str, Any], ttl_s: float, keep: int

@@ -60,7 +60,9 @@ class RedisState:
             for key in keys:
                 pipe.lrange(self._prefix_key(key), 0, -1)
             lists = await pipe.execute()
-        return [orjson.loads(item) for items in lists for item in items]
+        # A request is remembered under its task and its caller: parse each record once.
+        unique = dict.fromkeys(item for items in lists for item in items)
+        return [orjson.loads(item) for item in unique]
 
     async def remember_prefix(
         self, keys: list[str], record: dict[str, Any], ttl_s: float, keep: int

@@ -55,3 +55,20 @@ def test_two_gateways_share_a_task_total(make_gateway: GatewayFactory) -> None:
         costs.append(Decimal(raw.headers["x-farebox-cost-usd"]))
         assert Decimal(raw.headers["x-farebox-task-cost-usd"]) == sum(costs)
     assert all(cost > 0 for cost in costs)
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_record_kept_under_two_keys_comes_back_once(backend: str) -> None:
+    url = require_redis() if backend == "redis" else None
+    state = await open_state(url, namespace=f"test-{uuid.uuid4().hex}")
+    first, second = {"stable_count": 1}, {"stable_count": 2}
+    try:
+        await state.remember_prefix(["task:t", "caller:c"], first, 60, 4)
+        await state.remember_prefix(["task:t", "caller:c"], second, 60, 4)
+        await state.remember_prefix(["caller:c"], {"stable_count": 3}, 60, 4)
+        history = await state.prefix_history(["task:t", "caller:c"])
+        assert [record["stable_count"] for record in history] == [2, 1, 3]
+    finally:
+        if isinstance(state, RedisState):
+            await state.client.delete(state._prefix_key("task:t"), state._prefix_key("caller:c"))
+        await state.aclose()

@@ -1,0 +1,244 @@
+/*
+ * Native locator for the volatile-content scan (gateway/prefix/locate.py).
+ *
+ * Python's regex engine tries the candidate pattern at every digit-run start, ~300 ns a
+ * try, so a digit-dense megabyte costs 10-50 ms. This loop finds, at ~1 ns a byte, the
+ * digit-run starts where the pattern *could* match, by checking the few bytes each branch
+ * of `patterns.CANDIDATES` needs right after (and, for long tokens, right before) the
+ * anchor digit. Python's regex then confirms each such position, so results are exactly
+ * those of the pure-Python scan; tests/unit/prefix/test_prefix_locate.py holds the two
+ * side by side. Keep the conditions below a superset of the pattern's branches.
+ *
+ * Reads stay inside the buffer: every forward read is checked against `limit` (never
+ * past the buffer's end), every backward read against 0.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define DIGIT 1
+#define TOKEN 2
+#define RELEASE_GIL_BYTES (64 * 1024)
+
+static unsigned char CLASS[256];
+
+static void init_classes(void)
+{
+    for (int c = '0'; c <= '9'; c++)
+        CLASS[c] = DIGIT | TOKEN;
+    for (int c = 'A'; c <= 'Z'; c++)
+        CLASS[c] = TOKEN;
+    for (int c = 'a'; c <= 'z'; c++)
+        CLASS[c] = TOKEN;
+    CLASS['_'] = CLASS['+'] = CLASS['/'] = CLASS['='] = CLASS['-'] = TOKEN;
+}
+
+#define IS_DIGIT(c) (CLASS[(unsigned char)(c)] & DIGIT)
+#define IS_TOKEN(c) (CLASS[(unsigned char)(c)] & TOKEN)
+
+/* Digits from i on, at most `max`, not reading at or past `limit`. */
+static Py_ssize_t digit_run(const unsigned char *s, Py_ssize_t i, Py_ssize_t limit, Py_ssize_t max)
+{
+    Py_ssize_t n = 0;
+    while (n < max && i + n < limit && IS_DIGIT(s[i + n]))
+        n++;
+    return n;
+}
+
+static int byte_at(const unsigned char *s, Py_ssize_t i, Py_ssize_t limit, unsigned char c)
+{
+    return i < limit && s[i] == c;
+}
+
+/* tok: "(?<=T{12}[0-9])", twelve token characters right before the digit. */
+static int token_before(const unsigned char *s, Py_ssize_t p)
+{
+    if (p < 12)
+        return 0;
+    for (Py_ssize_t k = p - 1; k >= p - 12; k--)
+        if (!IS_TOKEN(s[k]))
+            return 0;
+    return 1;
+}
+
+/* tok: "T{6,}", six token characters right after the digit. */
+static int token_after(const unsigned char *s, Py_ssize_t p, Py_ssize_t limit)
+{
+    if (p + 6 >= limit)
+        return 0;
+    for (Py_ssize_t k = p + 1; k <= p + 6; k++)
+        if (!IS_TOKEN(s[k]))
+            return 0;
+    return 1;
+}
+
+/* dmy: after "d" or "dd", "SEP m[m] SEP (19|20)yy" with the same separator twice. */
+static int day_month_year(const unsigned char *s, Py_ssize_t q, Py_ssize_t limit)
+{
+    unsigned char sep = s[q];
+    Py_ssize_t month = digit_run(s, q + 1, limit, 3);
+    if (month < 1 || month > 2 || !byte_at(s, q + 1 + month, limit, sep))
+        return 0;
+    Py_ssize_t y = q + 2 + month;
+    if (y + 3 >= limit)
+        return 0;
+    int century = (s[y] == '1' && s[y + 1] == '9') || (s[y] == '2' && s[y + 1] == '0');
+    return century && IS_DIGIT(s[y + 2]) && IS_DIGIT(s[y + 3]);
+}
+
+static int ordinal(unsigned char a, unsigned char b)
+{
+    return (a == 's' && b == 't') || (a == 'n' && b == 'd') || (a == 'r' && b == 'd') ||
+           (a == 't' && b == 'h');
+}
+
+/* dlong and mlong: "[ORD][,] " then "of ", a month's initial or a year's 1/2. */
+static int long_date(const unsigned char *s, Py_ssize_t q, Py_ssize_t limit)
+{
+    Py_ssize_t r = q;
+    if (r + 1 < limit && ordinal(s[r], s[r + 1]))
+        r += 2;
+    if (byte_at(s, r, limit, ','))
+        r++;
+    if (!byte_at(s, r, limit, ' ') || r + 1 >= limit)
+        return 0;
+    unsigned char c = s[r + 1];
+    return c == 'o' || c == '1' || c == '2' || (c != 0 && strchr("JFMASOND", c) != NULL);
+}
+
+/* Whether patterns.CANDIDATES could match at the digit-run start p. */
+static int is_candidate(const unsigned char *s, Py_ssize_t p, Py_ssize_t limit)
+{
+    if (p > 0 && IS_TOKEN(s[p - 1]) && token_before(s, p))
+        return 1;
+    if (token_after(s, p, limit))
+        return 1;
+    unsigned char d0 = s[p];
+    Py_ssize_t run = 1 + digit_run(s, p + 1, limit, 12);
+    if (run >= 4 && (d0 == '1' || d0 == '2')) {
+        if (run == 4 && p + 4 < limit && (s[p + 4] == '-' || s[p + 4] == '/' || s[p + 4] == '.'))
+            return 1; /* iso, ymd */
+        if (d0 == '2' && run == 8 && byte_at(s, p + 8, limit, 'T'))
+            return 1; /* isoc */
+        if (d0 == '1' && run >= 10)
+            return 1; /* epoch */
+        return 0;
+    }
+    if (run > 2)
+        return 0;
+    Py_ssize_t q = p + run;
+    if (q >= limit)
+        return 0;
+    unsigned char c = s[q];
+    if (c == '/' || c == '.' || c == '-')
+        return day_month_year(s, q, limit);
+    if (c == ':') /* clock: "[d]d:dd:" */
+        return q + 3 < limit && IS_DIGIT(s[q + 1]) && IS_DIGIT(s[q + 2]) && s[q + 3] == ':';
+    return long_date(s, q, limit);
+}
+
+/* Whether the 8 bytes at s hold a digit ("hasbetween" from the bit-twiddling hacks). */
+static int word_has_digit(const unsigned char *s)
+{
+    uint64_t x;
+    memcpy(&x, s, sizeof x);
+    const uint64_t ones = ~(uint64_t)0 / 255;
+    uint64_t low = x & ones * 127;
+    return (((ones * (127 + '9' + 1) - low) & ~x & (low + ones * (127 - ('0' - 1)))) & ones * 128) != 0;
+}
+
+static Py_ssize_t next_candidate(const unsigned char *s, Py_ssize_t pos, Py_ssize_t stop,
+                                 Py_ssize_t limit)
+{
+    Py_ssize_t i = pos;
+    while (i < stop) {
+        if (i + 8 <= stop && !word_has_digit(s + i)) {
+            i += 8;
+            continue;
+        }
+        if (IS_DIGIT(s[i]) && !(i > 0 && IS_DIGIT(s[i - 1])) && is_candidate(s, i, limit))
+            return i;
+        i++;
+    }
+    return -1;
+}
+
+PyDoc_STRVAR(next_candidate_doc,
+             "next_candidate(data, pos, stop, limit) -> int\n\n"
+             "The first digit-run start p, pos <= p < stop, where the candidate pattern\n"
+             "could match when it may read up to `limit`; -1 when there is none.");
+
+static PyObject *py_next_candidate(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, stop, limit;
+    if (!PyArg_ParseTuple(args, "y*nnn:next_candidate", &view, &pos, &stop, &limit))
+        return NULL;
+    Py_ssize_t size = view.len;
+    if (limit > size)
+        limit = size;
+    if (stop > limit)
+        stop = limit;
+    if (pos < 0)
+        pos = 0;
+    Py_ssize_t found = -1;
+    const unsigned char *s = (const unsigned char *)view.buf;
+    if (stop - pos > RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        found = next_candidate(s, pos, stop, limit);
+        Py_END_ALLOW_THREADS
+    } else if (pos < stop) {
+        found = next_candidate(s, pos, stop, limit);
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(found);
+}
+
+PyDoc_STRVAR(flag_candidates_doc,
+             "flag_candidates(buffers) -> list[int]\n\n"
+             "The indices of the buffers in which the candidate pattern could match\n"
+             "anywhere: one call for the hundreds of segments of a first-seen prompt.");
+
+static PyObject *py_flag_candidates(PyObject *self, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "flag_candidates() takes a sequence of buffers");
+    if (seq == NULL)
+        return NULL;
+    PyObject *flagged = PyList_New(0);
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; flagged != NULL && i < count; i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &view, PyBUF_SIMPLE) < 0) {
+            Py_CLEAR(flagged);
+            break;
+        }
+        Py_ssize_t found = next_candidate((const unsigned char *)view.buf, 0, view.len, view.len);
+        PyBuffer_Release(&view);
+        if (found >= 0) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(flagged, index) < 0)
+                Py_CLEAR(flagged);
+            Py_XDECREF(index);
+        }
+    }
+    Py_DECREF(seq);
+    return flagged;
+}
+
+static PyMethodDef methods[] = {
+    {"next_candidate", py_next_candidate, METH_VARARGS, next_candidate_doc},
+    {"flag_candidates", py_flag_candidates, METH_O, flag_candidates_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_locate", "Native candidate locator for the prefix scan.", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__locate(void)
+{
+    init_classes();
+    return PyModule_Create(&module);
+}
