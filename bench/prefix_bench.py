@@ -4,16 +4,20 @@ Run: `python bench/prefix_bench.py` (`--quick` for fewer rounds, `--no-write` to
 writing bench/results/prefix.md). Each round gets a freshly parsed body, as the pipeline
 hands each request over; times cover segmenting, digesting, scanning and comparing, not
 JSON parsing. The dev box is shared and noisy, so min, median and p95 are all reported;
-the verdict uses the median.
+the verdict uses the median. The scan cases also run in a child process with the native
+locator turned off (`FAREBOX_PREFIX_NATIVE=0`), in the same run, for the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -28,6 +32,8 @@ try:
 except ImportError:  # not installed: run from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from gateway.prefix import CacheRule, PrefixChecker, PrefixRecord, ScanCache, rule_for
+from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
+from gateway.prefix.locate import NATIVE
 
 Body = dict[str, Any]
 Row = tuple[str, float, float, float, str]
@@ -179,6 +185,128 @@ def _volatile(rule: CacheRule, rounds: int) -> tuple[float, float, float]:
     return _stats(samples)
 
 
+def log_body(total_bytes: int = 1_000_000, seed: int = 5) -> Body:
+    """Return an agent conversation whose tool outputs are log lines, a timestamp on each."""
+    rng = random.Random(seed)
+    messages: list[Body] = [{"role": "system", "content": _prose(rng, 2_000)}]
+    size, step = 0, 0
+    while size < total_bytes:
+        lines = [
+            f"2026-03-12T14:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}.{n:03d}Z INFO "
+            f"worker-{rng.randint(1, 8)} handled request {rng.randint(1, 99_999)} in "
+            f"{rng.randint(1, 400)} ms"
+            for n in range(60)
+        ]
+        output = "\n".join(lines)
+        messages += [
+            _tool_call(step),
+            {"role": "tool", "tool_call_id": f"call_{step}", "content": output},
+        ]
+        size += len(output) + 200
+        step += 1
+    messages.append({"role": "user", "content": "Which worker failed first?"})
+    return {"model": "gpt-5", "messages": messages}
+
+
+def image_body(total_bytes: int = 1_000_000, seed: int = 6) -> Body:
+    """Return a chat whose history holds a ~1 MB base64 image (a data URL)."""
+    image = base64.b64encode(random.Random(seed).randbytes(total_bytes * 3 // 4)).decode()
+    parts = [
+        {"type": "text", "text": "What is on this screenshot?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image}"}},
+    ]
+    return {
+        "model": "gpt-5",
+        "messages": [
+            {"role": "system", "content": "You describe screenshots."},
+            {"role": "user", "content": parts},
+            {"role": "assistant", "content": "A terminal with a failing test."},
+            {"role": "user", "content": "Which test?"},
+        ],
+    }
+
+
+def numbers_body(total_bytes: int = 1_000_000, seed: int = 8) -> Body:
+    """Return tool outputs dense with 7- to 13-digit numbers (ids, phone numbers, sizes)."""
+    rng = random.Random(seed)
+    messages: list[Body] = [{"role": "system", "content": "You audit exports."}]
+    size, step = 0, 0
+    while size < total_bytes:
+        rows = [[rng.randint(10**6, 10**13) for _ in range(8)] for _ in range(60)]
+        output = json.dumps(rows)
+        messages += [
+            _tool_call(step),
+            {"role": "tool", "tool_call_id": f"call_{step}", "content": output},
+        ]
+        size += len(output) + 200
+        step += 1
+    messages.append({"role": "user", "content": "Any duplicates?"})
+    return {"model": "gpt-5", "messages": messages}
+
+
+def _first_seen(body: Body, rule: CacheRule, rounds: int, budget: int | None) -> Row:
+    """Time a cold check (empty scan cache, no history); note what the budget left."""
+    copies = [parsed(body) for _ in range(rounds)]
+    left: list[int] = []
+
+    def call(copy: Body) -> None:
+        left.append(len(PrefixChecker(scan_budget=budget).check(copy, rule).unscanned))
+
+    low, median, p95 = _timed([partial(call, copy) for copy in copies])
+    segments = len(PrefixChecker().fingerprint(body, rule).segment_names)
+    scope = "full scan" if budget is None else f"{budget // 1024} KiB budget"
+    return ("", low, median, p95, f"{scope}; {max(left)} of {segments} segments left unscanned")
+
+
+def _stage(body: Body, rule: CacheRule, rounds: int) -> tuple[float, float, float]:
+    """Time an agent step as the pipeline runs it against Redis, less the round trip.
+
+    The four newest records arrive as the JSON the store keeps and are parsed; the check
+    runs; the new record is serialised for the store.
+    """
+    checker = PrefixChecker()
+    stored = [orjson.dumps(checker.check(body, rule).record.to_dict())]
+    turns = []
+    for n in range(rounds):
+        body = next_turn(body, n)
+        turns.append(parsed(body))
+    samples = []
+    for turn in turns:
+        start = time.perf_counter()
+        history = [PrefixRecord.from_dict(orjson.loads(blob)) for blob in stored[:4]]
+        result = checker.check(turn, rule, history)
+        stored.insert(0, orjson.dumps(result.record.to_dict()))
+        samples.append((time.perf_counter() - start) * 1000)
+    return _stats(samples)
+
+
+def _named(name: str, row: Row) -> Row:
+    return (name, *row[1:])
+
+
+def scan_rows(rounds: int) -> list[Row]:
+    """The cases that scan first-seen content: these depend on the native locator."""
+    rule = rule_for("openai")
+    many = agent_body()
+    default = HOT_PATH_SCAN_BUDGET
+    return [
+        _named("first-seen 1 MB agent history", _first_seen(many, rule, rounds, None)),
+        _named("first-seen 1 MB agent history", _first_seen(many, rule, rounds, default)),
+        _named(
+            "first-seen 1 MB of log lines, a timestamp each",
+            _first_seen(log_body(), rule, rounds, default),
+        ),
+        _named(
+            "first-seen 1 MB base64 image in history",
+            _first_seen(image_body(), rule, rounds, default),
+        ),
+        _named(
+            "first-seen 1 MB of 7-13 digit numbers",
+            _first_seen(numbers_body(), rule, rounds, default),
+        ),
+    ]
+
+
 def run(rounds: int) -> list[Row]:
     """Return (case, min ms, median ms, p95 ms, note) rows."""
     rule = rule_for("openai")
@@ -196,16 +324,7 @@ def run(rounds: int) -> list[Row]:
             *_fresh(few, rounds, lambda b: fp.fingerprint(b, rule)),
             "segment + digest; no scan, no compare",
         ),
-        (
-            "first-seen 1 MB, full scan",
-            *_fresh(many, rounds, lambda b: PrefixChecker(scan_budget=None).check(b, rule)),
-            "empty scan cache, no history; regex over all 1 MB",
-        ),
-        (
-            "first-seen 1 MB, default 64 KiB scan budget",
-            *_fresh(many, rounds, lambda b: PrefixChecker().check(b, rule)),
-            "the rest is scanned by later requests",
-        ),
+        *scan_rows(rounds),
         (
             f"steady state: {sizes['many']}-message 1 MB history + new turn",
             *_steady(many, rule, rounds),
@@ -217,11 +336,38 @@ def run(rounds: int) -> list[Row]:
             "warm scan cache, 8 records of history",
         ),
         (
+            f"whole stage: {sizes['many']}-message agent step, history as stored JSON",
+            *_stage(many, rule, rounds),
+            "4 records parsed from JSON + check + new record serialised (no network)",
+        ),
+        (
             "1 MB system prompt with a new timestamp each request",
             *_volatile(rule, rounds),
             "one 32 KiB window rescanned",
         ),
     ]
+
+
+def pure_python_rows(rounds: int) -> list[Row]:
+    """Run `scan_rows` in a child process with the native locator turned off."""
+    env = {**os.environ, "FAREBOX_PREFIX_NATIVE": "0"}
+    command = [sys.executable, __file__, "--scan-rows-json", "--rounds", str(rounds)]
+    output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    return [tuple(row) for row in json.loads(output)]  # type: ignore[misc]
+
+
+def comparison(native: list[Row], pure: list[Row]) -> str:
+    """Return the native and pure-Python medians of the scan cases side by side."""
+    lines = [
+        "| case | native median ms | pure Python median ms | pure Python note | speed-up |",
+        "|---|---:|---:|---|---:|",
+    ]
+    for fast, slow in zip(native, pure, strict=True):
+        lines.append(
+            f"| {fast[0]} ({fast[4].split(';')[0]}) | {fast[2]:.2f} | {slow[2]:.2f} | {slow[4]} "
+            f"| {slow[2] / fast[2]:.1f}x |"
+        )
+    return "\n".join(lines)
 
 
 def table(rows: list[Row]) -> str:
@@ -252,14 +398,25 @@ def machine() -> str:
 
 
 def main() -> None:
-    """Run the benchmark, print the table and write the results file."""
+    """Run the benchmark, print the tables and write the results file."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="5 rounds instead of 30")
     parser.add_argument("--no-write", action="store_true", help="do not write the results file")
+    parser.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--scan-rows-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rounds = 5 if args.quick else 30
+    rounds = args.rounds or (5 if args.quick else 30)
+    if args.scan_rows_json:  # the child process of pure_python_rows
+        print(json.dumps(scan_rows(rounds)))
+        return
+    if not NATIVE:
+        sys.exit("the native locator is not built (pip install -e . needs a C compiler)")
     about = machine()
-    result = table(run(rounds))
+    rows = run(rounds)
+    pure = pure_python_rows(rounds)
+    native = [row for row in rows if row[0].startswith("first-seen")]
+    result = f"{table(rows)}\n\nThe scan cases with the native locator off, same run:\n\n"
+    result += comparison(native, pure)
     print(result)
     if not args.no_write:
         command = "python bench/prefix_bench.py" + (" --quick" if args.quick else "")

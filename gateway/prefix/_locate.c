@@ -5,9 +5,10 @@
  * try, so a digit-dense megabyte costs 10-50 ms. This loop finds, at ~1 ns a byte, the
  * digit-run starts where the pattern *could* match, by checking the few bytes each branch
  * of `patterns.CANDIDATES` needs right after (and, for long tokens, right before) the
- * anchor digit. Python's regex then confirms each such position, so results are exactly
+ * anchor digit. Python's regex then confirms each such position, so the hits are exactly
  * those of the pure-Python scan; tests/unit/prefix/test_prefix_locate.py holds the two
- * side by side. Keep the conditions below a superset of the pattern's branches.
+ * side by side. Keep the conditions below a superset of the pattern's branches (the one
+ * exception, bare_number, skips only matches that classify() always rejects).
  *
  * Reads stay inside the buffer: every forward read is checked against `limit` (never
  * past the buffer's end), every backward read against 0.
@@ -107,9 +108,43 @@ static int long_date(const unsigned char *s, Py_ssize_t q, Py_ssize_t limit)
     return c == 'o' || c == '1' || c == '2' || (c != 0 && strchr("JFMASOND", c) != NULL);
 }
 
-/* Whether patterns.CANDIDATES could match at the digit-run start p. */
+/* Whether "id" or "key" (any case) occurs in the 48 bytes before p (patterns._LOOKBACK). */
+static int id_key_before(const unsigned char *s, Py_ssize_t p)
+{
+    for (Py_ssize_t k = p > 48 ? p - 48 : 0; k + 1 < p; k++) {
+        unsigned char a = s[k] | 0x20, b = s[k + 1] | 0x20;
+        if ((a == 'i' && b == 'd') || (a == 'k' && b == 'e' && k + 2 < p && (s[k + 2] | 0x20) == 'y'))
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * A bare number of 7+ digits ("48213377", not "v48213377" or "48213377x"). The pattern
+ * matches it only as a token, which consumes exactly the number, and classify() rejects
+ * every all-digit token unless an id key precedes it ("request_id: 48213377"); a 10- or
+ * 13-digit number starting with 1 may be an epoch instead. Anything else is skipped here,
+ * so digit-dense data (CSV exports, metrics, phone lists) stays at native speed. The
+ * locator then yields fewer matches than the regex but the same hits (tested).
+ */
+static int bare_number(const unsigned char *s, Py_ssize_t p, Py_ssize_t limit)
+{
+    if (p > 0 && IS_TOKEN(s[p - 1]))
+        return 0;
+    Py_ssize_t run = digit_run(s, p, limit, PY_SSIZE_T_MAX);
+    if (run < 7 || (p + run < limit && IS_TOKEN(s[p + run])))
+        return 0;
+    if (s[p] == '1' && (run == 10 || run == 13))
+        return 0;
+    return !id_key_before(s, p);
+}
+
+/* Whether patterns.CANDIDATES could match at the digit-run start p, and what it matched
+ * could be a hit. */
 static int is_candidate(const unsigned char *s, Py_ssize_t p, Py_ssize_t limit)
 {
+    if (bare_number(s, p, limit))
+        return 0;
     if (p > 0 && IS_TOKEN(s[p - 1]) && token_before(s, p))
         return 1;
     if (token_after(s, p, limit))

@@ -93,7 +93,7 @@ _ALNUM = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 _DIGITS = frozenset(b"0123456789")
 _UPPER = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _LOWER = frozenset(b"abcdefghijklmnopqrstuvwxyz")
-_MAX_TOKEN = 256
+_MAX_TOKEN = 256  # the right context of a scan window: a cut token reads as longer
 _LOOKBACK = 48
 
 
@@ -174,6 +174,10 @@ def _token(data: bytes, start: int, end: int) -> Hit | None:
         start -= 1
     if start > 0 and data[start - 1] == 0x5C and data[start] in b"nrt":
         start += 1  # the "n" of an escaped newline is not part of the token
+    if end - start > _MAX_TOKEN:
+        # Data, not an id: an inline image or a minified bundle is as stable as the text
+        # around it. (A token cut by the scan's right context is over this length too.)
+        return None
     token = data[start:end]
     before = data[max(start - _LOOKBACK, 0) : start]
     pathlike = b"/" in token and _PATHLIKE.search(token) is not None
