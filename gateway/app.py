@@ -25,6 +25,8 @@ from gateway.embedded_sim import start_embedded_sim
 from gateway.errors import FareboxError, error_body
 from gateway.ledger import LedgerWriter, WriterConfig, make_engine, migrate
 from gateway.metrics import Metrics
+from gateway.prefix.checker import PrefixChecker
+from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
 from gateway.pricing import PriceBook
 from gateway.reloader import ConfigReloader
 from gateway.services import Observer, Services
@@ -102,7 +104,13 @@ async def _build_services(
         state=state,
         observers=list(observers),
         sim_base_url=sim_base_url,
+        prefix_checker=_prefix_checker(settings),
     )
+
+
+def _prefix_checker(settings: Settings) -> PrefixChecker:
+    budget = settings.prefix_scan_budget
+    return PrefixChecker(scan_budget=HOT_PATH_SCAN_BUDGET if budget is None else budget)
 
 
 async def _open_ledger(

@@ -43,6 +43,13 @@ class Settings(BaseSettings):
         default=2.0, gt=0, description="How often the config file is checked for changes."
     )
     redis_url: str | None = None
+    prefix_scan_budget: int | None = Field(
+        default=None,
+        ge=0,
+        description="Bytes of new prompt content the prefix check scans per request, each "
+        "pattern match counting 4 KiB; the rest waits for later requests. Default: 2 MiB "
+        "with the native locator, 64 KiB without.",
+    )
     data_dir: Path = Path(".farebox")
     log_level: str = "info"
     timeouts: Timeouts = Field(default_factory=Timeouts)

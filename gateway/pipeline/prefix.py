@@ -9,6 +9,7 @@ what the upstream reported, and remember this prompt for the next request.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -37,6 +38,7 @@ class PrefixOutcome:
     check: PrefixCheck
     family: str
     keys: list[str]
+    check_seconds: float = 0.0  # CPU time on the request path, without the store's I/O
     verdict: Verdict | None = None
 
 
@@ -68,8 +70,10 @@ async def check_prefix(
         _apply(ctx, normalize(ctx.forwarded_body()))
     keys = history_keys(ctx)
     raw_history = await state.prefix_history(keys)
+    started = time.perf_counter()
     history = [PrefixRecord.from_dict(item) for item in raw_history]
     check = checker.check(ctx.forwarded_body(), rule, history)
+    check_seconds = time.perf_counter() - started
     if "strict" in actions:
         violations = strict_violations(check.findings, check.divergence)
         if violations:
@@ -81,7 +85,7 @@ async def check_prefix(
     if "anthropic_cache_control" in actions and rule.family == "anthropic":
         _place_breakpoints(ctx, check, rule)
     ctx.response_headers.update(prefix_headers(check))
-    return PrefixOutcome(check, rule.family, keys)
+    return PrefixOutcome(check, rule.family, keys, check_seconds)
 
 
 def _apply(ctx: RequestContext, result: tuple[dict[str, Any], list[str]]) -> None:
@@ -114,6 +118,8 @@ def prefix_headers(check: PrefixCheck) -> dict[str, str]:
         value = "below_minimum"
     else:
         value = "stable"
+    if check.unscanned:  # the scan budget left these for later requests: not yet checked
+        value += f"; unscanned={len(check.unscanned)}"
     headers["x-farebox-prefix"] = value
     return headers
 

@@ -139,6 +139,9 @@ def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
     outcome = ctx.prefix
     if outcome is None:
         return
+    metrics.prefix_check.labels(model=model).observe(outcome.check_seconds)
+    if outcome.check.unscanned:
+        metrics.prefix_unscanned.labels(model=model).inc(len(outcome.check.unscanned))
     for finding in outcome.check.findings:
         metrics.prefix_findings.labels(model=model, kind=finding.kind).inc()
     divergence = outcome.check.divergence

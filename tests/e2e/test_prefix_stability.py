@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from decimal import Decimal
 
 import httpx
@@ -101,6 +102,8 @@ def test_timestamp_at_the_top_is_flagged_and_moving_it_restores_the_cache(gatewa
     metrics = httpx.get(f"{gateway.server.url}/metrics", timeout=10).text
     assert 'farebox_prefix_breaks_total{model="chat",reason="volatile_value"} 2.0' in metrics
     assert "farebox_prefix_actual_cached_tokens_total" in metrics
+    checks = re.search(r'farebox_prefix_check_seconds_count\{model="chat"\} (\S+)', metrics)
+    assert checks is not None and float(checks.group(1)) >= 3
 
 
 def test_strict_route_rejects_a_volatile_prompt_and_says_where(gateway: Gateway) -> None:
@@ -209,3 +212,27 @@ def test_two_gateways_share_prefix_history_through_redis(make_gateway: GatewayFa
     assert (
         int(raw.headers["x-farebox-expected-cached-tokens"]) == 0
     )  # in-process history is its own
+
+
+def test_a_small_scan_budget_leaves_segments_for_later_and_counts_them(
+    make_gateway: GatewayFactory,
+) -> None:
+    gateway = make_gateway(prefix_scan_budget=0)  # scan nothing: everything waits
+    client = gateway.sdk()
+    history = [
+        {"role": "system", "content": f"Now: 2026-03-12T14:03:07Z. {GUIDE}"},
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "first answer"},
+        {"role": "user", "content": "second question"},
+    ]
+    raw = client.chat.completions.with_raw_response.create(model="chat", messages=history)
+    # Nothing was scanned, and the header says so rather than claiming a clean prompt.
+    left = re.fullmatch(r"stable; unscanned=(\d+)", raw.headers["x-farebox-prefix"])
+    assert left is not None and int(left.group(1)) >= 3  # system, first question, answer
+    metrics = httpx.get(f"{gateway.server.url}/metrics", timeout=10).text
+    counted = re.search(r'farebox_prefix_unscanned_segments_total\{model="chat"\} (\S+)', metrics)
+    assert counted is not None and float(counted.group(1)) == int(left.group(1))
+
+    scanning = make_gateway()  # the default budget scans the same prompt whole
+    raw = scanning.sdk().chat.completions.with_raw_response.create(model="chat", messages=history)
+    assert raw.headers["x-farebox-prefix"].startswith("volatile; segment=system; kind=timestamp")

@@ -232,3 +232,15 @@ def test_scan_request_finds_the_same_with_or_without_the_locator(
     assert [scan_request(request, ScanCache()) for request in requests] == native
     if "requests" not in case:  # a single request: its volatile spans are found by the scan
         assert any(findings for findings, _ in native) == bool(label.get("volatile"))
+
+
+@needs_native
+def test_any_byte_values_around_digits_are_handled() -> None:
+    # The locator skips eight bytes at a time when none is a digit: every byte value
+    # next to a digit, at every offset in the word, must still be seen.
+    rng = random.Random(99)
+    for _ in range(2000):
+        noise = bytearray(rng.randbytes(rng.randint(1, 40)))
+        at = rng.randrange(len(noise) + 1)
+        data = bytes(noise[:at]) + rng.choice(_PIECES) + bytes(noise[at:])
+        _same(data, 0, len(data), len(data))
