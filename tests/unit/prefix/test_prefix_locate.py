@@ -61,6 +61,12 @@ _PIECES = [
     b"session key=9921003417",
     b" 48213377123 ",
     b"ID 4821337",
+    b'{"tool_call_id":"call_1","content":"[[48213377123, 7712345',
+    b'trace-id = "48213377"',
+    b"[1712345678901, 1234567890123]",
+    b'"created_at": 1712345678',
+    b"ts=1712345678.25",
+    b"1712345678901.129612/03/1899",
     b"\xc3\xa9t\xc3\xa9 2026",
     b"\xff\xfe12:00:00",
 ]
@@ -85,16 +91,26 @@ _TOKEN = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 
 def _bare_number(data: bytes, span: tuple[int, int], limit: int) -> bool:
     """The spec of `bare_number` in _locate.c: matches the locator may skip."""
-    start, end = span
-    number = data[start:end]
+    start = span[0]
+    run = re.match(rb"[0-9]*", data[start:limit])
+    number = run.group() if run else b""
+    end = start + len(number)
     return (
-        number.isdigit()
-        and len(number) >= 7
+        len(number) >= 7
         and (start == 0 or data[start - 1] not in _TOKEN)
         and (end == limit or data[end] not in _TOKEN)
-        and not (number[:1] == b"1" and len(number) in (10, 13))
-        and re.search(rb"id|key", data[max(start - 48, 0) : start], re.IGNORECASE) is None
+        and not (_epoch_shaped(number) and data[end : end + 1] == b"." and end < limit)
+        and not (_epoch_shaped(number) and _TIME_WORD.search(data[max(start - 32, 0) : start]))
+        and (_epoch_shaped(number) or not _ID_WORD.search(data[max(start - 48, 0) : start]))
     )
+
+
+_TIME_WORD = re.compile(rb"at|time|now|epoch|modified|issued|since|until|ts|nbf|exp", re.I)
+_ID_WORD = re.compile(rb"(?:id|key)[\"'\\ \t\n\r\f\v:=]*$", re.I)
+
+
+def _epoch_shaped(number: bytes) -> bool:
+    return number[:1] == b"1" and len(number) in (10, 13)
 
 
 def _same(data: bytes, start: int, stop: int, limit: int) -> None:
