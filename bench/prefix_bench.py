@@ -148,14 +148,20 @@ def _fresh(body: Body, rounds: int, call: Callable[[Body], object]) -> tuple[flo
     return _timed([partial(call, copy) for copy in copies])
 
 
-def _steady(body: Body, rule: CacheRule, rounds: int) -> tuple[float, float, float]:
-    """Time agent turns over a warm checker, each compared with the last eight records."""
-    checker = PrefixChecker()
-    history: list[PrefixRecord] = [checker.check(body, rule).record]
+def agent_turns(body: Body, rounds: int) -> list[Body]:
+    """Return `rounds` consecutive turns after `body`, each freshly parsed."""
     turns = []
     for n in range(rounds):
         body = next_turn(body, n)
         turns.append(parsed(body))
+    return turns
+
+
+def _steady(body: Body, rule: CacheRule, rounds: int) -> tuple[float, float, float]:
+    """Time agent turns over a warm checker, each compared with the last eight records."""
+    checker = PrefixChecker()
+    history: list[PrefixRecord] = [checker.check(body, rule).record]
+    turns = agent_turns(body, rounds)
     samples = []
     for turn in turns:
         start = time.perf_counter()
@@ -185,27 +191,33 @@ def _volatile(rule: CacheRule, rounds: int) -> tuple[float, float, float]:
     return _stats(samples)
 
 
+def tool_loop(system: str, outputs: Callable[[int], str], question: str, total: int) -> Body:
+    """Return an agent conversation of tool calls and their outputs, ~`total` bytes."""
+    messages: list[Body] = [{"role": "system", "content": system}]
+    size, step = 0, 0
+    while size < total:
+        output = outputs(step)
+        call = {"role": "tool", "tool_call_id": f"call_{step}", "content": output}
+        messages += [_tool_call(step), call]
+        size += len(output) + 200
+        step += 1
+    messages.append({"role": "user", "content": question})
+    return {"model": "gpt-5", "messages": messages}
+
+
 def log_body(total_bytes: int = 1_000_000, seed: int = 5) -> Body:
     """Return an agent conversation whose tool outputs are log lines, a timestamp on each."""
     rng = random.Random(seed)
-    messages: list[Body] = [{"role": "system", "content": _prose(rng, 2_000)}]
-    size, step = 0, 0
-    while size < total_bytes:
-        lines = [
+
+    def lines(_: int) -> str:
+        return "\n".join(
             f"2026-03-12T14:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}.{n:03d}Z INFO "
             f"worker-{rng.randint(1, 8)} handled request {rng.randint(1, 99_999)} in "
             f"{rng.randint(1, 400)} ms"
             for n in range(60)
-        ]
-        output = "\n".join(lines)
-        messages += [
-            _tool_call(step),
-            {"role": "tool", "tool_call_id": f"call_{step}", "content": output},
-        ]
-        size += len(output) + 200
-        step += 1
-    messages.append({"role": "user", "content": "Which worker failed first?"})
-    return {"model": "gpt-5", "messages": messages}
+        )
+
+    return tool_loop(_prose(rng, 2_000), lines, "Which worker failed first?", total_bytes)
 
 
 def image_body(total_bytes: int = 1_000_000, seed: int = 6) -> Body:
@@ -229,19 +241,11 @@ def image_body(total_bytes: int = 1_000_000, seed: int = 6) -> Body:
 def numbers_body(total_bytes: int = 1_000_000, seed: int = 8) -> Body:
     """Return tool outputs dense with 7- to 13-digit numbers (ids, phone numbers, sizes)."""
     rng = random.Random(seed)
-    messages: list[Body] = [{"role": "system", "content": "You audit exports."}]
-    size, step = 0, 0
-    while size < total_bytes:
-        rows = [[rng.randint(10**6, 10**13) for _ in range(8)] for _ in range(60)]
-        output = json.dumps(rows)
-        messages += [
-            _tool_call(step),
-            {"role": "tool", "tool_call_id": f"call_{step}", "content": output},
-        ]
-        size += len(output) + 200
-        step += 1
-    messages.append({"role": "user", "content": "Any duplicates?"})
-    return {"model": "gpt-5", "messages": messages}
+
+    def rows(_: int) -> str:
+        return json.dumps([[rng.randint(10**6, 10**13) for _ in range(8)] for _ in range(60)])
+
+    return tool_loop("You audit exports.", rows, "Any duplicates?", total_bytes)
 
 
 def _first_seen(body: Body, rule: CacheRule, rounds: int, budget: int | None) -> Row:
@@ -266,10 +270,7 @@ def _stage(body: Body, rule: CacheRule, rounds: int) -> tuple[float, float, floa
     """
     checker = PrefixChecker()
     stored = [orjson.dumps(checker.check(body, rule).record.to_dict())]
-    turns = []
-    for n in range(rounds):
-        body = next_turn(body, n)
-        turns.append(parsed(body))
+    turns = agent_turns(body, rounds)
     samples = []
     for turn in turns:
         start = time.perf_counter()
@@ -350,7 +351,7 @@ def pure_python_rows(rounds: int) -> list[Row]:
     env = {**os.environ, "FAREBOX_PREFIX_NATIVE": "0"}
     command = [sys.executable, __file__, "--scan-rows-json", "--rounds", str(rounds)]
     output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
-    return [tuple(row) for row in json.loads(output)]  # type: ignore[misc]
+    return [tuple(row) for row in json.loads(output)]
 
 
 def comparison(native: list[Row], pure: list[Row]) -> str:
