@@ -118,29 +118,42 @@ static int word_at(const unsigned char *s, Py_ssize_t k, Py_ssize_t to, const ch
     return 1;
 }
 
+/* A superset of patterns._TIME_CONTEXT in the 32 bytes before an epoch: "date",
+ * "created", "updated" and "iat" all contain "at", and "expir" contains "exp". */
+static const char *const TIME_WORDS[] = {"at",    "time",  "now", "epoch", "modified", "issued",
+                                         "since", "until", "ts",  "nbf",   "exp",      NULL};
+#define LONGEST_TIME_WORD 8
+static unsigned char TIME_FIRST[256]; /* some time word starts with this byte (either case) */
+
+static void init_time_first(void)
+{
+    for (const char *const *w = TIME_WORDS; *w != NULL; w++) {
+        TIME_FIRST[(unsigned char)(*w)[0]] = 1;
+        TIME_FIRST[(unsigned char)(*w)[0] & ~0x20] = 1; /* the upper-case letter */
+    }
+}
+
 /*
- * Where a set of words was last seen before the positions asked about, which only grow
+ * Where a time word was last seen before the positions asked about, which only grow
  * within one scan: each byte is examined a bounded number of times, not once per number
  * (a megabyte of numbers asks ~65,000 times).
  */
 typedef struct {
-    const char *const *words;
-    const unsigned char *first; /* first[c]: some word starts with byte c (either case) */
-    Py_ssize_t longest;  /* the longest word's length */
-    Py_ssize_t upto;     /* word starts below upto - longest have been examined */
-    Py_ssize_t last;     /* the latest start of a word seen, or -1 */
-} WordTrail;
+    Py_ssize_t upto; /* word starts below upto - LONGEST_TIME_WORD have been examined */
+    Py_ssize_t last; /* the latest start of a time word seen, or -1 */
+} TimeTrail;
 
-static int word_within(WordTrail *trail, const unsigned char *s, Py_ssize_t p, Py_ssize_t window)
+static int time_word_within(TimeTrail *trail, const unsigned char *s, Py_ssize_t p,
+                            Py_ssize_t window)
 {
     Py_ssize_t from = p - window > 0 ? p - window : 0;
-    Py_ssize_t k = trail->upto - trail->longest;
+    Py_ssize_t k = trail->upto - LONGEST_TIME_WORD;
     if (k < from)
         k = from;
     for (; k < p; k++) {
-        if (!trail->first[s[k]])
+        if (!TIME_FIRST[s[k]])
             continue;
-        for (const char *const *w = trail->words; *w != NULL; w++)
+        for (const char *const *w = TIME_WORDS; *w != NULL; w++)
             if (word_at(s, k, p, *w)) {
                 trail->last = k;
                 break;
@@ -148,30 +161,6 @@ static int word_within(WordTrail *trail, const unsigned char *s, Py_ssize_t p, P
     }
     trail->upto = p;
     return trail->last >= from;
-}
-
-/* A superset of patterns._TIME_CONTEXT in the 32 bytes before an epoch: "date",
- * "created", "updated" and "iat" all contain "at", and "expir" contains "exp". */
-static const char *const TIME_WORDS[] = {"at",     "time",  "now",   "epoch", "modified", "issued",
-                                         "since",  "until", "ts",    "nbf",   "exp",      NULL};
-
-static unsigned char TIME_FIRST[256];
-
-static void init_first(unsigned char *first, const char *const *words)
-{
-    for (; *words != NULL; words++) {
-        first[(unsigned char)(*words)[0]] = 1;
-        first[(unsigned char)(*words)[0] & ~0x20] = 1; /* the upper-case letter */
-    }
-}
-
-typedef struct {
-    WordTrail times;
-} Context;
-
-static void context_init(Context *context)
-{
-    context->times = (WordTrail){TIME_WORDS, TIME_FIRST, 8, 0, -1};
 }
 
 static int id_glue(unsigned char c)
@@ -211,7 +200,7 @@ static int id_key_before(const unsigned char *s, Py_ssize_t p)
  * so digit-dense data (CSV exports, metrics, phone lists) stays at native speed. The
  * locator then yields fewer matches than the regex but the same hits (tested).
  */
-static int bare_number(Context *context, const unsigned char *s, Py_ssize_t p, Py_ssize_t run,
+static int bare_number(TimeTrail *times, const unsigned char *s, Py_ssize_t p, Py_ssize_t run,
                        Py_ssize_t limit)
 {
     if (p > 0 && IS_TOKEN(s[p - 1]))
@@ -219,16 +208,16 @@ static int bare_number(Context *context, const unsigned char *s, Py_ssize_t p, P
     if (run < 7 || (p + run < limit && IS_TOKEN(s[p + run])))
         return 0;
     if (s[p] == '1' && (run == 10 || run == 13)) /* an epoch's decimals extend its match */
-        return !byte_at(s, p + run, limit, '.') && !word_within(&context->times, s, p, 32);
+        return !byte_at(s, p + run, limit, '.') && !time_word_within(times, s, p, 32);
     return !id_key_before(s, p);
 }
 
 /* Whether patterns.CANDIDATES could match at the digit-run start p, `run` digits long,
  * and what it matched could be a hit. */
-static int is_candidate(Context *context, const unsigned char *s, Py_ssize_t p, Py_ssize_t run,
+static int is_candidate(TimeTrail *times, const unsigned char *s, Py_ssize_t p, Py_ssize_t run,
                         Py_ssize_t limit)
 {
-    if (bare_number(context, s, p, run, limit))
+    if (bare_number(times, s, p, run, limit))
         return 0;
     if (p > 0 && IS_TOKEN(s[p - 1]) && token_before(s, p))
         return 1;
@@ -270,8 +259,7 @@ static int word_has_digit(const unsigned char *s)
 static Py_ssize_t next_candidate(const unsigned char *s, Py_ssize_t pos, Py_ssize_t stop,
                                  Py_ssize_t limit)
 {
-    Context context;
-    context_init(&context);
+    TimeTrail times = {0, -1};
     Py_ssize_t i = pos;
     while (i < stop) {
         if (i + 8 <= stop && !word_has_digit(s + i)) {
@@ -284,7 +272,7 @@ static Py_ssize_t next_candidate(const unsigned char *s, Py_ssize_t pos, Py_ssiz
         }
         /* A whole digit run at once: only its first digit can anchor the pattern. */
         Py_ssize_t run = digit_run(s, i, limit, PY_SSIZE_T_MAX);
-        if (!(i > 0 && IS_DIGIT(s[i - 1])) && is_candidate(&context, s, i, run, limit))
+        if (!(i > 0 && IS_DIGIT(s[i - 1])) && is_candidate(&times, s, i, run, limit))
             return i;
         i += run;
     }
@@ -367,6 +355,6 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__locate(void)
 {
     init_classes();
-    init_first(TIME_FIRST, TIME_WORDS);
+    init_time_first();
     return PyModule_Create(&module);
 }

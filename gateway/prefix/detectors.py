@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.prefix.locate import NATIVE, flag_candidates, matches, may_match
+from gateway.prefix.locate import NATIVE, flag_candidates, matches
 from gateway.prefix.patterns import Hit, classify
 from gateway.prefix.segments import RequestSegments, Segment, digest
 
@@ -107,11 +107,10 @@ class ScanBudget:
 
     def take(self, size: int) -> bool:
         """Spend `size` bytes while any are left; return whether the scan may go ahead."""
-        if self.remaining is None:
-            return True
-        if self.remaining <= 0:
+        if self.exhausted:
             return False
-        self.remaining = max(self.remaining - size, 0)
+        if self.remaining is not None:
+            self.remaining = max(self.remaining - size, 0)
         return True
 
     @property
@@ -132,18 +131,21 @@ def scan_bytes(
 
     `native=False` uses Python's regex alone, as when the native locator is not built.
     """
-    return _scan(data, start, end, native=native)[0]
+    return _scan(data, start, end, native=native)
 
 
 def _scan(
-    data: bytes, start: int = 0, end: int | None = None, *, native: bool = True
-) -> tuple[list[Hit], int]:
-    """Return the hits in data[start:end] and how many pattern matches it took."""
+    data: bytes,
+    start: int = 0,
+    end: int | None = None,
+    budget: ScanBudget | None = None,
+    *,
+    native: bool = True,
+) -> list[Hit]:
+    """Return the hits in data[start:end], charging `budget` for each pattern match."""
     stop = len(data) if end is None else end
     limit = min(stop + _RIGHT_CONTEXT, len(data))
     hits: list[Hit] = []
-    if not may_match(data, start, stop, limit, native=native):
-        return hits, 0  # most segments: nothing anywhere that looks like a value
     matched = 0
     for match in matches(data, start, stop, limit, native=native):
         matched += 1
@@ -152,7 +154,9 @@ def _scan(
             hits.append(hit)
             if len(hits) >= MAX_HITS_PER_SEGMENT:
                 break
-    return hits, matched
+    if budget is not None:
+        budget.charge(matched)
+    return hits
 
 
 def scan_segment(segment: Segment, cache: ScanCache, budget: ScanBudget) -> tuple[Hit, ...] | None:
@@ -172,9 +176,7 @@ def _scan_new(data: bytes, cache: ScanCache, budget: ScanBudget) -> tuple[Hit, .
         return _scan_windows(data, cache, budget)
     if not budget.take(len(data)):
         return None
-    hits, matched = _scan(data)
-    budget.charge(matched)
-    return tuple(hits)
+    return tuple(_scan(data, budget=budget))
 
 
 def _scan_windows(data: bytes, cache: ScanCache, budget: ScanBudget) -> tuple[Hit, ...] | None:
@@ -191,8 +193,7 @@ def _scan_windows(data: bytes, cache: ScanCache, budget: ScanBudget) -> tuple[Hi
             if not budget.take(end - start):
                 complete = False
                 continue
-            found, matched = _scan(view, start - left, end - left)
-            budget.charge(matched)
+            found = _scan(view, start - left, end - left, budget)
             cached = tuple(Hit(h.start - left, h.end - left, h.kind) for h in found)
             cache.put(key, cached)
         hits.extend(Hit(h.start + left, h.end + left, h.kind) for h in cached)
@@ -271,6 +272,4 @@ def _scan_small(
         if spend.exhausted:  # earlier matches used it up: leave the rest for later
             known[index] = None
             continue
-        hits, matched = _scan(segments[index].data)
-        spend.charge(matched)
-        known[index] = tuple(hits)
+        known[index] = tuple(_scan(segments[index].data, budget=spend))

@@ -2,9 +2,10 @@
 
 `matches` yields what `CANDIDATES.finditer(data, start, limit)` yields for matches that
 start before `stop`, less bare numbers that `classify` would reject anyway (see
-`_locate.c`), so the hits are the same. With the native `_locate` module (built from `_locate.c` at
-install time) Python's regex is tried only where a match is possible, which takes a
-first-seen megabyte from 10-50 ms to about 1 ms; without it, the regex runs everywhere.
+`_locate.c`), so the hits are the same. With the native `_locate` module (built from
+`_locate.c` at install time) Python's regex is tried only where a match is possible, which
+takes a first-seen megabyte from 10-50 ms to about 1 ms; without it, the regex runs
+everywhere.
 `FAREBOX_PREFIX_NATIVE=0` turns the native locator off (to compare the two).
 """
 
@@ -39,11 +40,6 @@ NATIVE: bool = _native is not None
 def flag_candidates(buffers: Sequence[bytes]) -> list[int]:
     """The indices of the buffers in which the pattern may match (all, without the locator)."""
     return list(range(len(buffers))) if _flag is None else _flag(buffers)
-
-
-def may_match(data: bytes, start: int, stop: int, limit: int, *, native: bool = True) -> bool:
-    """Whether the pattern may match in [start, stop); always True without the native locator."""
-    return not native or _native is None or _native(data, start, stop, limit) >= 0
 
 
 def matches(
