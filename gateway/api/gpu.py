@@ -54,7 +54,7 @@ async def gpu_costs(
                 "model": alias,
                 "gpu_cost_per_hour": override.gpu.hourly_cost,
                 "hours": [_hour(cost) for cost in hourly],
-                "span": _hour(meter.effective_span(starts[0], now + timedelta(hours=1))),
+                "span": _hour(meter.effective_span(starts[0], starts[-1])),  # inclusive
             }
         )
     return {"object": "list", "data": jsonable(data)}

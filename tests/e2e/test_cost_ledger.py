@@ -236,3 +236,5 @@ def test_gpu_priced_model_planned_and_effective(gateway: Gateway) -> None:
     assert Decimal(now["effective_per_million"]) == expected
     idle = [hour for hour in chat["hours"] if not hour["input_tokens"]]
     assert idle and idle[0]["effective_per_million"] is None  # an idle hour served nothing
+    # The span prices exactly the hours asked for: two hours of $3.60, not three.
+    assert chat["span"]["hours"] == 2 and Decimal(chat["span"]["gpu_cost"]) == Decimal("7.2")
