@@ -32,6 +32,8 @@ class LedgerStats(Protocol):
     def spooled(self) -> int: ...
     @property
     def flush_failures(self) -> int: ...
+    @property
+    def rows_rejected(self) -> int: ...
 
 
 class BoundedLabel:
@@ -169,6 +171,19 @@ class Metrics:
         self.ledger_failures = Gauge(
             "farebox_ledger_flush_failures", "Failed ledger flushes since start.", registry=r
         )
+        self.ledger_rejected = Counter(
+            "farebox_ledger_rows_rejected",
+            "Ledger entries the database (or the spool's JSON) refused for good, set aside in "
+            "<spool_dir>/rejected/.",
+            registry=r,
+        )
+        self._ledger_rejected_seen = 0
+        self.usage_suspect = Counter(
+            "farebox_usage_suspect",
+            "Upstream usage objects that were clamped before billing (see docs/ledger.md).",
+            ["model"],
+            registry=r,
+        )
 
     def observe_ledger(self, stats: LedgerStats) -> None:
         """Copy the ledger writer's counters into gauges, at scrape time."""
@@ -176,6 +191,11 @@ class Metrics:
         self.ledger.labels(state="pending").set(stats.pending)
         self.ledger.labels(state="spooled").set(stats.spooled)
         self.ledger_failures.set(stats.flush_failures)
+        # A counter only goes up: add what the writer rejected since the last scrape.
+        rejected = stats.rows_rejected
+        if rejected > self._ledger_rejected_seen:
+            self.ledger_rejected.inc(rejected - self._ledger_rejected_seen)
+            self._ledger_rejected_seen = rejected
 
     def observe_task(self, team: str | None, outcome: str, cost: Decimal) -> None:
         """Record one finished task's total cost."""

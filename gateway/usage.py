@@ -4,12 +4,31 @@ OpenAI semantics: `prompt_tokens` is the whole input; cached reads and cache wri
 *subsets* of it. `completion_tokens` is the whole output; reasoning is a subset of it.
 Anthropic reports cache reads and writes *beside* `input_tokens`, so they are added back
 here, once, instead of in every consumer.
+
+An upstream's numbers are not trusted blindly; what is billed obeys these rules:
+
+* every count is a non-negative integer (an integral float is read as one); a string,
+  a negative or a non-finite number counts 0;
+* no count exceeds `MAX_TOKENS_PER_CALL` (larger ones are clamped to it);
+* cache reads + cache writes <= prompt, reasoning <= completion (subsets are clamped to
+  their totals, reads first, then 5-minute writes, then 1-hour writes).
+
+A usage that needed any of this is `suspect`, and `reported` keeps the upstream's usage
+object as it came (JSON, ASCII, at most `MAX_REPORTED_CHARS`) for an audit. Absent
+fields and JSON nulls count 0 without suspicion: many servers omit the details.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, fields
 from typing import Any
+
+MAX_TOKENS_PER_CALL = 100_000_000
+"""The most tokens of one kind a single upstream call is billed for: 100M, some 50x the
+largest context window on sale; a larger count is garbage, and an int64 column holds any
+sum of such counts."""
+MAX_REPORTED_CHARS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +42,8 @@ class Usage:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     estimated: bool = False
+    suspect: bool = False  # the upstream's counts were clamped to be billable
+    reported: str | None = None  # the upstream's usage object as sent, when suspect
 
     @property
     def uncached_input_tokens(self) -> int:
@@ -41,14 +62,15 @@ class Usage:
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            cached_tokens=self.cached_tokens + other.cached_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            **{name: getattr(self, name) + getattr(other, name) for name in TOKEN_FIELDS},
             estimated=self.estimated or other.estimated,
+            suspect=self.suspect or other.suspect,
+            reported=self.reported or other.reported,
         )
+
+    def token_counts(self) -> dict[str, Any]:
+        """Return each token count by name (the ledger's token columns)."""
+        return {name: getattr(self, name) for name in TOKEN_FIELDS}
 
     def to_openai(self) -> dict[str, Any]:
         """Render as an OpenAI `usage` object (cache writes kept as extra fields)."""
@@ -64,57 +86,116 @@ class Usage:
         }
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value > 0 else 0
+TOKEN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage) if f.name.endswith("_tokens"))
+"""The token counts, in column order; every other list of them derives from this one."""
 
 
-def _details(usage: dict[str, Any], key: str) -> dict[str, Any]:
-    value = usage.get(key)
-    return value if isinstance(value, dict) else {}
+class _Reader:
+    """Reads the counts of one usage object, remembering whether any was unusable."""
+
+    def __init__(self) -> None:
+        self.suspect = False
+
+    def __call__(self, value: Any) -> int:
+        """Return `value` as a billable count (see the module docstring)."""
+        if value is None:
+            return 0
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self.suspect = True
+            return 0
+        if value > MAX_TOKENS_PER_CALL:
+            self.suspect = True
+            return MAX_TOKENS_PER_CALL
+        return value
+
+    def details(self, usage: dict[str, Any], key: str) -> dict[str, Any]:
+        """Return a nested details object; anything but an object or null is suspect."""
+        value = usage.get(key)
+        if value is not None and not isinstance(value, dict):
+            self.suspect = True
+        return value if isinstance(value, dict) else {}
+
+
+def _consistent(counts: dict[str, int]) -> dict[str, Any]:
+    """Clamp each subset to what its total leaves, and every count to the bound."""
+    fixed = {name: min(count, MAX_TOKENS_PER_CALL) for name, count in counts.items()}
+    room = fixed["prompt_tokens"]
+    for name in ("cached_tokens", "cache_write_tokens", "cache_write_1h_tokens"):
+        fixed[name] = min(fixed[name], room)
+        room -= fixed[name]
+    fixed["reasoning_tokens"] = min(fixed["reasoning_tokens"], fixed["completion_tokens"])
+    return fixed
+
+
+def reported_text(raw: Any) -> str:
+    """The upstream's usage object as JSON text (ASCII, never over `MAX_REPORTED_CHARS`)."""
+    text = json.dumps(raw, ensure_ascii=True, default=repr)
+    if len(text) <= MAX_REPORTED_CHARS:
+        return text
+    head = MAX_REPORTED_CHARS - 64  # leaves room for the wrapper and the escaping
+    return json.dumps({"truncated": len(text), "head": text[:head]}, ensure_ascii=True)[
+        :MAX_REPORTED_CHARS
+    ]
+
+
+def _settle(raw: Any, reader: _Reader, counts: dict[str, int]) -> Usage:
+    """Build the billable usage from the counts read, flagging it when anything was fixed."""
+    fixed = _consistent(counts)
+    if reader.suspect or fixed != counts:
+        return Usage(**fixed, suspect=True, reported=reported_text(raw))
+    return Usage(**fixed)
 
 
 def usage_from_openai(usage: dict[str, Any]) -> Usage:
     """Read an OpenAI-shaped usage object (OpenAI, vLLM, SGLang, litellm output)."""
-    prompt = _details(usage, "prompt_tokens_details")
-    completion = _details(usage, "completion_tokens_details")
+    count = _Reader()
+    prompt = count.details(usage, "prompt_tokens_details")
+    completion = count.details(usage, "completion_tokens_details")
     writes_1h = 0
-    writes = _int(prompt.get("cache_write_tokens")) or _int(
+    writes = count(prompt.get("cache_write_tokens")) or count(
         usage.get("cache_creation_input_tokens")
     )
     # The TTL split: Anthropic's `cache_creation`, or litellm's copy of it.
-    creation = _details(usage, "cache_creation") or _details(prompt, "cache_creation_token_details")
+    creation = count.details(usage, "cache_creation") or count.details(
+        prompt, "cache_creation_token_details"
+    )
     if creation:
-        writes_1h = _int(creation.get("ephemeral_1h_input_tokens"))
+        writes_1h = count(creation.get("ephemeral_1h_input_tokens"))
         writes = (
             max(writes - writes_1h, 0)
             if writes
-            else _int(creation.get("ephemeral_5m_input_tokens"))
+            else count(creation.get("ephemeral_5m_input_tokens"))
         )
-    cached = _int(prompt.get("cached_tokens")) or _int(usage.get("cache_read_input_tokens"))
-    return Usage(
-        prompt_tokens=_int(usage.get("prompt_tokens")),
-        cached_tokens=cached,
-        cache_write_tokens=writes,
-        cache_write_1h_tokens=writes_1h,
-        completion_tokens=_int(usage.get("completion_tokens")),
-        reasoning_tokens=_int(completion.get("reasoning_tokens")),
-    )
+    cached = count(prompt.get("cached_tokens")) or count(usage.get("cache_read_input_tokens"))
+    counts = {
+        "prompt_tokens": count(usage.get("prompt_tokens")),
+        "cached_tokens": cached,
+        "cache_write_tokens": writes,
+        "cache_write_1h_tokens": writes_1h,
+        "completion_tokens": count(usage.get("completion_tokens")),
+        "reasoning_tokens": count(completion.get("reasoning_tokens")),
+    }
+    return _settle(usage, count, counts)
 
 
 def usage_from_anthropic(usage: dict[str, Any], reasoning_tokens: int = 0) -> Usage:
     """Read an Anthropic Messages usage object, where input excludes cache reads and writes."""
-    read = _int(usage.get("cache_read_input_tokens"))
-    creation = _details(usage, "cache_creation")
+    count = _Reader()
+    read = count(usage.get("cache_read_input_tokens"))
+    creation = count.details(usage, "cache_creation")
     if creation:
-        writes = _int(creation.get("ephemeral_5m_input_tokens"))
-        writes_1h = _int(creation.get("ephemeral_1h_input_tokens"))
+        writes = count(creation.get("ephemeral_5m_input_tokens"))
+        writes_1h = count(creation.get("ephemeral_1h_input_tokens"))
     else:
-        writes, writes_1h = _int(usage.get("cache_creation_input_tokens")), 0
-    return Usage(
-        prompt_tokens=_int(usage.get("input_tokens")) + read + writes + writes_1h,
-        cached_tokens=read,
-        cache_write_tokens=writes,
-        cache_write_1h_tokens=writes_1h,
-        completion_tokens=_int(usage.get("output_tokens")),
-        reasoning_tokens=reasoning_tokens,
-    )
+        writes, writes_1h = count(usage.get("cache_creation_input_tokens")), 0
+    counts = {
+        "prompt_tokens": count(usage.get("input_tokens")) + read + writes + writes_1h,
+        "cached_tokens": read,
+        "cache_write_tokens": writes,
+        "cache_write_1h_tokens": writes_1h,
+        "completion_tokens": count(usage.get("output_tokens")),
+        "reasoning_tokens": count(reasoning_tokens),
+    }
+    return _settle(usage, count, counts)

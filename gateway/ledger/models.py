@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, Numeric, String
+from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, Numeric, String, Text, false
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -105,25 +105,28 @@ class RequestRow(Base):
     error_type: Mapped[str | None] = mapped_column(String)
     streamed: Mapped[bool]
     estimated: Mapped[bool]
-    prompt_tokens: Mapped[int] = mapped_column(Integer)
-    cached_tokens: Mapped[int] = mapped_column(Integer)
-    cache_write_tokens: Mapped[int] = mapped_column(Integer)
-    cache_write_1h_tokens: Mapped[int] = mapped_column(Integer)
-    completion_tokens: Mapped[int] = mapped_column(Integer)
-    reasoning_tokens: Mapped[int] = mapped_column(Integer)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
     cost_input: Mapped[Decimal] = mapped_column(Money)
     cost_cached: Mapped[Decimal] = mapped_column(Money)
     cost_cache_write: Mapped[Decimal] = mapped_column(Money)
     cost_output: Mapped[Decimal] = mapped_column(Money)
     cost_reasoning: Mapped[Decimal] = mapped_column(Money)
     cost_total: Mapped[Decimal] = mapped_column(Money)
-    ttft_ms: Mapped[int | None] = mapped_column(Integer)
-    ttfat_ms: Mapped[int | None] = mapped_column(Integer)
-    duration_ms: Mapped[int] = mapped_column(Integer)
+    ttft_ms: Mapped[int | None] = mapped_column(BigInteger)
+    ttfat_ms: Mapped[int | None] = mapped_column(BigInteger)
+    duration_ms: Mapped[int] = mapped_column(BigInteger)
     decode_tps: Mapped[float | None] = mapped_column(Float)
-    expected_cached_tokens: Mapped[int | None] = mapped_column(Integer)
+    expected_cached_tokens: Mapped[int | None] = mapped_column(BigInteger)
     prefix_status: Mapped[str | None] = mapped_column(String)
     output_cap_clamped: Mapped[bool]
+    # The upstream's usage was clamped to be billable; usage_reported keeps what it sent.
+    usage_suspect: Mapped[bool] = mapped_column(server_default=false())
+    usage_reported: Mapped[str | None] = mapped_column(Text)
 
 
 class TaskRow(Base):
@@ -156,4 +159,4 @@ class TaskRow(Base):
     cost_output: Mapped[Decimal] = mapped_column(Money)
     cost_reasoning: Mapped[Decimal] = mapped_column(Money)
     cost_total: Mapped[Decimal] = mapped_column(Money)
-    first_ttft_ms: Mapped[int | None] = mapped_column(Integer)
+    first_ttft_ms: Mapped[int | None] = mapped_column(BigInteger)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
+from gateway.usage import TOKEN_FIELDS as TOKEN_FIELDS  # re-exported: the ledger's token columns
 from gateway.usage import Usage
 
 COST_FIELDS = (
@@ -23,17 +24,12 @@ COST_FIELDS = (
     "cost_reasoning",
     "cost_total",
 )
-TOKEN_FIELDS = (
-    "prompt_tokens",
-    "cached_tokens",
-    "cache_write_tokens",
-    "cache_write_1h_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-)
 # Ten decimal places, the precision the database keeps (NUMERIC(20, 10)).
 MONEY_SCALE = 10
 MONEY_QUANTUM = Decimal(1).scaleb(-MONEY_SCALE)
+# No single amount reaches $100M: SQLite keeps money as int64 units of 1e-10 (at most
+# ~$922M) and NUMERIC(20, 10) at most $10bn, so task sums of such amounts still fit.
+MONEY_LIMIT = Decimal(100_000_000)
 OPEN = "open"
 ABANDONED = "abandoned"
 MAX_OUTCOME_LENGTH = 64
@@ -66,7 +62,13 @@ def as_money(value: object, name: str) -> Decimal:
         raise TypeError(
             f"{name} must be a Decimal (got {type(value).__name__}); money is never float"
         )
-    return Decimal(value).quantize(MONEY_QUANTUM, rounding=ROUND_HALF_EVEN)
+    amount = Decimal(value)
+    if not amount.is_finite() or abs(amount) >= MONEY_LIMIT:
+        raise ValueError(
+            f"{name} {amount} is out of range: the ledger books amounts under {MONEY_LIMIT} USD"
+            " (is a price in the configuration per token instead of per million?)"
+        )
+    return amount.quantize(MONEY_QUANTUM, rounding=ROUND_HALF_EVEN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,8 @@ class RequestRecord:
     expected_cached_tokens: int | None = None
     prefix_status: str | None = None
     output_cap_clamped: bool = False
+    usage_suspect: bool = False
+    usage_reported: str | None = None
     id: str = field(default_factory=new_row_id)
     created_at: datetime = field(default_factory=utcnow)
 
@@ -120,16 +124,13 @@ class RequestRecord:
             object.__setattr__(self, name, as_money(getattr(self, name), name))
 
     def with_usage(self, usage: Usage) -> RequestRecord:
-        """Return a copy carrying the token counts (and `estimated` flag) of `usage`."""
+        """Return a copy carrying the token counts and flags of `usage`."""
         return replace(
             self,
-            prompt_tokens=usage.prompt_tokens,
-            cached_tokens=usage.cached_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-            cache_write_1h_tokens=usage.cache_write_1h_tokens,
-            completion_tokens=usage.completion_tokens,
-            reasoning_tokens=usage.reasoning_tokens,
+            **usage.token_counts(),
             estimated=usage.estimated,
+            usage_suspect=usage.suspect,
+            usage_reported=usage.reported,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -8,11 +8,18 @@ request rows are inserted by their uuid with ON CONFLICT DO NOTHING.
 
 Segment names start with a nanosecond timestamp, so sorting names replays in order. All
 methods block on disk I/O; the writer calls them through `asyncio.to_thread`.
+
+What can never be stored is set aside in `rejected/`, one JSONL file per segment, each
+line the entry (or the undecodable spool line) with the reason: entries JSON cannot
+encode (a lone surrogate) when the segment is written, entries the database refuses for
+good after it was applied. Those files are written whole, like segments, under a name
+derived from the segment's, so a replay rewrites the same file instead of adding one.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import time
@@ -22,7 +29,8 @@ from pathlib import Path
 
 import orjson
 
-from gateway.ledger.records import LedgerEntry, RequestRecord, TaskFinish
+from gateway.ledger.records import LedgerEntry, RequestRecord, TaskFinish, utcnow
+from gateway.ledger.refusal import Refusal
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +44,11 @@ _STALE_TEMP_SECONDS = 300.0
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One spool file and the number of entries in it."""
+    """One spool file, the number of entries in it, and those its writing set aside."""
 
     path: Path
     entries: int
+    refused: tuple[Refusal, ...] = ()
 
 
 def encode(entry: LedgerEntry) -> bytes:
@@ -56,6 +65,29 @@ def decode(line: bytes) -> LedgerEntry:
     return TaskFinish.from_json(item["data"])
 
 
+def rejected_line(refusal: Refusal) -> bytes:
+    """Encode a refusal as a JSONL line; ASCII-escaped, so even a lone surrogate survives."""
+    item: dict[str, object] = {"reason": refusal.reason, "rejected_at": utcnow().isoformat()}
+    if refusal.entry is not None:
+        item["kind"] = "request" if isinstance(refusal.entry, RequestRecord) else "finish"
+        item["data"] = refusal.entry.to_json()
+    if refusal.line is not None:
+        item["line"] = refusal.line.decode("utf-8", "backslashreplace")
+    return json.dumps(item, ensure_ascii=True, default=str).encode("ascii") + b"\n"
+
+
+def _encode_all(entries: list[LedgerEntry]) -> tuple[list[bytes], list[Refusal]]:
+    """Encode each entry; one JSON cannot carry is refused alone, not with its batch."""
+    lines: list[bytes] = []
+    refused: list[Refusal] = []
+    for entry in entries:
+        try:
+            lines.append(encode(entry))
+        except TypeError as exc:  # orjson.JSONEncodeError: e.g. "surrogates not allowed"
+            refused.append(Refusal(f"not encodable as JSON: {exc}", entry))
+    return lines, refused
+
+
 class Spool:
     """A directory of segment files, owned by one writer at a time (sharing is safe, not fast)."""
 
@@ -66,26 +98,44 @@ class Spool:
         self.corrupt_lines = 0
 
     def write(self, entries: list[LedgerEntry]) -> Segment:
-        """Write `entries` as a new segment, durably (fsync of file and directory)."""
+        """Write `entries` as a new segment, durably (fsync of file and directory).
+
+        Entries JSON cannot encode go to `rejected/` instead, listed in `Segment.refused`.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
         name = f"{time.time_ns():020d}-{self._token}-{next(self._counter):06d}{SEGMENT_SUFFIX}"
+        lines, refused = _encode_all(entries)
+        if refused:
+            self.set_aside(f"{name.removesuffix(SEGMENT_SUFFIX)}.unencodable", refused)
         final = self.directory / name
-        temp = self.directory / f".{name}.tmp"
+        self._write_whole(final, b"".join(lines))
+        return Segment(final, len(lines), tuple(refused))
+
+    def _write_whole(self, final: Path, data: bytes) -> None:
+        """Write under a temporary name, fsync, rename into place, fsync the directory."""
+        temp = final.with_name(f".{final.name}.tmp")
         with open(temp, "wb") as handle:
-            handle.write(b"".join(encode(entry) for entry in entries))
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, final)
-        self._sync_directory()
-        return Segment(final, len(entries))
+        self._sync_directory(final.parent)
 
     def read(self, segment: Segment) -> list[LedgerEntry]:
-        """Read a segment; a missing file means another process already applied it."""
+        """Read a segment's entries; lines that do not decode are logged and skipped."""
+        return self.load(segment)[0]
+
+    def load(self, segment: Segment) -> tuple[list[LedgerEntry], list[Refusal]]:
+        """Read a segment, and each line that does not decode as a refusal.
+
+        A missing file means another process already applied it.
+        """
         try:
             raw = segment.path.read_bytes()
         except FileNotFoundError:
-            return []
+            return [], []
         entries: list[LedgerEntry] = []
+        corrupt: list[Refusal] = []
         for number, line in enumerate(raw.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -97,19 +147,20 @@ class Spool:
                 logger.error(
                     "ledger spool: skipping bad line %d of %s: %s", number, segment.path, exc
                 )
-        return entries
+                corrupt.append(Refusal(f"undecodable spool line {number}: {exc}", line=line))
+        return entries, corrupt
+
+    def set_aside(self, name: str, refused: list[Refusal]) -> Path:
+        """Write refused entries to `rejected/<name>.jsonl`, whole (a replay rewrites it)."""
+        target_dir = self.directory / REJECTED_DIR
+        target_dir.mkdir(parents=True, exist_ok=True)
+        target = target_dir / f"{name}{SEGMENT_SUFFIX}"
+        self._write_whole(target, b"".join(rejected_line(refusal) for refusal in refused))
+        return target
 
     def delete(self, segment: Segment) -> None:
         """Delete a committed segment (already gone is fine: a sibling applied it)."""
         segment.path.unlink(missing_ok=True)
-
-    def reject(self, segment: Segment) -> Path:
-        """Move a segment the database refuses for good aside, for a person to inspect."""
-        target_dir = self.directory / REJECTED_DIR
-        target_dir.mkdir(parents=True, exist_ok=True)
-        target = target_dir / segment.path.name
-        os.replace(segment.path, target)
-        return target
 
     def leftovers(self) -> list[Segment]:
         """List the segments already on disk (left by a previous process), oldest first."""
@@ -134,11 +185,11 @@ class Spool:
                 logger.warning("ledger spool: removing half-written %s", temp)
                 temp.unlink(missing_ok=True)
 
-    def _sync_directory(self) -> None:
+    def _sync_directory(self, directory: Path) -> None:
         """Fsync the directory so the rename itself survives a power cut."""
         if not hasattr(os, "O_DIRECTORY"):
             return  # Windows cannot open directories; its renames are journaled by NTFS.
-        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
         finally:

@@ -7,6 +7,10 @@ commit. A slow or dead database therefore never loses data: segments wait on dis
 are retried with exponential backoff, and the next process replays what this one left.
 The loops are separate so that a database call hanging on a timeout never delays the
 spooling (which is what bounds a `kill -9` loss to one flush interval).
+
+A row the database refuses for good (see `gateway.ledger.refusal`) never holds up the
+rest: the segment is bisected, every other row commits, and the refused one is written
+to `<spool_dir>/rejected/` with its reason, counted in `rows_rejected` and logged once.
 """
 
 from __future__ import annotations
@@ -16,18 +20,18 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
-from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.ledger import store
 from gateway.ledger.records import FinishedTask, LedgerEntry, RequestRecord, TaskFinish, utcnow
-from gateway.ledger.spool import DEFAULT_SPOOL_DIR, Segment, Spool
+from gateway.ledger.refusal import Refusal, Salvage, apply_salvaging
+from gateway.ledger.spool import DEFAULT_SPOOL_DIR, REJECTED_DIR, SEGMENT_SUFFIX, Segment, Spool
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +68,7 @@ class WriterStats:
     flush_failures: int
     spool_failures: int
     segments_rejected: int
+    rows_rejected: int
     records_dropped: int
     tasks_finished: int
     tasks_abandoned: int
@@ -101,6 +106,7 @@ class LedgerWriter:
         self.flush_failures = 0
         self.spool_failures = 0
         self.segments_rejected = 0
+        self.rows_rejected = 0
         self.records_dropped = 0
         self.tasks_finished = 0
         self.tasks_abandoned = 0
@@ -122,7 +128,7 @@ class LedgerWriter:
         return WriterStats(
             self.records_submitted, self.rows_written, self.rows_duplicate, self.pending,
             self.spooled, self.flush_failures, self.spool_failures, self.segments_rejected,
-            self.records_dropped, self.tasks_finished, self.tasks_abandoned,
+            self.rows_rejected, self.records_dropped, self.tasks_finished, self.tasks_abandoned,
             self.callback_errors, self.last_flush_seconds,
         )  # fmt: skip
 
@@ -139,8 +145,8 @@ class LedgerWriter:
         """Append to the queue, or straight to the spool once the writer is closed."""
         if self._closed:
             # A straggler after shutdown: a blocking write is rare and beats losing it.
-            logger.warning("ledger writer is closed; spooling an entry of task %s", entry.task_id)
-            self.spool.write([entry])
+            logger.warning("ledger writer is closed; spooling an entry of task %r", entry.task_id)
+            self._count_refused(self.spool.write([entry]).refused)
             return
         if len(self._pending) >= self.config.max_pending:
             self._pending.popleft()
@@ -226,13 +232,14 @@ class LedgerWriter:
             self._writing = len(batch)
             try:
                 segment = await asyncio.to_thread(self.spool.write, batch)
-            except OSError as exc:
+            except Exception as exc:  # a full or read-only disk; keep the batch in memory
                 self.spool_failures += 1
-                logger.error("ledger spool: cannot write to %s: %s", self.spool.directory, exc)
+                logger.error("ledger spool: cannot write to %s: %r", self.spool.directory, exc)
                 self._pending.extendleft(reversed(batch))
                 return False
             finally:
                 self._writing = 0
+            self._count_refused(segment.refused)
             self._segments.append(segment)
             self._spooled.set()
             return True
@@ -270,13 +277,13 @@ class LedgerWriter:
             while self._segments:
                 segment = self._segments[0]
                 try:
-                    result = await self._apply(segment)
-                except (IntegrityError, DataError) as exc:
-                    await self._reject(segment, exc)
-                    continue
+                    salvage = await self._apply(segment)
+                    if salvage.refused:
+                        await self._set_aside(segment, salvage.refused)
                 except Exception as exc:  # down, slow or restarting: keep the spool, retry
                     self._note_failure(exc)
                     return False
+                result = salvage.result
                 self.rows_written += result.inserted
                 self.rows_duplicate += result.duplicates
                 self.tasks_finished += len(result.finished)
@@ -287,13 +294,12 @@ class LedgerWriter:
             self._backoff = self._retry_at = 0.0
             return True
 
-    async def _apply(self, segment: Segment) -> store.BatchResult:
-        """Apply one segment in one transaction."""
-        entries = await asyncio.to_thread(self.spool.read, segment)
-        if not entries:
-            return store.BatchResult()
-        async with self.engine.begin() as connection:
-            return await store.apply_batch(connection, entries)
+    async def _apply(self, segment: Segment) -> Salvage:
+        """Apply one segment in one transaction, or around the entries refused for good."""
+        entries, corrupt = await asyncio.to_thread(self.spool.load, segment)
+        salvage = await apply_salvaging(self.engine, entries)
+        salvage.refused[:0] = corrupt
+        return salvage
 
     async def _delete(self, segment: Segment) -> None:
         """Delete a committed segment; if that fails, a later replay is a harmless no-op."""
@@ -302,18 +308,26 @@ class LedgerWriter:
         except OSError as exc:
             logger.error("ledger spool: cannot delete committed %s: %s", segment.path, exc)
 
-    async def _reject(self, segment: Segment, exc: Exception) -> None:
-        """Set aside a segment the database will never accept, so the rest can flow."""
-        self._segments.popleft()
+    async def _set_aside(self, segment: Segment, refused: list[Refusal]) -> None:
+        """Write the refused entries to `rejected/` (before the segment may be deleted)."""
+        name = segment.path.name.removesuffix(SEGMENT_SUFFIX)
+        # An OSError propagates: the segment stays, and its replay rewrites the same file.
+        target = await asyncio.to_thread(self.spool.set_aside, name, refused)
         self.segments_rejected += 1
-        try:
-            target = await asyncio.to_thread(self.spool.reject, segment)
-        except OSError as move_error:
-            logger.error("ledger spool: cannot move rejected %s: %s", segment.path, move_error)
-            return
-        logger.error(
-            "ledger: database refused %s for good (%s); moved to %s", segment.path, exc, target
-        )
+        self._count_refused(refused, target)
+
+    def _count_refused(self, refused: Sequence[Refusal], target: Path | None = None) -> None:
+        """Count and log (one line each) entries that can never be stored."""
+        for refusal in refused:
+            self.rows_rejected += 1
+            entry = refusal.entry
+            logger.error(
+                "ledger: set aside %s of task %r for good (%s) in %s",
+                type(entry).__name__ if entry is not None else "a spool line",
+                entry.task_id if entry is not None else None,
+                refusal.reason,
+                target or self.spool.directory / REJECTED_DIR,
+            )
 
     def _note_failure(self, exc: Exception) -> None:
         """Count a failed flush and schedule the retry with exponential backoff."""

@@ -116,6 +116,8 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
         status=str(ctx.status_code or 0),
     ).inc()
     usage = ctx.usage
+    if usage is not None and usage.suspect:
+        metrics.usage_suspect.labels(model=model).inc()
     if usage is not None:
         counts = {
             "input": usage.uncached_input_tokens,

@@ -1,6 +1,16 @@
 from __future__ import annotations
 
-from gateway.usage import Usage, usage_from_anthropic, usage_from_openai
+import json
+
+import pytest
+
+from gateway.usage import (
+    MAX_REPORTED_CHARS,
+    MAX_TOKENS_PER_CALL,
+    Usage,
+    usage_from_anthropic,
+    usage_from_openai,
+)
 
 
 def test_openai_usage_with_cached_and_reasoning() -> None:
@@ -74,5 +84,75 @@ def test_addition_and_openai_rendering() -> None:
     assert rendered["prompt_tokens"] == 13
 
 
-def test_garbage_counts_are_zero() -> None:
-    assert usage_from_openai({"prompt_tokens": None, "completion_tokens": -3}) == Usage()
+def test_absent_and_null_counts_are_zero_and_not_suspect() -> None:
+    usage = usage_from_openai(
+        {"prompt_tokens": None, "prompt_tokens_details": None, "completion_tokens_details": None}
+    )
+    assert usage == Usage()
+
+
+@pytest.mark.parametrize("garbage", [-3, "12", True, 1.5, float("inf"), [1], {"n": 1}], ids=repr)
+def test_garbage_counts_are_zero_and_suspect(garbage: object) -> None:
+    raw = {"prompt_tokens": 100, "completion_tokens": garbage}
+    usage = usage_from_openai(raw)
+    assert usage.token_counts() == {**Usage().token_counts(), "prompt_tokens": 100}
+    assert usage.suspect
+    assert usage.reported is not None and json.loads(usage.reported)["prompt_tokens"] == 100
+
+
+def test_an_integral_float_is_an_integer() -> None:
+    assert usage_from_openai({"prompt_tokens": 12.0}) == Usage(prompt_tokens=12)
+
+
+def test_subsets_are_clamped_to_their_totals_and_the_original_is_kept() -> None:
+    raw = {
+        "prompt_tokens": 100,
+        "completion_tokens": 0,
+        "prompt_tokens_details": {"cached_tokens": 80, "cache_write_tokens": 50},
+        "completion_tokens_details": {"reasoning_tokens": 1_000_000_000},
+    }
+    usage = usage_from_openai(raw)
+    assert usage.token_counts() == {
+        "prompt_tokens": 100,
+        "cached_tokens": 80,
+        "cache_write_tokens": 20,
+        "cache_write_1h_tokens": 0,
+        "completion_tokens": 0,
+        "reasoning_tokens": 0,
+    }
+    assert usage.suspect and usage.reported is not None
+    assert json.loads(usage.reported) == raw
+    assert (usage.uncached_input_tokens, usage.answer_tokens) == (0, 0)
+
+
+def test_counts_are_bounded_per_call() -> None:
+    usage = usage_from_openai({"prompt_tokens": 3_000_000_000, "completion_tokens": 10**19})
+    assert (usage.prompt_tokens, usage.completion_tokens) == (
+        MAX_TOKENS_PER_CALL,
+        MAX_TOKENS_PER_CALL,
+    )
+    assert usage.suspect
+
+
+def test_anthropic_sum_is_bounded_and_subsets_fit() -> None:
+    big = MAX_TOKENS_PER_CALL
+    usage = usage_from_anthropic(
+        {"input_tokens": big, "cache_read_input_tokens": big, "output_tokens": 5},
+        reasoning_tokens=9,
+    )
+    assert usage.prompt_tokens == big and usage.cached_tokens == big
+    assert usage.reasoning_tokens == 5 and usage.suspect
+
+
+def test_reported_usage_is_ascii_and_capped() -> None:
+    raw = {"prompt_tokens": -1, "note": "\x00\udcff" + "x" * 10_000}
+    usage = usage_from_openai(raw)
+    assert usage.reported is not None
+    assert len(usage.reported) <= MAX_REPORTED_CHARS and usage.reported.isascii()
+    assert json.loads(usage.reported)["truncated"] > MAX_REPORTED_CHARS
+
+
+def test_a_suspect_part_makes_the_sum_suspect() -> None:
+    flagged = usage_from_openai({"prompt_tokens": -1})
+    total = Usage(prompt_tokens=3) + flagged
+    assert total.suspect and total.reported == flagged.reported
