@@ -29,7 +29,8 @@ from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
 from gateway.pricing import PriceBook
 from gateway.reloader import ConfigReloader
-from gateway.services import Observer, Services
+from gateway.schemas.body import invalid_field
+from gateway.services import Observer, Services, Snapshot
 from gateway.settings import Settings
 from gateway.state import open_state
 from gateway.upstream.registry import Upstreams
@@ -95,9 +96,8 @@ async def _build_services(
     stack.push_async_callback(state.aclose)
     return Services(
         settings=settings,
-        config=config,
+        snapshot=Snapshot(config, PriceBook.from_sources(config.prices)),
         upstreams=upstreams,
-        prices=PriceBook.from_sources(config.prices),
         metrics=metrics,
         ledger=ledger,
         engine=engine,
@@ -161,12 +161,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        param = ".".join(str(p) for p in first["loc"] if p != "body") or None
-        body = error_body(
-            f"invalid field '{param}': {first['msg']}", "invalid_request_error", param
-        )
-        return JSONResponse(body, status_code=400)
+        error = invalid_field(exc.errors(), fastapi=True)  # the message never quotes the input
+        return JSONResponse(error.body(), status_code=400)
 
     async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled %s on %s", type(exc).__name__, request.url.path)

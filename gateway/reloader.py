@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gateway.config import ConfigError, load_config
 from gateway.pricing import PriceBook, PricingError
-from gateway.services import Services
+from gateway.services import Services, Snapshot
 
 log = logging.getLogger("farebox.reload")
 
@@ -54,7 +54,7 @@ class ConfigReloader:
             log.error("configuration refused, the previous one stays in force: %s", exc)
             return ReloadResult(False, str(exc))
         missing = set(self.services.config.models) - set(config.models)
-        self.services.config, self.services.prices = config, prices
+        self.services.snapshot = Snapshot(config, prices)  # one swap: never half a reload
         log.info("configuration reloaded from %s (%d models)", self.path, len(config.models))
         note = f"; removed: {', '.join(sorted(missing))}" if missing else ""
         return ReloadResult(True, f"reloaded {self.path} ({len(config.models)} models{note})")

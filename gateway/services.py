@@ -1,9 +1,14 @@
-"""The long-lived objects of one gateway process, built by the lifespan."""
+"""The long-lived objects of one gateway process, built by the lifespan.
+
+The configuration and its prices change together on reload, as one `Snapshot` swapped in
+one assignment; a request pins the snapshot in force when it starts (`for_request`) and
+reads only that one until its last byte is booked.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -22,14 +27,21 @@ Observer = Callable[[RequestContext], None]
 """Called with every finished request context (tests, extensions)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One version of the reloadable configuration: routes and policy, and their prices."""
+
+    config: GatewayConfig
+    prices: PriceBook
+
+
 @dataclass(slots=True)
 class Services:
     """Typed state shared by all requests; reached through `request.state.services`."""
 
     settings: Settings
-    config: GatewayConfig
+    snapshot: Snapshot
     upstreams: Upstreams
-    prices: PriceBook
     metrics: Metrics
     ledger: LedgerWriter
     engine: AsyncEngine
@@ -38,6 +50,24 @@ class Services:
     breakers: BreakerBoard = field(default_factory=BreakerBoard)
     observers: list[Observer] = field(default_factory=list)
     sim_base_url: str | None = None
+
+    @property
+    def config(self) -> GatewayConfig:
+        """The configuration in force (a request reads its pinned snapshot's)."""
+        return self.snapshot.config
+
+    @property
+    def prices(self) -> PriceBook:
+        """The prices in force, of the same version as `config`."""
+        return self.snapshot.prices
+
+    def for_request(self) -> Services:
+        """These services pinned to the snapshot in force now, for one request.
+
+        The copy shares every client, store and writer; only its snapshot never changes,
+        so a reload mid-request cannot mix two configurations in one request.
+        """
+        return replace(self, snapshot=self.snapshot)
 
     def notify(self, ctx: RequestContext) -> None:
         """Hand a finished request to every observer."""

@@ -41,6 +41,7 @@ from gateway.upstream.base import UpstreamCall, UpstreamStream
 
 async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     """Run the pipeline for one request and return the response to send."""
+    services = services.for_request()  # one configuration, from parsing to the ledger row
     parse(ctx)
     identify(ctx)
     decide(ctx, services.config)
