@@ -112,12 +112,24 @@ def error_body(
     """Render OpenAI's error object; integer codes (vLLM's) become strings."""
     return {
         "error": {
-            "message": message,
+            "message": _cap(message, MAX_MESSAGE_CHARS),
             "type": error_type,
-            "param": param,
+            "param": None if param is None else _cap(param, MAX_PARAM_CHARS),
             "code": None if code is None else str(code),
         }
     }
+
+
+# A message may quote what the client sent (a tier, a model, a key): never echo megabytes.
+MAX_MESSAGE_CHARS = 2000
+MAX_PARAM_CHARS = 200
+
+
+def _cap(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters with a note of how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def error_bytes(error: FareboxError) -> bytes:

@@ -9,9 +9,10 @@ from fastapi import APIRouter, Request
 
 from gateway.api.chat import read_body
 from gateway.api.deps import ServicesDep
-from gateway.errors import InvalidRequestError
 from gateway.pipeline.prefix import cache_family
 from gateway.prefix.lint import lint_conversation
+from gateway.schemas.body import load_object
+from gateway.schemas.lint import lint_bodies
 
 router = APIRouter()
 
@@ -20,15 +21,7 @@ router = APIRouter()
 async def lint(request: Request, services: ServicesDep) -> dict[str, Any]:
     """Lint one chat request, or `{"requests": [...]}`: a recorded conversation, oldest first."""
     raw = await read_body(request, services.settings.max_body_bytes)
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequestError('send a chat request object, or {"requests": [...]}')
-    bodies = body["requests"] if isinstance(body.get("requests"), list) else [body]
-    if not all(isinstance(b, dict) and isinstance(b.get("messages"), list) for b in bodies):
-        raise InvalidRequestError("each request needs a `messages` list", param="messages")
+    bodies = lint_bodies(load_object(raw))
     route = services.config.models.get(str(bodies[-1].get("model")))
     family = cache_family(route.wire_family) if route is not None else None
     report = lint_conversation(bodies, family=family)

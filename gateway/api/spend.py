@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
@@ -10,6 +9,7 @@ from starlette.responses import Response
 
 from gateway.api.deps import ServicesDep
 from gateway.api.jsonable import jsonable
+from gateway.api.params import Instant
 from gateway.errors import InvalidRequestError
 from gateway.ledger import SpendRow, TaskCostStats, export_csv, spend, task_cost_stats
 from gateway.pricing import CostEstimateRequest, UnknownModelError, estimate_request
@@ -23,8 +23,8 @@ GroupBy = Literal["team", "project", "model", "backend", "tier", "step", "step_k
 async def read_spend(
     services: ServicesDep,
     group_by: GroupBy = "team",
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: Instant | None = None,
+    until: Instant | None = None,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> dict[str, Any] | Response:
     """Requests, tokens and cost by component, grouped, over `since <= t < until`."""
@@ -39,8 +39,8 @@ async def read_spend(
 async def read_task_costs(
     services: ServicesDep,
     group_by: Literal["team", "project"] = "team",
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: Instant | None = None,
+    until: Instant | None = None,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> dict[str, Any] | Response:
     """Cost per finished task (count, p50, p95, max) and the output/reasoning/cache-write shares."""

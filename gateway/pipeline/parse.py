@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import orjson
 from pydantic import ValidationError
 
-from gateway.errors import BodyTooLargeError, InvalidRequestError
+from gateway.errors import BodyTooLargeError
 from gateway.pipeline.context import RequestContext
+from gateway.schemas.body import invalid_field, load_object
 from gateway.schemas.chat import ChatRequest
 
 
@@ -21,30 +21,9 @@ def check_size(length: int, limit: int) -> None:
 
 def parse(ctx: RequestContext) -> None:
     """Parse and validate `ctx.raw_body` into `ctx.body` and `ctx.request`."""
-    try:
-        body = orjson.loads(ctx.raw_body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequestError("request body must be a JSON object")
+    body = load_object(ctx.raw_body)
     try:
         ctx.request = ChatRequest.model_validate(body)
     except ValidationError as exc:
-        raise _schema_error(exc) from exc
+        raise invalid_field(exc.errors()) from None
     ctx.body = body
-
-
-def _schema_error(exc: ValidationError) -> InvalidRequestError:
-    first = exc.errors()[0]
-    param = _param_path(first["loc"])
-    message = first["msg"]
-    if first["type"] == "missing":
-        message = "is required"
-    return InvalidRequestError(f"invalid field '{param}': {message}", param=param)
-
-
-def _param_path(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path or "body"

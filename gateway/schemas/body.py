@@ -1,0 +1,73 @@
+"""Read a JSON request body: valid JSON, an object, and no deeper than the gateway handles.
+
+orjson accepts nesting up to 1,024 levels, deeper than several pure-Python stages (deep
+copies, the prefix scan, the simulator) can walk on the default stack, so every body is
+held to `MAX_DEPTH` levels here, once, before any stage sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequestError
+
+MAX_DEPTH = 128
+
+
+def load_object(raw: bytes, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+    """Parse `raw` as a JSON object nested at most `max_depth` levels, else a 400."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    if depth_over(body, max_depth):
+        raise InvalidRequestError(
+            f"request body is nested more than {max_depth} levels deep; flatten it"
+        )
+    return body
+
+
+def depth_over(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists and objects more than `limit` levels deep (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def invalid_field(
+    errors: Sequence[Mapping[str, Any]], *, fastapi: bool = False
+) -> InvalidRequestError:
+    """The 400 for the first of pydantic's errors (FastAPI's, with `fastapi`), naming the field."""
+    if not errors:
+        return InvalidRequestError("invalid request")
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return InvalidRequestError(f"request body is not valid JSON: {first.get('msg')}")
+    loc = tuple(first.get("loc", ()))
+    param = param_path(loc[1:] if fastapi and len(loc) > 1 and loc[0] in _SOURCES else loc)
+    message = "is required" if first.get("type") == "missing" else str(first.get("msg"))
+    return InvalidRequestError(f"invalid field '{param}': {message}", param=param)
+
+
+def param_path(loc: Sequence[int | str]) -> str:
+    """`messages[0].role` for pydantic's ("messages", 0, "role")."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "body"
+
+
+# FastAPI puts where a parameter came from first in `loc`: not part of the field's name.
+_SOURCES = ("body", "query", "path", "header", "cookie")
