@@ -9,8 +9,10 @@ became history since its last step, and segments that repeat the closest earlier
 are not even looked up (the caller passes `start`). Segments larger than `WINDOW_BYTES`
 are scanned in windows cached by their own digest: a timestamp that changes at the top of a
 1 MB system prompt rescans one window. A per-request budget bounds the worst case (a
-megabyte dense with dates or ids); whatever it skips is reported as `unscanned` and
-scanned by a later request in which that segment is new or changed.
+megabyte dense with dates or ids, or with number-like text the regex tries and rejects);
+whatever it skips is reported as `unscanned` and scanned by a later request in which that
+segment is new or changed. One scan (a window or a small segment) stops after
+`MAX_TRIES_PER_SCAN` candidates, so no scan holds the CPU more than a few milliseconds.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.prefix.locate import NATIVE, flag_candidates, matches
+from gateway.prefix.locate import NATIVE, attempts, flag_candidates
 from gateway.prefix.patterns import Hit, classify
 from gateway.prefix.segments import RequestSegments, Segment, digest
 
@@ -29,8 +31,13 @@ WINDOW_BYTES = 32 * 1024
 _LEFT_CONTEXT = 64
 _RIGHT_CONTEXT = 256
 MAX_HITS_PER_SEGMENT = 100
-# What one pattern match costs (confirm + classify, ~1.5 µs), in bytes of native scanning.
+# What one candidate the regex tries costs (~1.5 µs to confirm and classify a match, ~3 µs
+# to reject one), in bytes of native scanning: rejected ones count too, or a table of
+# two-digit numbers ("12 21 ...") scans for free at ~3 µs a number (683 ms for 2 MiB).
 MATCH_COST_BYTES = 4096
+# The candidates one scan on the request path tries at most (~6 ms): past that, a window is
+# data too dense with number-like text to be a prompt header; what it found so far stands.
+MAX_TRIES_PER_SCAN = 2048
 # ~1 ms of scanning per request: 2 MiB natively, 64 KiB with Python's regex alone.
 HOT_PATH_SCAN_BUDGET = 2 * 1024 * 1024 if NATIVE else 64 * 1024
 
@@ -56,11 +63,17 @@ class Finding:
 
 
 class ScanCache:
-    """A bounded LRU of content digest -> detector hits; safe to share between threads."""
+    """A bounded LRU of content digest -> detector hits; safe to share between threads.
 
-    def __init__(self, max_entries: int = 65_536) -> None:
+    Bounded in entries and in hits held: entries of a hundred hits each would otherwise
+    let a stream of dense prompts pin hundreds of megabytes.
+    """
+
+    def __init__(self, max_entries: int = 65_536, max_hits: int = 262_144) -> None:
         self._entries: OrderedDict[bytes, tuple[Hit, ...]] = OrderedDict()
         self._max = max_entries
+        self._max_hits = max_hits
+        self._hits = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -87,19 +100,21 @@ class ScanCache:
         entries = self._entries
         with self._lock:
             for key, hits in items:
+                replaced = entries.get(key)
+                self._hits += len(hits) - (len(replaced) if replaced is not None else 0)
                 entries[key] = hits
                 entries.move_to_end(key)
-            while len(entries) > self._max:
-                entries.popitem(last=False)
+            while entries and (len(entries) > self._max or self._hits > self._max_hits):
+                self._hits -= len(entries.popitem(last=False)[1])
 
 
 class ScanBudget:
     """Scanning this request may still do, in bytes read; None means no limit.
 
-    Each pattern match is charged `MATCH_COST_BYTES` on top of the bytes, so content dense
-    with matches runs out sooner. A scan goes ahead while any budget is left, so the last
-    one may overshoot by at most one window: a budget smaller than a window still makes
-    progress request by request.
+    Each candidate the regex tries, matched or rejected, is charged `MATCH_COST_BYTES` on
+    top of the bytes, so content dense with candidates runs out sooner. A scan goes ahead
+    while any budget is left, so the last one may overshoot by at most one scan (a window
+    of `MAX_TRIES_PER_SCAN` tries): a small budget still makes progress request by request.
     """
 
     def __init__(self, limit: int | None = None) -> None:
@@ -118,10 +133,10 @@ class ScanBudget:
         """Whether nothing is left."""
         return self.remaining is not None and self.remaining <= 0
 
-    def charge(self, matched: int) -> None:
-        """Spend the cost of `matched` pattern matches after a scan."""
-        if self.remaining is not None and matched:
-            self.remaining = max(self.remaining - matched * MATCH_COST_BYTES, 0)
+    def charge(self, tried: int) -> None:
+        """Spend the cost of `tried` regex attempts (matches and rejections) after a scan."""
+        if self.remaining is not None and tried:
+            self.remaining = max(self.remaining - tried * MATCH_COST_BYTES, 0)
 
 
 def scan_bytes(
@@ -142,20 +157,26 @@ def _scan(
     *,
     native: bool = True,
 ) -> list[Hit]:
-    """Return the hits in data[start:end], charging `budget` for each pattern match."""
+    """Return the hits in data[start:end], charging `budget` for each candidate tried."""
     stop = len(data) if end is None else end
     limit = min(stop + _RIGHT_CONTEXT, len(data))
     hits: list[Hit] = []
-    matched = 0
-    for match in matches(data, start, stop, limit, native=native):
-        matched += 1
+    tried = 0
+    # Only a limited budget (the request path) cuts a scan short; lint reads everything.
+    most = MAX_TRIES_PER_SCAN if budget is not None and budget.remaining is not None else None
+    for match in attempts(data, start, stop, limit, native=native):
+        if tried == most:
+            break
+        tried += 1
+        if match is None:
+            continue
         hit = classify(data, match)
         if hit is not None and start <= hit.start < stop:
             hits.append(hit)
             if len(hits) >= MAX_HITS_PER_SEGMENT:
                 break
     if budget is not None:
-        budget.charge(matched)
+        budget.charge(tried)
     return hits
 
 

@@ -140,14 +140,17 @@ def _message_segments(messages: list[Any], start: int) -> list[Segment]:
     return segments
 
 
-_NAMES: list[str] = []
+# Names kept for the process: enough for any real conversation, bounded whatever comes in
+# (one request of two million messages once held 147 MiB of names for good).
+_NAMES_KEPT = 4096
+_NAMES: list[str] = [f"messages[{i}]" for i in range(_NAMES_KEPT)]
 
 
 def _message_names(count: int) -> list[str]:
-    """`messages[i]` for i < count, formatted once per process, not once per request."""
-    if len(_NAMES) < count:
-        _NAMES.extend(f"messages[{i}]" for i in range(len(_NAMES), count))
-    return _NAMES
+    """`messages[i]` for i < count: formatted once per process up to `_NAMES_KEPT`."""
+    if count <= _NAMES_KEPT:
+        return _NAMES
+    return _NAMES + [f"messages[{i}]" for i in range(_NAMES_KEPT, count)]  # this request's
 
 
 def rendered_message(message: Any) -> Any:
