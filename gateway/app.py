@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse
 from gateway import __version__
 from gateway.api import admin, chat, gpu, health, models, prefix, spend, tasks
 from gateway.api import metrics as metrics_api
+from gateway.body_guard import BodyGuard
 from gateway.config import GatewayConfig, load_config
 from gateway.embedded_sim import start_embedded_sim
 from gateway.errors import FareboxError, error_body
@@ -75,6 +76,12 @@ def create_app(
     ):
         app.include_router(router)
     _install_error_handlers(app)
+    app.add_middleware(
+        BodyGuard,
+        prompt_limit=settings.max_body_bytes,
+        api_limit=settings.max_api_body_bytes,
+        timeout_s=settings.body_timeout_s,
+    )
     return app
 
 

@@ -52,6 +52,7 @@ def serve(
 ) -> None:
     """Start the gateway."""
     from gateway.app import create_app
+    from gateway.server import server_config
 
     overrides = {k: v for k, v in {"host": host, "port": port, "config": config}.items() if v}
     settings = Settings(**overrides)  # type: ignore[arg-type]
@@ -64,13 +65,7 @@ def serve(
         err.print(f"[red]farebox: {exc}[/]")
         raise typer.Exit(2) from exc
     application = create_app(settings, gateway_config, on_ready=_banner(settings))
-    uvicorn.run(
-        application,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=False,
-    )
+    uvicorn.Server(server_config(application, settings)).run()
 
 
 def _register_commands() -> None:

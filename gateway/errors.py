@@ -3,7 +3,10 @@
     FareboxError                       any error a client may see
     ├── InvalidRequestError     400    malformed JSON, schema violation (names the field)
     │   ├── ModelNotFoundError  404    the model is not in the configuration
-    │   └── BodyTooLargeError   413    body over FAREBOX_MAX_BODY_BYTES
+    │   ├── BodyTooLargeError   413    body over FAREBOX_MAX_BODY_BYTES (or _API_BODY_BYTES)
+    │   ├── RequestTimeoutError 408    headers or body not received in time (slow client)
+    │   └── BadHttpError        400    malformed HTTP (answered by the protocol, not the app)
+    ├── OverloadedError         503    over FAREBOX_MAX_CONNECTIONS open connections
     └── UpstreamError                  the upstream could not serve the request
         ├── UpstreamUnreachableError  502  connection refused, DNS, reset before a reply
         ├── UpstreamTimeoutError      504  connect, first-token or idle-stream timeout
@@ -52,6 +55,20 @@ class ModelNotFoundError(InvalidRequestError):
 class BodyTooLargeError(InvalidRequestError):
     status_code = 413
     code = "request_too_large"
+
+
+class RequestTimeoutError(InvalidRequestError):
+    status_code = 408
+    code = "request_timeout"
+
+
+class BadHttpError(InvalidRequestError):
+    code = "malformed_http"
+
+
+class OverloadedError(FareboxError):
+    status_code = 503
+    code = "overloaded"
 
 
 class UpstreamError(FareboxError):

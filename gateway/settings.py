@@ -32,6 +32,18 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 4000
     max_body_bytes: int = 32 * 1024 * 1024
+    max_api_body_bytes: int = Field(
+        default=1024 * 1024, gt=0, description="Body limit of every route but chat and lint."
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, description="A client must send its request headers in this time."
+    )
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, description="A client must send its whole request body in this time."
+    )
+    max_connections: int = Field(
+        default=1000, gt=0, description="Open client connections; one more is answered 503."
+    )
     sim_port: int = Field(
         default=0, description="Port of the bundled simulator when the config uses it; 0 = any."
     )

@@ -12,6 +12,9 @@ from typing import Any
 
 import uvicorn
 
+from gateway.server import server_config
+from gateway.settings import Settings
+
 
 class _QuietServer(uvicorn.Server):
     @contextlib.contextmanager
@@ -22,12 +25,15 @@ class _QuietServer(uvicorn.Server):
 class ServerThread:
     """Run an ASGI app with uvicorn on 127.0.0.1 and a free port until `stop()`."""
 
-    def __init__(self, app: Any):
+    def __init__(self, app: Any, settings: Settings | None = None):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port: int = self.sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+        if settings is None:
+            config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+        else:  # the configuration `farebox serve` runs, limits and all
+            config = server_config(app, settings, log_level="warning")
         self.server = _QuietServer(config)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -53,9 +59,9 @@ class ServerThread:
 
 
 @contextlib.contextmanager
-def running(app: Any) -> Iterator[ServerThread]:
-    """A started server for the duration of the block."""
-    server = ServerThread(app).start()
+def running(app: Any, settings: Settings | None = None) -> Iterator[ServerThread]:
+    """A started server for the duration of the block (`farebox serve`'s with `settings`)."""
+    server = ServerThread(app, settings).start()
     try:
         yield server
     finally:

@@ -135,7 +135,7 @@ def make_gateway(
         gateway_settings = Settings(timeouts=timeouts or Timeouts(), config=config, **settings)  # type: ignore[arg-type]
         routes = None if config is not None else sim_config(sim.url)
         app = create_app(gateway_settings, routes, observers=[seen.append])
-        gateway = Gateway(ServerThread(app).start(), seen, gateway_settings)
+        gateway = Gateway(ServerThread(app, gateway_settings).start(), seen, gateway_settings)
         started.append(gateway)
         return gateway
 

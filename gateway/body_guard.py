@@ -1,0 +1,123 @@
+"""Read every request body whole, within a size limit and a deadline, before any route runs.
+
+A plain ASGI middleware (not `BaseHTTPMiddleware`, which buffers streams and breaks
+context propagation). Chat and lint take prompts, up to FAREBOX_MAX_BODY_BYTES; every
+other route takes small JSON, up to FAREBOX_MAX_API_BODY_BYTES. A body over its limit
+is refused with 413 (at once when Content-Length says so), a body not received within
+FAREBOX_BODY_TIMEOUT_S with 408; both close the connection, so the rest of an upload is
+never read. The route then reads the buffered body as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import BodyTooLargeError, FareboxError, RequestTimeoutError, error_bytes
+
+# Routes that take whole prompts (and conversations of them).
+PROMPT_ROUTES = frozenset({"/v1/chat/completions", "/v1/prefix/lint"})
+
+
+class ClientGoneError(Exception):
+    """The client disconnected before its body arrived (internal: nobody is left to answer)."""
+
+
+class BodyGuard:
+    """Buffer each body under its route's limit and the body deadline, else answer 413/408."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        prompt_limit: int,
+        api_limit: int,
+        timeout_s: float,
+        prompt_routes: Collection[str] = PROMPT_ROUTES,
+    ) -> None:
+        self.app = app
+        self.prompt_limit = prompt_limit
+        self.api_limit = api_limit
+        self.timeout_s = timeout_s
+        self.prompt_routes = prompt_routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit, setting = self._limit(scope["path"])
+        try:
+            _check_declared(scope, limit, setting)
+            async with asyncio.timeout(self.timeout_s):
+                body = await _read(receive, limit, setting)
+        except TimeoutError:
+            error = RequestTimeoutError(
+                f"request body not received within {self.timeout_s:g} s (FAREBOX_BODY_TIMEOUT_S)"
+            )
+            await _refuse(send, error)
+            return
+        except FareboxError as error:
+            await _refuse(send, error)
+            return
+        except ClientGoneError:
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _limit(self, path: str) -> tuple[int, str]:
+        if path in self.prompt_routes:
+            return self.prompt_limit, "FAREBOX_MAX_BODY_BYTES"
+        return self.api_limit, "FAREBOX_MAX_API_BODY_BYTES"
+
+
+def _too_large(size: int, limit: int, setting: str) -> BodyTooLargeError:
+    return BodyTooLargeError(
+        f"request body is {size} bytes, over the limit of {limit} bytes ({setting})"
+    )
+
+
+def _check_declared(scope: Scope, limit: int, setting: str) -> None:
+    """Refuse at once a body whose Content-Length is over the limit."""
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise _too_large(int(value), limit, setting)
+
+
+async def _read(receive: Receive, limit: int, setting: str) -> bytes:
+    """The whole body, refused as soon as it passes `limit` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGoneError
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(size, limit, setting)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the buffered body once, then waits on the client (disconnects)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
+
+
+async def _refuse(send: Send, error: FareboxError) -> None:
+    """Answer `error` and close the connection: the rest of the body is not read."""
+    body = error_bytes(error)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

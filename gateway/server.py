@@ -1,0 +1,144 @@
+"""The HTTP server: uvicorn with Farebox's connection limits and error shape.
+
+uvicorn bounds idle keep-alive connections but not a client that sends its request
+headers a byte at a time, answers malformed HTTP in plain text, and its concurrency
+limit answers in plain text too. `FareboxProtocol` (a subclass of uvicorn's h11
+protocol) adds a header-read deadline, a connection limit and OpenAI-shaped answers
+for all three; the body-read deadline and size limits live in `gateway.body_guard`,
+where the route is known. `server_config` builds the one configuration that
+`farebox serve` and the tests run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, ClassVar
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from gateway.errors import (
+    BadHttpError,
+    FareboxError,
+    OverloadedError,
+    RequestTimeoutError,
+    error_bytes,
+)
+from gateway.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """How long a client may take to send its headers, and how many may be connected."""
+
+    header_timeout_s: float
+    max_connections: int
+
+
+def raw_response(error: FareboxError) -> bytes:
+    """A complete HTTP/1.1 response for `error` that closes the connection."""
+    body = error_bytes(error)
+    reason = HTTPStatus(error.status_code).phrase
+    head = (
+        f"HTTP/1.1 {error.status_code} {reason}\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class FareboxProtocol(H11Protocol):
+    """uvicorn's h11 protocol with a header deadline, a connection cap and JSON errors."""
+
+    limits: ClassVar[ConnectionLimits]
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
+        if len(self.connections) > self.limits.max_connections:
+            # Read the request (within the header deadline), then answer 503 and close:
+            # closing at once would reset the socket under a client still writing.
+            self.app = _overloaded
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle:  # a request's headers arrived: the deadline is met
+            self._cancel_header_timer()
+
+    def on_response_complete(self) -> None:
+        # Armed before the parent runs, which may start a pipelined request at once.
+        self._arm_header_timer()  # the next request's headers
+        super().on_response_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        """Answer malformed HTTP in OpenAI's error shape, then close."""
+        error = BadHttpError(f"malformed HTTP request: {msg}")
+        if not self.transport.is_closing():
+            self.transport.write(raw_response(error))
+            self.transport.close()
+
+    def _arm_header_timer(self) -> None:
+        self._cancel_header_timer()
+        self._header_timer = self.loop.call_later(
+            self.limits.header_timeout_s, self._header_timeout
+        )
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing():
+            return
+        seconds = self.limits.header_timeout_s
+        error = RequestTimeoutError(
+            f"request headers not received within {seconds:g} s (FAREBOX_HEADER_TIMEOUT_S)"
+        )
+        self.transport.write(raw_response(error))
+        self.transport.close()
+
+
+async def _overloaded(scope: Any, receive: Any, send: Any) -> None:
+    """The app a connection over the limit gets: 503, and the connection closes."""
+    error = OverloadedError("the gateway has too many open connections; retry shortly")
+    body = error_bytes(error)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"retry-after", b"1"),
+    ]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def protocol_class(limits: ConnectionLimits) -> type[FareboxProtocol]:
+    """A protocol class bound to `limits` (uvicorn builds one protocol per connection)."""
+    return type("FareboxProtocol", (FareboxProtocol,), {"limits": limits})
+
+
+def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn configuration `farebox serve` runs; tests start the same one."""
+    limits = ConnectionLimits(settings.header_timeout_s, settings.max_connections)
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "access_log": False,
+        "lifespan": "on",
+        "http": protocol_class(limits),
+        # uvicorn's own limit answers in plain text; FareboxProtocol enforces ours.
+        "limit_concurrency": None,
+    }
+    return uvicorn.Config(app, **(options | overrides))
