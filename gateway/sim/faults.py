@@ -38,6 +38,8 @@ class FaultSpec(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     delay_s: float = Field(default=0.0, ge=0)
     drop_after_chunks: int | None = Field(default=None, ge=0)
+    # OpenAI route: the reply's `usage` object is replaced by this one, sent as given.
+    usage: dict[str, Any] | None = None
 
     @property
     def is_error(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from typing import Any
@@ -175,6 +176,8 @@ async def chat_completions(request: Request) -> Response:
         admission.record.status = error.status
         return vllm_error(error)
     _record(admission, job)
+    if admission.fault is not None and admission.fault.usage is not None:
+        job = dataclasses.replace(job, usage_override=admission.fault.usage)
     headers = job.timing.headers(job.cached_tokens)
     headers["x-request-id"] = request.headers.get("x-request-id", job.completion_id)
     events = chunk_stream(job) if job.request.stream else None

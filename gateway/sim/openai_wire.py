@@ -26,6 +26,7 @@ class ChatJob:
     cached_tokens: int
     plan: OutputPlan
     timing: Timing
+    usage_override: dict[str, Any] | None = None  # a fault's programmed usage object
 
     @property
     def role(self) -> str:
@@ -37,6 +38,8 @@ class ChatJob:
 
 def usage(job: ChatJob) -> dict[str, Any]:
     """Return vLLM's usage object; reasoning details only for a model with a reasoning parser."""
+    if job.usage_override is not None:
+        return job.usage_override
     plan = job.plan
     body: dict[str, Any] = {
         "prompt_tokens": job.prompt_tokens,

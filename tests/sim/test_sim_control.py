@@ -112,3 +112,15 @@ async def test_plain_model_refuses_continuation(client: httpx.AsyncClient) -> No
     )
     response = await client.post(CHAT, json=body)
     assert response.status_code == 400 and response.json()["error"]["code"] == 400
+
+
+async def test_usage_fault_replaces_the_usage_object(client: httpx.AsyncClient) -> None:
+    nonsense = {"prompt_tokens": -5, "completion_tokens": "many", "extra": [None]}
+    await arm(client, usage=nonsense, count=2)
+    assert (await client.post(CHAT, json=chat())).json()["usage"] == nonsense
+    streamed = await client.post(
+        CHAT, json=chat(stream=True, stream_options={"include_usage": True})
+    )
+    events = [line for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert '"usage":{"prompt_tokens":-5,' in events[-1]
+    assert (await client.post(CHAT, json=chat())).json()["usage"]["prompt_tokens"] > 0
