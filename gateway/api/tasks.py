@@ -11,6 +11,7 @@ from gateway.api.deps import ServicesDep
 from gateway.api.jsonable import jsonable
 from gateway.errors import FareboxError, InvalidRequestError
 from gateway.ledger import get_task
+from gateway.pipeline.identifiers import MAX_OUTCOME, MAX_TASK_ID, check_identifier
 
 router = APIRouter()
 
@@ -30,6 +31,8 @@ class FinishRequest(BaseModel):
 @router.post("/v1/tasks/{task_id}/finish")
 async def finish_task(task_id: str, body: FinishRequest, services: ServicesDep) -> dict[str, Any]:
     """Mark a task finished with an outcome (`success`, `failed`, ...)."""
+    check_identifier(task_id, "task_id", MAX_TASK_ID)
+    check_identifier(body.outcome, "outcome", MAX_OUTCOME)
     try:
         services.ledger.finish_task(task_id, body.outcome)
     except ValueError as exc:
@@ -40,6 +43,7 @@ async def finish_task(task_id: str, body: FinishRequest, services: ServicesDep) 
 @router.get("/v1/tasks/{task_id}")
 async def read_task(task_id: str, services: ServicesDep) -> dict[str, Any]:
     """The task's totals and each upstream call it made."""
+    check_identifier(task_id, "task_id", MAX_TASK_ID)
     await services.ledger.flush()  # read what this process has already served
     detail = await get_task(services.engine, task_id)
     if detail is None:
