@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import random
 import sqlite3
 from dataclasses import replace
 from decimal import Decimal
@@ -66,11 +68,16 @@ def poison_for(dialect: str) -> dict[str, RequestRecord]:
         poison["nul-id"] = record("nul\x00task", id="nul-id")
         poison["nul-step"] = record("nul-step", id="nul-step", task_step="step\x00")
         poison["nul-team"] = record("nul-team", id="nul-team", team="t\x00")
+        # Too big for a btree index entry even compressed (54000, program limit exceeded).
+        poison["huge-id"] = record(random.Random(9).randbytes(12_000).hex(), id="huge-id")
     return poison
 
 
 async def test_poison_rows_block_none_of_the_rows_after_them(
-    make_writer: WriterFactory, engine: AsyncEngine, spool_dir: Path
+    make_writer: WriterFactory,
+    engine: AsyncEngine,
+    spool_dir: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     poison = poison_for(engine.dialect.name)
     records, good = interleave(list(poison.values()))
@@ -83,6 +90,10 @@ async def test_poison_rows_block_none_of_the_rows_after_them(
     assert rejected_ids(spool_dir) == set(poison)
     assert all(item["reason"] for item in rejected(spool_dir))
     assert writer.rows_rejected == len(poison) and writer.flush_failures == 0
+    # One log line per refused row, and nothing else above INFO from the writer.
+    logged = [r for r in caplog.records if r.name.startswith("gateway.ledger")]
+    assert [r.levelname for r in logged if r.levelno > logging.INFO] == ["ERROR"] * len(poison)
+    assert all("set aside" in r.getMessage() for r in logged if r.levelno > logging.INFO)
     detail = await get_task(engine, "good")
     assert detail is not None and detail.task.request_count == GOOD
 
