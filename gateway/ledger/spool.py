@@ -108,7 +108,8 @@ class Spool:
         if refused:
             self.set_aside(f"{name.removesuffix(SEGMENT_SUFFIX)}.unencodable", refused)
         final = self.directory / name
-        self._write_whole(final, b"".join(lines))
+        if lines:  # an absent segment reads as empty: nothing to write when all were refused
+            self._write_whole(final, b"".join(lines))
         return Segment(final, len(lines), tuple(refused))
 
     def _write_whole(self, final: Path, data: bytes) -> None:

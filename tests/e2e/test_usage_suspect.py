@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 import httpx
+import pytest
 
 from gateway.usage import MAX_TOKENS_PER_CALL
 from tests.conftest import SimControl
@@ -88,12 +89,21 @@ def test_streamed_nonsense_is_clamped_and_the_next_request_is_not(
     assert suspect_count(gateway, "chat") == 1.0
 
 
-def test_honest_usage_is_billed_as_sent(gateway: Gateway, sim: SimControl) -> None:
-    client = gateway.sdk(default_headers={"X-Task-Id": "honest"})
-    completion = client.chat.completions.create(model="thinker", messages=MESSAGES)  # type: ignore[arg-type]
-    assert completion.usage is not None
-    [row] = booked(gateway, "honest")["requests"]
-    assert row["usage_suspect"] is False
-    assert row["prompt_tokens"] == completion.usage.prompt_tokens
-    assert row["completion_tokens"] == completion.usage.completion_tokens
-    assert suspect_count(gateway, "thinker") == 0.0
+@pytest.mark.parametrize("model", ["thinker", "claude", "claude-cached"])
+def test_honest_usage_is_billed_as_sent(gateway: Gateway, sim: SimControl, model: str) -> None:
+    # Long enough to be cached: the second call reads (and Anthropic's first writes) a cache.
+    messages = [{"role": "system", "content": "You are a careful agent. " * 400}, *MESSAGES]
+    client = gateway.sdk(default_headers={"X-Task-Id": f"honest-{model}"})
+    sent = [
+        client.chat.completions.create(model=model, messages=messages)  # type: ignore[arg-type]
+        for _ in range(2)
+    ]
+    rows = booked(gateway, f"honest-{model}")["requests"]
+    for completion, row in zip(sent, rows, strict=True):
+        assert completion.usage is not None
+        assert row["usage_suspect"] is False and row["usage_reported"] is None
+        assert row["prompt_tokens"] == completion.usage.prompt_tokens
+        assert row["completion_tokens"] == completion.usage.completion_tokens
+    if model != "claude":  # Anthropic caches only at breakpoints, which claude-cached adds
+        assert rows[-1]["cached_tokens"] > 0
+    assert suspect_count(gateway, model) == 0.0
