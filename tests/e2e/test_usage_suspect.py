@@ -63,6 +63,9 @@ def test_nonsense_usage_is_clamped_flagged_and_kept(gateway: Gateway, sim: SimCo
     assert Decimal(row["cost_reasoning"]) == 0
     assert Decimal(row["cost_total"]) < Decimal("0.000001")
     assert suspect_count(gateway, "chat") == 1.0
+    # Clamped, the row was storable: the ledger set nothing aside.
+    metrics = httpx.get(f"{gateway.server.url}/metrics").text
+    assert "farebox_ledger_rows_rejected_total 0.0" in metrics.splitlines()
 
 
 def test_streamed_nonsense_is_clamped_and_the_next_request_is_not(
