@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 4000
 
-.PHONY: run test check lint typecheck unit bench services clean
+.PHONY: run test check lint typecheck unit bench fuzz services clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit
 
 check: lint
+
+# Schema-driven fuzzing of the HTTP API against a gateway on the simulator: no 5xx, every
+# error in OpenAI's shape. The test suite runs 200 requests; this runs FUZZ_REQUESTS.
+FUZZ_REQUESTS ?= 10000
+fuzz: $(VENV)/.installed-test
+	FUZZ_REQUESTS=$(FUZZ_REQUESTS) $(BIN)/pytest -q -s tests/e2e/test_fuzz_api.py
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/prefix_bench.py

@@ -9,6 +9,8 @@ from gateway.api.deps import ServicesDep
 from gateway.pipeline.chat import handle_chat
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.parse import check_size
+from gateway.schemas.chat import ChatRequest
+from gateway.schemas.openapi import openapi_body
 
 router = APIRouter()
 
@@ -27,7 +29,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", openapi_extra=openapi_body(ChatRequest))
 async def chat_completions(request: Request, services: ServicesDep) -> Response:
     """Forward a chat completion, streamed or whole, through the pipeline."""
     raw = await read_body(request, services.settings.max_body_bytes)

@@ -12,12 +12,14 @@ from gateway.api.deps import ServicesDep
 from gateway.pipeline.prefix import cache_family
 from gateway.prefix.lint import lint_conversation
 from gateway.schemas.body import load_object
-from gateway.schemas.lint import lint_bodies
+from gateway.schemas.chat import ChatRequest
+from gateway.schemas.lint import LintConversation, lint_bodies
+from gateway.schemas.openapi import openapi_body
 
 router = APIRouter()
 
 
-@router.post("/v1/prefix/lint")
+@router.post("/v1/prefix/lint", openapi_extra=openapi_body(ChatRequest | LintConversation))
 async def lint(request: Request, services: ServicesDep) -> dict[str, Any]:
     """Lint one chat request, or `{"requests": [...]}`: a recorded conversation, oldest first."""
     raw = await read_body(request, services.settings.max_body_bytes)
