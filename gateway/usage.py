@@ -134,10 +134,14 @@ def reported_text(raw: Any) -> str:
     text = json.dumps(raw, ensure_ascii=True, default=repr)
     if len(text) <= MAX_REPORTED_CHARS:
         return text
-    head = MAX_REPORTED_CHARS - 64  # leaves room for the wrapper and the escaping
-    return json.dumps({"truncated": len(text), "head": text[:head]}, ensure_ascii=True)[
-        :MAX_REPORTED_CHARS
-    ]
+    # Still valid JSON when cut: the head is quoted again, and quoting can double it.
+    head = MAX_REPORTED_CHARS
+    while head > 0:
+        wrapped = json.dumps({"truncated": len(text), "head": text[:head]}, ensure_ascii=True)
+        if len(wrapped) <= MAX_REPORTED_CHARS:
+            return wrapped
+        head = head * MAX_REPORTED_CHARS // len(wrapped) - 32  # shrink by the overshoot
+    return json.dumps({"truncated": len(text)})
 
 
 def _settle(raw: Any, reader: _Reader, counts: dict[str, int]) -> Usage:

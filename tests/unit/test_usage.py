@@ -152,6 +152,14 @@ def test_reported_usage_is_ascii_and_capped() -> None:
     assert json.loads(usage.reported)["truncated"] > MAX_REPORTED_CHARS
 
 
+def test_a_capped_report_of_quotes_and_backslashes_is_still_json() -> None:
+    usage = usage_from_openai({"prompt_tokens": -1, "note": '"\\' * 3000})
+    assert usage.reported is not None and len(usage.reported) <= MAX_REPORTED_CHARS
+    report = json.loads(usage.reported)  # valid JSON although cut
+    assert report["truncated"] > MAX_REPORTED_CHARS
+    assert report["head"].startswith('{"prompt_tokens": -1, "note": "\\"\\\\')
+
+
 def test_a_suspect_part_makes_the_sum_suspect() -> None:
     flagged = usage_from_openai({"prompt_tokens": -1})
     total = Usage(prompt_tokens=3) + flagged
