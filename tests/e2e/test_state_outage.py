@@ -29,7 +29,8 @@ from sqlalchemy import func, select
 from gateway.ledger import make_engine
 from gateway.ledger.models import RequestRow, TaskRow
 from gateway.settings import RedisLimits
-from gateway.state.base import from_units
+from gateway.state.base import from_units, to_units
+from gateway.state.fallback import FallbackState
 from tests.conftest import SimControl
 from tests.e2e.conftest import Gateway, GatewayFactory
 
@@ -281,3 +282,22 @@ def test_gateway_starts_with_redis_down_and_picks_it_up(
     assert Decimal(raw.headers["x-farebox-task-cost-usd"]) == sum(costs)
     assert from_units(redis_server.units(task)) == sum(costs)
     assert _transitions(caplog) == {"shared state degraded": 1, "shared state recovered": 1}
+
+
+async def test_a_blip_below_the_threshold_counts_each_cost_once(redis_server: RedisServer) -> None:
+    redis_server.start()
+    state = await FallbackState.connect(redis_server.url, "farebox", LIMITS)
+    try:
+        assert await state.add_task_cost("t", Decimal(1), 60) == 1
+        redis_server.kill()
+        assert await state.add_task_cost("t", Decimal(2), 60) == 3  # answered locally
+        assert not state.degraded  # one failure is not an outage
+        redis_server.start()  # empty: the 1 it had is gone
+        # Redis takes 4 with this process's total less the unpushed 2 as its floor, then
+        # the 2 is pushed: 7, each amount once.
+        await state.add_task_cost("t", Decimal(4), 60)
+        assert redis_server.units("t") == to_units(Decimal(7))
+        assert await state.add_task_cost("t", Decimal(8), 60) == 15
+        assert redis_server.units("t") == to_units(Decimal(15))
+    finally:
+        await state.aclose()
