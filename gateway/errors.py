@@ -7,10 +7,11 @@
     │   ├── RequestTimeoutError 408    headers or body not received in time (slow client)
     │   └── BadHttpError        400    malformed HTTP (answered by the protocol, not the app)
     ├── OverloadedError         503    over FAREBOX_MAX_CONNECTIONS open connections
-    ├── LedgerUnavailableError  503    the ledger database did not answer a read (Retry-After)
     └── UpstreamError                  the upstream could not serve the request
         ├── UpstreamUnreachableError  502  connection refused, DNS, reset before a reply
         ├── UpstreamTimeoutError      504  connect, first-token or idle-stream timeout
+        ├── UpstreamProtocolError     502  a reply the gateway cannot read: not JSON, wrong
+        │                                  shapes, an oversized SSE event, bad compression
         └── UpstreamStatusError       (relayed) the upstream answered 4xx/5xx
 
 Every error renders through `error_body`, so there is one error shape, never a
@@ -19,7 +20,7 @@ FastAPI `{"detail": ...}` beside it. Messages name the upstream, never a secret.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import orjson
 
@@ -72,14 +73,6 @@ class OverloadedError(FareboxError):
     code = "overloaded"
 
 
-class LedgerUnavailableError(FareboxError):
-    """A ledger read failed because the database is down; writes wait in the spool."""
-
-    status_code = 503
-    code = "ledger_unavailable"
-    headers: ClassVar[dict[str, str]] = {"Retry-After": "5"}
-
-
 class UpstreamError(FareboxError):
     """The chosen upstream failed; `retryable` says whether another attempt may help."""
 
@@ -96,6 +89,13 @@ class UpstreamUnreachableError(UpstreamError):
 class UpstreamTimeoutError(UpstreamError):
     status_code = 504
     code = "upstream_timeout"
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The upstream answered, but not in a form the gateway can read or relay."""
+
+    status_code = 502
+    code = "upstream_bad_reply"
 
 
 class UpstreamStatusError(UpstreamError):

@@ -3,6 +3,11 @@
 Each attempt is booked as its own ledger row (same request id, attempt 0, 1, ...). Only
 routes listed under `routing:` in the configuration retry or fall back: a retry is a
 reviewed line of policy, never a surprise.
+
+The upstream's circuit breaker hears only about the upstream: its failures (connect,
+timeout, 429, 5xx, a reply it could not read) count, a request refused before it was
+sent (the client's 400) frees the probe slot it held and counts for nothing. A stream's
+outcome is told by the relay when it ends, since it can still fail after its first event.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from collections.abc import Awaitable, Callable
 from starlette.responses import Response
 
 from gateway.errors import (
+    FareboxError,
     UpstreamError,
+    UpstreamProtocolError,
     UpstreamStatusError,
     UpstreamTimeoutError,
     UpstreamUnreachableError,
@@ -37,12 +44,13 @@ class CircuitOpenError(UpstreamUnreachableError):
     code = "circuit_open"
 
 
-def _upstream_key(ctx: RequestContext) -> str:
+def upstream_key(ctx: RequestContext) -> str:
+    """The breaker's key: one per provider, base URL and model."""
     assert ctx.route is not None
     return f"{ctx.route.provider}:{ctx.route.base_url or ''}:{ctx.route.model}"
 
 
-def _counts_against_upstream(error: UpstreamError) -> bool:
+def counts_against_upstream(error: UpstreamError) -> bool:
     """Failures that say the upstream is unwell; a 4xx about the request does not."""
     if isinstance(error, CircuitOpenError):
         return False
@@ -55,8 +63,8 @@ def failure_status(error: UpstreamError) -> int | str:
     """The status the fallback rules match: an HTTP status, `timeout` or `connect`."""
     if isinstance(error, CircuitOpenError):
         return "circuit_open"
-    if isinstance(error, UpstreamStatusError):
-        return error.status_code
+    if isinstance(error, UpstreamStatusError | UpstreamProtocolError):
+        return error.status_code  # a reply that cannot be read is matched as 502
     return "timeout" if isinstance(error, UpstreamTimeoutError) else "connect"
 
 
@@ -84,16 +92,19 @@ async def call_with_recovery(
     tried: list[Target] = [current]
     number = 1
     while True:
-        breaker = services.breakers.get(_upstream_key(ctx), decision.breaker)
+        breaker = services.breakers.get(upstream_key(ctx), decision.breaker)
         try:
             if not breaker.allow():
                 raise CircuitOpenError(f"upstream {ctx.alias} is failing; its circuit is open")
             response = await send(ctx, services)
-            breaker.record_success()
+            if not ctx.stream:
+                breaker.record_success()  # a stream's outcome is reported by its relay
             return response
         except UpstreamError as error:
-            if _counts_against_upstream(error):
+            if counts_against_upstream(error):
                 breaker.record_failure()
+            elif not isinstance(error, CircuitOpenError):
+                breaker.release()
             recovery = Recovery("give_up")
             if configured:
                 status = failure_status(error)
@@ -104,6 +115,9 @@ async def call_with_recovery(
             await finish(ctx, Meter(), services, error=error, final=final)
             if final or recovery.target is None:
                 raise
+        except BaseException:
+            breaker.release()  # refused before sending, or cancelled: nothing about the upstream
+            raise
         number = number + 1 if recovery.action == "retry" else 1
         await asyncio.sleep(recovery.delay_s)
         if recovery.action == "fallback":
@@ -111,6 +125,21 @@ async def call_with_recovery(
             tried.append(current)
             _replan(ctx, services, base_edits, current)
         ctx.attempt += 1
+
+
+def report_outcome(
+    ctx: RequestContext, services: Services, error: FareboxError | None
+) -> None:
+    """Tell the breaker of the upstream that served `ctx` how its stream ended."""
+    breaker = services.breakers.find(upstream_key(ctx))
+    if breaker is None:
+        return
+    if error is None:
+        breaker.record_success()  # also when the client left: the upstream was serving
+    elif isinstance(error, UpstreamError) and counts_against_upstream(error):
+        breaker.record_failure()
+    else:
+        breaker.release()
 
 
 def _replan(ctx: RequestContext, services: Services, base_edits: BodyEdits, target: Target) -> None:

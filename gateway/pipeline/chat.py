@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
+from gateway.http_headers import safe_headers
 from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.decide import decide
@@ -29,7 +30,7 @@ from gateway.pipeline.measure import Meter
 from gateway.pipeline.parse import parse
 from gateway.pipeline.policy import apply_policy, capabilities
 from gateway.pipeline.prefix import check_prefix, rule_for_route
-from gateway.pipeline.relay import relay
+from gateway.pipeline.relay import RelayResponse, relay
 from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.pipeline.thinking_cap import ThinkingCap
 from gateway.policy.decision import Decision
@@ -101,7 +102,7 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
     if ctx.task is not None and not ctx.task.implicit:
         headers["x-task-id"] = ctx.task.task_id
     headers["x-farebox-tier"] = ctx.tier_served or ctx.tier_requested or "standard"
-    return headers | ctx.response_headers
+    return safe_headers(headers | ctx.response_headers)  # a task id may hold anything
 
 
 async def _complete(ctx: RequestContext, services: Services) -> Response:
@@ -110,7 +111,7 @@ async def _complete(ctx: RequestContext, services: Services) -> Response:
     meter = Meter()
     ctx.timings.upstream_sent = time.perf_counter()
     reply = await adapter.complete(call)  # a failure is booked by the caller
-    reply_json = orjson.loads(reply.body)
+    reply_json = reply.payload  # parsed and checked by the adapter: a bad reply is a 502
     meter.observe_reply(reply_json)
     await finish(ctx, meter, services)
     body = with_cost(reply_json, reply.body, ctx)
@@ -132,7 +133,7 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     events = stream.events()
     first = await _first_event(stream, events, call)
     body = relay(ctx, first, events, stream, meter, services, _thinking_cap(ctx, call, services))
-    return StreamingResponse(body, media_type="text/event-stream", headers=_headers(ctx))
+    return RelayResponse(body, headers=_headers(ctx))
 
 
 def _thinking_cap(

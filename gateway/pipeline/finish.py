@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 
-from gateway.errors import FareboxError
+from gateway.errors import FareboxError, UpstreamError, UpstreamStatusError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.prefix import judge, remember
@@ -24,11 +24,20 @@ def settle(ctx: RequestContext, meter: Meter, error: FareboxError | None, cancel
     timings.finished = time.perf_counter()
     settle_tier(ctx, meter)
     if error is not None:
-        ctx.status_code, ctx.error_type = error.status_code, error.error_type
+        ctx.status_code, ctx.error_type = error.status_code, ledger_error_type(error)
     elif cancelled:
         ctx.status_code, ctx.error_type = 499, "client_disconnected"
     else:
-        ctx.status_code = 200
+        ctx.status_code, ctx.error_type = 200, None  # a retry that succeeded has no error
+
+
+def ledger_error_type(error: FareboxError) -> str:
+    """What a row records: the gateway's own code for an upstream failure it diagnosed
+    (`upstream_unreachable`, `upstream_timeout`, `upstream_bad_reply`, `circuit_open`),
+    else the OpenAI error type the client saw."""
+    if isinstance(error, UpstreamError) and not isinstance(error, UpstreamStatusError):
+        return error.code or error.error_type
+    return error.error_type
 
 
 def _judge_prefix(ctx: RequestContext, services: Services) -> None:

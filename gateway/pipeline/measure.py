@@ -3,6 +3,9 @@
 Upstream reasoning arrives as `reasoning` (current vLLM) or `reasoning_content` (SGLang,
 older vLLM); both count as thinking. The first answer token is the first content or
 tool-call delta, which is what a user waits for when a model thinks first.
+
+The meter never raises on what an upstream sent: a field of an unexpected type is read
+as absent (the relay has already refused replies whose shape a client cannot use).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ REASONING_FIELDS = ("reasoning", "reasoning_content")
 
 def reasoning_text(message: dict[str, Any]) -> str:
     """The reasoning a message or delta carries, under either field name."""
+    if not isinstance(message, dict):
+        return ""
     for name in REASONING_FIELDS:
         value = message.get(name)
         if isinstance(value, str) and value:
@@ -47,19 +52,20 @@ class Meter:
         self.chunks += 1
         now = self.clock()
         self._observe_meta(chunk)
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            self._observe_delta(delta, now)
-            if choice.get("finish_reason"):
+        for choice in _objects(chunk.get("choices")):
+            self._observe_delta(_object(choice.get("delta")), now)
+            if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                 self.finish_reason = choice["finish_reason"]
 
     def observe_reply(self, reply: dict[str, Any]) -> None:
         """Account for a whole non-streaming `chat.completion`."""
         now = self.clock()
         self._observe_meta(reply)
-        for choice in reply.get("choices") or ():
-            self._observe_delta(choice.get("message") or {}, now)
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        for choice in _objects(reply.get("choices")):
+            self._observe_delta(_object(choice.get("message")), now)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason:
+                self.finish_reason = reason
 
     def _observe_meta(self, payload: dict[str, Any]) -> None:
         usage = payload.get("usage")
@@ -74,7 +80,7 @@ class Meter:
     def _observe_delta(self, delta: dict[str, Any], now: float) -> None:
         thought = reasoning_text(delta)
         content = delta.get("content")
-        answered = bool(content) or bool(delta.get("tool_calls"))
+        answered = (isinstance(content, str) and bool(content)) or bool(delta.get("tool_calls"))
         if thought:
             self.reasoning_parts.append(thought)
         if isinstance(content, str) and content:
@@ -94,3 +100,12 @@ class Meter:
     @property
     def seen_answer(self) -> str:
         return "".join(self.answer_parts)
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The objects in a JSON list; anything else is read as an empty list."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -3,18 +3,30 @@
 Events go out as the upstream's own bytes. Two exceptions: the usage-only chunk is
 dropped when the client did not ask for it (the gateway asked on its behalf), and a
 failure mid-stream ends the stream with one error event and `[DONE]`, so no client is
-left hanging.
+left hanging. Whatever goes wrong while reading the upstream's events (an event that is
+not a chat-completion chunk, a reset, an event without end) is an `UpstreamError`, and
+the attempt is booked exactly once: when the stream ends, fails, or the client leaves,
+and also when the response never started at all (`RelayResponse`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
 import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from gateway.errors import FareboxError, UpstreamUnreachableError, stream_error_event
+from gateway.errors import (
+    FareboxError,
+    UpstreamProtocolError,
+    UpstreamUnreachableError,
+    stream_error_event,
+)
+from gateway.pipeline.attempts import report_outcome
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.finish import finish, price_now
 from gateway.pipeline.measure import Meter
@@ -23,15 +35,153 @@ from gateway.pipeline.thinking_cap import ThinkingCap, is_role_only
 from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.upstream.base import UpstreamStream
-from gateway.upstream.sse import DONE, DONE_EVENT, event_data, event_json
+from gateway.upstream.replies import chunk_object
+from gateway.upstream.sse import DONE, DONE_EVENT, event_data
 from gateway.usage import usage_from_openai
+
+log = logging.getLogger("farebox.relay")
 
 
 def _is_usage_only(chunk: dict[str, Any]) -> bool:
-    return bool(chunk.get("usage")) and not chunk.get("choices")
+    return isinstance(chunk.get("usage"), dict) and not chunk.get("choices")
 
 
-async def relay(
+class Relay:
+    """The client's SSE bytes for one upstream stream; books the attempt exactly once."""
+
+    def __init__(
+        self,
+        ctx: RequestContext,
+        first: bytes,
+        events: AsyncIterator[bytes],
+        stream: UpstreamStream,
+        meter: Meter,
+        services: Services,
+        cap: ThinkingCap | None = None,
+    ) -> None:
+        self._ctx, self._meter, self._services, self._cap = ctx, meter, services, cap
+        self._first: bytes | None = first
+        self._events, self._stream = events, stream
+        self._where = ctx.alias or "stream"
+        self._cut_now = False
+        self._settled = False
+        self._body: AsyncGenerator[bytes, None] | None = None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        self._body = self._run()
+        return self._body
+
+    async def close(self) -> None:
+        """Book the attempt if the body did not run to its end (or never started)."""
+        if self._body is not None:
+            await self._body.aclose()  # a started body books itself in its `finally`
+        await self._settle(None, cancelled=True)  # a no-op once booked
+
+    async def _run(self) -> AsyncGenerator[bytes, None]:
+        error: FareboxError | None = None
+        cancelled = False
+        try:
+            while (event := await self._next()) is not None:
+                if _is_done(event):
+                    yield _terminated(event)
+                    return
+                outgoing = self._outgoing(event)
+                if outgoing is not None:
+                    yield outgoing
+                if self._cut_now:
+                    await self._continue()
+            raise UpstreamUnreachableError(
+                f"upstream {self._where} ended the stream before it was complete"
+            )
+        except FareboxError as exc:
+            error = exc
+            yield stream_error_event(exc)
+        except (asyncio.CancelledError, GeneratorExit):
+            cancelled = True
+            raise
+        except Exception:  # a reply the relay could not handle: still a clean ending
+            log.exception("relaying the stream of %s failed", self._where)
+            error = UpstreamProtocolError(
+                f"upstream {self._where} sent a stream the gateway could not relay"
+            )
+            yield stream_error_event(error)
+        finally:
+            # A disconnect cancels this generator's scope; the clean-up and the booking of
+            # what was already spent must still run to the end.
+            with anyio.CancelScope(shield=True):
+                await self._settle(error, cancelled)
+
+    async def _next(self) -> bytes | None:
+        if self._first is not None:
+            event, self._first = self._first, None
+            return event
+        try:
+            return await self._events.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    def _outgoing(self, event: bytes) -> bytes | None:
+        """The bytes to send for one upstream event, or None to drop it."""
+        chunk = chunk_object(event, self._where)  # raises on anything but a chunk
+        if chunk is None:
+            return _terminated(event)
+        cap = self._cap
+        if cap is not None and cap.cut and is_role_only(chunk):
+            return None  # the continuation's opening chunk: the client had one
+        if cap is not None and cap.passes_budget(chunk):
+            self._meter.observe_chunk(chunk)
+            self._cut_now = True
+            return _terminated(event)
+        if cap is not None and cap.cut and _is_usage_only(chunk):
+            chunk, event = _combined_usage(chunk, event, cap)
+        self._meter.observe_chunk(chunk)
+        if _is_usage_only(chunk):
+            if not self._ctx.client_wants_usage_chunk:
+                return None
+            event = _usage_event_with_cost(self._ctx, chunk, event, self._meter, self._services)
+        return _terminated(event)
+
+    async def _continue(self) -> None:
+        """Stop the upstream at the thinking budget and go on with its continuation."""
+        assert self._cap is not None
+        self._cut_now = False
+        await _close(self._events)
+        await self._stream.aclose()
+        self._stream = await self._cap.continue_stream()
+        self._events = self._stream.events()
+
+    async def _settle(self, error: FareboxError | None, cancelled: bool) -> None:
+        """Close the upstream and book the attempt, once; no clean-up failure skips the row."""
+        if self._settled:
+            return
+        self._settled = True
+        await _logged(_close(self._events), "closing the events of", self._where)
+        await _logged(self._stream.aclose(), "closing the stream of", self._where)
+        report_outcome(self._ctx, self._services, error)
+        await finish(self._ctx, self._meter, self._services, error=error, cancelled=cancelled)
+
+
+class RelayResponse(StreamingResponse):
+    """A streamed reply that books its attempt even if not one byte of it was sent.
+
+    If the response cannot start (the client left, a header the server refused), the
+    body is never iterated and a plain generator would never run its clean-up: the
+    upstream would stay open and the call, already paid for, would leave no row.
+    """
+
+    def __init__(self, relay: Relay, headers: dict[str, str]) -> None:
+        super().__init__(relay, media_type="text/event-stream", headers=headers)
+        self._relay = relay
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._relay.close()
+
+
+def relay(
     ctx: RequestContext,
     first: bytes,
     events: AsyncIterator[bytes],
@@ -39,60 +189,9 @@ async def relay(
     meter: Meter,
     services: Services,
     cap: ThinkingCap | None = None,
-) -> AsyncIterator[bytes]:
-    """Yield the client's SSE bytes; always close the upstream and record the request."""
-    error: FareboxError | None = None
-    cancelled = False
-    try:
-        saw_done = False
-        pending: bytes | None = first
-        while True:
-            event = pending if pending is not None else await _next(events)
-            pending = None
-            if event is None:
-                break
-            if _is_done(event):
-                saw_done = True
-                yield event
-                break
-            chunk = event_json(event)
-            if chunk is not None:
-                if cap is not None and cap.cut and is_role_only(chunk):
-                    continue  # the continuation's opening chunk: the client had one
-                if cap is not None and cap.passes_budget(chunk):
-                    meter.observe_chunk(chunk)
-                    yield event
-                    await _close(events)
-                    await stream.aclose()
-                    stream = await cap.continue_stream()
-                    events = stream.events()
-                    continue
-                if cap is not None and cap.cut and _is_usage_only(chunk):
-                    chunk, event = _combined_usage(chunk, event, cap)
-                meter.observe_chunk(chunk)
-                if _is_usage_only(chunk):
-                    if not ctx.client_wants_usage_chunk:
-                        continue
-                    event = _usage_event_with_cost(ctx, chunk, event, meter, services)
-            yield event
-        if not saw_done:
-            error = UpstreamUnreachableError(
-                f"upstream {ctx.alias} ended the stream before it was complete"
-            )
-            yield stream_error_event(error)
-    except FareboxError as exc:
-        error = exc
-        yield stream_error_event(exc)
-    except (asyncio.CancelledError, GeneratorExit):
-        cancelled = True
-        raise
-    finally:
-        # A disconnect cancels this generator's scope; the clean-up and the booking of
-        # what was already spent must still run to the end.
-        with anyio.CancelScope(shield=True):
-            await _close(events)
-            await stream.aclose()
-            await finish(ctx, meter, services, error=error, cancelled=cancelled)
+) -> Relay:
+    """The relay of one upstream stream (see `Relay`)."""
+    return Relay(ctx, first, events, stream, meter, services, cap)
 
 
 def _combined_usage(
@@ -115,11 +214,9 @@ def _usage_event_with_cost(
     return b"data: " + with_cost(chunk, data, ctx) + b"\n\n"
 
 
-async def _next(events: AsyncIterator[bytes]) -> bytes | None:
-    try:
-        return await events.__anext__()
-    except StopAsyncIteration:
-        return None
+def _terminated(event: bytes) -> bytes:
+    """The event with the blank line that ends it (a stream's last event may lack it)."""
+    return event if event.endswith((b"\n\n", b"\r\n\r\n")) else event + b"\n\n"
 
 
 async def _close(events: AsyncIterator[bytes]) -> None:
@@ -128,9 +225,17 @@ async def _close(events: AsyncIterator[bytes]) -> None:
         await aclose()
 
 
+async def _logged(step: Awaitable[None], what: str, where: str) -> None:
+    """Run a clean-up step; its failure is logged, never allowed to skip the booking."""
+    try:
+        await step
+    except Exception:
+        log.exception("%s %s failed", what, where)
+
+
 def _is_done(event: bytes) -> bool:
     data = event_data(event)
     return data is not None and data.strip() == DONE
 
 
-__all__ = ["DONE_EVENT", "relay"]
+__all__ = ["DONE_EVENT", "Relay", "RelayResponse", "relay"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.http_headers import safe_headers
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.record import BookedCost
 from gateway.pricing.money import money_str
@@ -30,7 +31,7 @@ def cost_headers(ctx: RequestContext) -> dict[str, str]:
     headers = {"x-farebox-cost-usd": money_str(BookedCost.of(ctx.cost).total)}
     if ctx.task_cost is not None:
         headers["x-farebox-task-cost-usd"] = money_str(ctx.task_cost)
-    return headers
+    return safe_headers(headers)
 
 
 def with_cost(payload: dict[str, Any], raw: bytes, ctx: RequestContext) -> bytes:

@@ -57,6 +57,11 @@ class CircuitBreaker:
         self._opened_at = None
         self._probe_at = None
 
+    def release(self) -> None:
+        """A request ended with no word on the upstream (refused before sending): free the
+        probe slot it may hold, so a bad request cannot keep the circuit from closing."""
+        self._probe_at = None
+
     def record_failure(self) -> None:
         """A request failed: count it; open on the Nth in the window, or when a probe fails."""
         now = self._clock()
@@ -89,6 +94,10 @@ class BreakerBoard:
         if breaker is None:
             breaker = self._breakers[key] = CircuitBreaker(settings, self._clock)
         return breaker
+
+    def find(self, key: str) -> CircuitBreaker | None:
+        """The breaker for `key`, if a request has created it."""
+        return self._breakers.get(key)
 
     def states(self) -> dict[str, BreakerState]:
         """Each known upstream's state, for metrics and health pages."""

@@ -27,11 +27,15 @@ class UpstreamCall:
 
 @dataclass(slots=True)
 class UpstreamReply:
-    """A complete (non-streaming) reply, already in OpenAI's chat-completion shape."""
+    """A complete (non-streaming) reply, already in OpenAI's chat-completion shape.
+
+    `payload` is `body` parsed and checked by the adapter (`replies.reply_object`).
+    """
 
     status: int
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
+    payload: dict[str, Any] = field(default_factory=dict)
 
 
 class UpstreamStream(Protocol):

@@ -15,10 +15,12 @@ import orjson
 
 from gateway.errors import (
     UpstreamError,
+    UpstreamProtocolError,
     UpstreamStatusError,
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
+from gateway.http_headers import safe_headers
 
 REDACTED = "[redacted]"
 
@@ -59,6 +61,10 @@ def from_transport_error(exc: httpx.HTTPError, where: str) -> UpstreamError:
         return UpstreamTimeoutError(f"upstream {where} timed out while {phase}")
     if isinstance(exc, httpx.ConnectError):
         return UpstreamUnreachableError(f"upstream {where} is unreachable (connection failed)")
+    if isinstance(exc, httpx.DecodingError):
+        return UpstreamProtocolError(
+            f"upstream {where} sent a reply that cannot be decoded (its content-encoding)"
+        )
     return UpstreamUnreachableError(
         f"upstream {where} failed: {type(exc).__name__} before a complete reply"
     )
@@ -87,7 +93,7 @@ def from_status(
 def _relayable(headers: dict[str, str]) -> dict[str, str]:
     """Headers a client needs to back off correctly."""
     keep = ("retry-after", "retry-after-ms")
-    return {k: v for k, v in headers.items() if k.lower() in keep}
+    return safe_headers({k: v for k, v in headers.items() if k.lower() in keep})
 
 
 def _parse_error_body(body: bytes) -> tuple[str, str | None, str | None, Any]:

@@ -11,16 +11,20 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import httpx
 import orjson
 
-from gateway.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnreachableError
+from gateway.errors import FareboxError
 from gateway.upstream import failures
 from gateway.upstream.base import UpstreamCall, UpstreamReply
+from gateway.upstream.litellm_errors import translate_litellm_error
 from gateway.upstream.sse import DONE_EVENT, data_event
 
 # OpenAI request fields litellm translates for other providers; others are dropped,
@@ -75,6 +79,46 @@ def _clean(payload: Any) -> Any:
     return payload
 
 
+@dataclass(slots=True)
+class _SendMark:
+    """Set once litellm hands this call's request to the HTTP client."""
+
+    sent: bool = False
+
+
+# A mutable mark, not a flag: litellm validates in a worker thread with a copied context.
+_SEND_MARK: ContextVar[_SendMark | None] = ContextVar("farebox_litellm_send", default=None)
+
+
+@contextmanager
+def _watching_send() -> Iterator[_SendMark]:
+    """Note, for the duration of one litellm call, whether a request went out."""
+    mark = _SendMark()
+    token = _SEND_MARK.set(mark)
+    try:
+        yield mark
+    finally:
+        _SEND_MARK.reset(token)
+
+
+def _handler_class() -> type:
+    """litellm's HTTP handler, which also marks the call as sent before each request."""
+    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
+
+    class SendMarkingHandler(AsyncHTTPHandler):
+        async def post(self, *args: Any, **kwargs: Any) -> Any:
+            mark = _SEND_MARK.get()
+            if mark is not None:
+                mark.sent = True
+            return await super().post(*args, **kwargs)
+
+    return SendMarkingHandler
+
+
+def _translate(exc: BaseException, call: UpstreamCall, where: str, sent: bool) -> FareboxError:
+    return translate_litellm_error(exc, where, [call.api_key], sent=sent)
+
+
 class LiteLLMStream:
     """A litellm stream rendered as OpenAI SSE events."""
 
@@ -88,8 +132,8 @@ class LiteLLMStream:
         try:
             async for chunk in self._wrapper:
                 yield data_event(_clean(chunk.model_dump()))
-        except Exception as exc:
-            raise _translate(exc, self._call, self._where) from exc
+        except Exception as exc:  # the request went out: whatever fails is the reply's
+            raise _translate(exc, self._call, self._where, sent=True) from exc
         yield DONE_EVENT
 
     async def aclose(self) -> None:
@@ -119,9 +163,7 @@ class LiteLLMUpstream:
         async with self._lock:
             if self._module is None:
                 self._module = await asyncio.to_thread(_import_litellm)
-                from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
-
-                self._handler = AsyncHTTPHandler()
+                self._handler = _handler_class()()
                 await self._handler.close()  # drop its own client: it sends through ours
                 self._handler.client = self._client
         return self._module
@@ -151,46 +193,24 @@ class LiteLLMUpstream:
     async def complete(self, call: UpstreamCall) -> UpstreamReply:
         litellm = await self._litellm()
         where = failures.describe_upstream(call.alias, call.base_url or call.route.provider)
-        try:
-            response = await litellm.acompletion(**self._kwargs(call))
-        except Exception as exc:
-            raise _translate(exc, call, where) from exc
-        return UpstreamReply(200, orjson.dumps(_clean(response.model_dump())))
+        with _watching_send() as mark:
+            try:
+                response = await litellm.acompletion(**self._kwargs(call))
+                payload = _clean(response.model_dump())
+            except Exception as exc:
+                raise _translate(exc, call, where, mark.sent) from exc
+        return UpstreamReply(200, orjson.dumps(payload), payload=payload)
 
     async def open_stream(self, call: UpstreamCall) -> LiteLLMStream:
         litellm = await self._litellm()
         where = failures.describe_upstream(call.alias, call.base_url or call.route.provider)
-        try:
-            wrapper = await litellm.acompletion(**self._kwargs(call))
-        except Exception as exc:
-            raise _translate(exc, call, where) from exc
+        with _watching_send() as mark:
+            try:
+                wrapper = await litellm.acompletion(**self._kwargs(call))
+            except Exception as exc:
+                raise _translate(exc, call, where, mark.sent) from exc
         return LiteLLMStream(wrapper, call, where)
 
     async def aclose(self) -> None:
         """Nothing of its own to close: requests went through the gateway's client."""
         return None
-
-
-def _translate(exc: Exception, call: UpstreamCall, where: str) -> UpstreamError:
-    """Map a litellm exception (an `openai` exception subclass) to a gateway error."""
-    import openai
-
-    if isinstance(exc, UpstreamError):
-        return exc
-    if isinstance(exc, openai.APITimeoutError):
-        return UpstreamTimeoutError(f"upstream {where} timed out")
-    if isinstance(exc, openai.APIConnectionError):
-        return UpstreamUnreachableError(f"upstream {where} is unreachable")
-    status = getattr(exc, "status_code", None)
-    message = failures.redact(str(getattr(exc, "message", "") or exc), [call.api_key])
-    if isinstance(status, int) and status >= 400:
-        body = orjson.dumps({"error": {"message": _strip_prefix(message)}})
-        return failures.from_status(status, body, where, [call.api_key])
-    return UpstreamUnreachableError(
-        f"upstream {where} failed: {type(exc).__name__}: {_strip_prefix(message)}"
-    )
-
-
-def _strip_prefix(message: str) -> str:
-    """litellm prefixes messages with its exception class names; keep the provider's words."""
-    return message.split(" - ", 1)[-1] if message.startswith("litellm.") else message

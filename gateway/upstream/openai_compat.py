@@ -2,6 +2,12 @@
 
 The body goes out as the bytes the pipeline hands over (the client's own bytes when
 nothing had to change); streamed replies come back event by event, untouched.
+
+Streams ask for `accept-encoding: identity`: a compressing upstream buffers its output
+to fill compression blocks, which holds tokens back, and SSE chunks are too small to
+gain much. An upstream that compresses anyway is decoded (`aiter_bytes`, never the raw
+bytes), so the client always gets plain SSE; whole replies keep httpx's default
+`accept-encoding` (big JSON compresses well) and are decoded by `.content`.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from gateway.upstream import failures
+from gateway.upstream import failures, replies
 from gateway.upstream.base import UpstreamCall, UpstreamReply
 from gateway.upstream.sse import iter_events
 
@@ -26,6 +32,7 @@ def _headers(call: UpstreamCall) -> dict[str, str]:
     headers = {"content-type": "application/json", **call.extra_headers}
     if call.stream:
         headers["accept"] = "text/event-stream"
+        headers["accept-encoding"] = "identity"
     if call.api_key:
         headers["authorization"] = f"Bearer {call.api_key}"
     return headers
@@ -41,7 +48,7 @@ class OpenAIStream:
 
     async def events(self) -> AsyncIterator[bytes]:
         try:
-            async for event in iter_events(self._response.aiter_raw()):
+            async for event in iter_events(self._response.aiter_bytes(), where=self._where):
                 yield event
         except httpx.HTTPError as exc:
             raise failures.from_transport_error(exc, self._where) from exc
@@ -76,7 +83,9 @@ class OpenAICompatUpstream:
                 [call.api_key],
                 dict(response.headers),
             )
-        return UpstreamReply(response.status_code, response.content, dict(response.headers))
+        body = response.content
+        payload = replies.reply_object(body, where)
+        return UpstreamReply(response.status_code, body, dict(response.headers), payload)
 
     async def open_stream(self, call: UpstreamCall) -> OpenAIStream:
         where = failures.describe_upstream(call.alias, call.base_url)

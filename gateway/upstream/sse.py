@@ -7,31 +7,92 @@ from typing import Any
 
 import orjson
 
+from gateway.errors import UpstreamProtocolError
+
 DONE = b"[DONE]"
 
 
-async def iter_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Yield each complete event (its lines plus the blank line that ends it), byte-exact."""
-    buffer = b""
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+"""One event larger than this (no blank line in sight) fails the stream: no OpenAI-shaped
+chunk is that big, and buffering without end would let one upstream exhaust memory."""
+
+
+async def iter_events(
+    chunks: AsyncIterator[bytes], *, where: str = "", max_event_bytes: int = MAX_EVENT_BYTES
+) -> AsyncIterator[bytes]:
+    """Yield each complete event (its lines plus the blank line that ends it), byte-exact.
+
+    Linear in the stream's size: every byte is searched once, whatever the chunking.
+    """
+    splitter = EventSplitter(max_event_bytes, where)
     async for chunk in chunks:
-        buffer += chunk
-        while True:
-            end, sep_len = _event_end(buffer)
-            if end < 0:
-                break
-            yield buffer[: end + sep_len]
-            buffer = buffer[end + sep_len :]
-    if buffer.strip():
-        yield buffer
+        for event in splitter.feed(chunk):
+            yield event
+    if splitter.rest.strip():
+        yield splitter.rest
 
 
-def _event_end(buffer: bytes) -> tuple[int, int]:
-    """Index and length of the first blank-line separator (LF or CRLF), or (-1, 0)."""
-    lf = buffer.find(b"\n\n")
-    crlf = buffer.find(b"\r\n\r\n")
-    if crlf >= 0 and (lf < 0 or crlf < lf):
-        return crlf, 4
-    return (lf, 2) if lf >= 0 else (-1, 0)
+class EventSplitter:
+    """Cuts a byte stream at blank lines (LF LF or CRLF CRLF), searching each byte once.
+
+    `_cursor` is where the search for the next LF resumes; every separator holds an LF at
+    its first (LF LF) or second (CRLF CRLF) byte, so walking the LFs in order finds the
+    earliest separator of either kind.
+    """
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES, where: str = "") -> None:
+        self._buffer = bytearray()
+        self._cursor = 0
+        self._max = max_event_bytes
+        self._where = where
+
+    @property
+    def rest(self) -> bytes:
+        """What is left after the last complete event."""
+        return bytes(self._buffer)
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Add `chunk`; return the events it completed."""
+        self._buffer += chunk
+        events: list[bytes] = []
+        start = 0
+        while (end := self._next_end(start)) >= 0:
+            self._check_size(end - start)
+            events.append(bytes(self._buffer[start:end]))
+            start = end
+        if start:
+            del self._buffer[:start]  # once per chunk: what is left is one partial event
+            self._cursor -= start
+        self._check_size(len(self._buffer))
+        return events
+
+    def _check_size(self, size: int) -> None:
+        if size > self._max:
+            raise UpstreamProtocolError(
+                f"upstream {self._where or 'stream'} sent an SSE event over "
+                f"{self._max} bytes without an end"
+            )
+
+    def _next_end(self, start: int) -> int:
+        """The end (separator included) of the event that begins at `start`, or -1."""
+        buffer = self._buffer
+        cursor = max(self._cursor, start)
+        while (lf := buffer.find(b"\n", cursor)) >= 0:
+            after = buffer[lf + 1 : lf + 3]
+            if after[:1] == b"\n":
+                end = lf + 2
+            elif lf > start and buffer[lf - 1] == 0x0D and after == b"\r\n":
+                end = lf + 3
+            elif after in (b"", b"\r"):
+                self._cursor = lf  # the bytes that decide have not arrived yet
+                return -1
+            else:
+                cursor = lf + 1
+                continue
+            self._cursor = end
+            return end
+        self._cursor = len(buffer)
+        return -1
 
 
 def event_data(event: bytes) -> bytes | None:

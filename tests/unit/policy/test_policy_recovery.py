@@ -166,6 +166,17 @@ def test_a_lost_probe_expires() -> None:
     assert breaker.allow()  # the first probe never reported; try another
 
 
+def test_a_released_probe_lets_the_next_request_probe_at_once() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(failures=1, cooldown_s=5), clock)
+    breaker.record_failure()
+    clock.now += 5
+    assert breaker.allow()  # the probe: a request the client got wrong, refused unsent
+    breaker.release()
+    assert breaker.state == "half_open" and breaker.allow()  # the next one probes now
+    assert not breaker.allow()
+
+
 def test_failures_while_open_do_not_extend_the_cool_down() -> None:
     clock = FakeClock()
     breaker = CircuitBreaker(BreakerSettings(failures=1, cooldown_s=5), clock)
@@ -184,6 +195,8 @@ def test_breaker_board_keeps_one_breaker_per_upstream() -> None:
     assert board.get("https://api.openai.com", settings).state == "open"
     assert board.get("http://vllm:8000", settings).state == "closed"
     assert board.states() == {"https://api.openai.com": "open", "http://vllm:8000": "closed"}
+    assert board.find("http://vllm:8000") is board.get("http://vllm:8000", settings)
+    assert board.find("http://elsewhere") is None
 
 
 def test_decision_carries_route_settings_and_replans_a_fallback() -> None:

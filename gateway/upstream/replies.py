@@ -1,0 +1,75 @@
+"""Read an upstream's reply, whole or one SSE event at a time, or refuse it as malformed.
+
+The gateway relays OpenAI's chat-completion shape, so only the parts it promises its
+clients are checked: the payload is a JSON object, `choices` a list of objects, each
+`message` or `delta` an object, `usage` an object. Anything else is an
+`UpstreamProtocolError` (a 502 that counts against the upstream), raised here, once,
+instead of a `KeyError` deep in metering. Fields the gateway does not read pass unchecked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.errors import UpstreamProtocolError
+from gateway.upstream.sse import DONE, event_data
+
+
+def reply_object(body: bytes, where: str) -> dict[str, Any]:
+    """A whole `chat.completion` reply, checked."""
+    payload = _json_object(body, where, "reply")
+    if not isinstance(payload.get("choices"), list):
+        raise UpstreamProtocolError(f"upstream {where} sent a reply with no `choices` list")
+    _check_shape(payload, "message", where)
+    return payload
+
+
+def chunk_object(event: bytes, where: str) -> dict[str, Any] | None:
+    """A streamed `chat.completion.chunk`, checked; None for comments, `[DONE]`, empty data."""
+    data = event_data(event)
+    if data is None or not data.strip() or data.strip() == DONE:
+        return None
+    payload = _json_object(data, where, "stream event")
+    _check_shape(payload, "delta", where)
+    return payload
+
+
+def _json_object(data: bytes, where: str, what: str) -> dict[str, Any]:
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise UpstreamProtocolError(
+            f"upstream {where} sent a {what} that is not JSON ({_size(data)})"
+        ) from None
+    if not isinstance(payload, dict):
+        raise UpstreamProtocolError(
+            f"upstream {where} sent a {what} that is not a JSON object ({_size(data)})"
+        )
+    return payload
+
+
+def _check_shape(payload: dict[str, Any], part: str, where: str) -> None:
+    """`choices`, each choice's `part` and `usage` have the types clients rely on."""
+    choices = payload.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        _bad(where, "`choices` is not a list")
+    for choice in choices or ():
+        if not isinstance(choice, dict):
+            _bad(where, "a choice is not an object")
+        inner = choice.get(part)
+        if inner is not None and not isinstance(inner, dict):
+            _bad(where, f"`{part}` is not an object")
+    usage = payload.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        _bad(where, "`usage` is not an object")
+
+
+def _bad(where: str, detail: str) -> None:
+    raise UpstreamProtocolError(f"upstream {where} sent a malformed chat completion: {detail}")
+
+
+def _size(data: bytes) -> str:
+    # Only the size: the bytes themselves could echo anything, keys included.
+    return "empty" if not data.strip() else f"{len(data)} bytes"
