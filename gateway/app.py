@@ -22,9 +22,11 @@ from gateway.api import admin, chat, gpu, health, models, prefix, spend, tasks
 from gateway.api import metrics as metrics_api
 from gateway.body_guard import BodyGuard
 from gateway.config import GatewayConfig, load_config
+from gateway.drain import InFlight, InFlightMiddleware
 from gateway.embedded_sim import start_embedded_sim
 from gateway.errors import FareboxError, error_body
-from gateway.ledger import LedgerWriter, WriterConfig, make_engine, migrate
+from gateway.ledger import LedgerWriter, WriterConfig, migrate
+from gateway.ledger.reads import bounded_engine
 from gateway.metrics import Metrics
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
@@ -82,6 +84,9 @@ def create_app(
         api_limit=settings.max_api_body_bytes,
         timeout_s=settings.body_timeout_s,
     )
+    # Outermost: a shutdown past its grace period cuts requests here (see gateway.drain).
+    app.state.in_flight = InFlight()
+    app.add_middleware(InFlightMiddleware, in_flight=app.state.in_flight)
     return app
 
 
@@ -99,7 +104,8 @@ async def _build_services(
     stack.push_async_callback(upstreams.aclose)
     metrics = Metrics()
     engine, ledger = await _open_ledger(stack, settings, config, metrics)
-    state = await open_state(settings.redis_url)
+    # Redis need not answer yet: shared state starts per-process and picks it up later.
+    state = await open_state(settings.redis_url, limits=settings.redis_limits, observer=metrics)
     stack.push_async_callback(state.aclose)
     return Services(
         settings=settings,
@@ -123,11 +129,16 @@ def _prefix_checker(settings: Settings) -> PrefixChecker:
 async def _open_ledger(
     stack: AsyncExitStack, settings: Settings, config: GatewayConfig, metrics: Metrics
 ) -> tuple[AsyncEngine, LedgerWriter]:
-    """Migrate the ledger database and start its background writer."""
+    """Migrate the ledger database, start its writer; return the engine for reads, the writer."""
     url = settings.ledger_url()
     await migrate(url)
-    engine = make_engine(url)
+    connect_s = settings.ledger_connect_timeout_s
+    engine = bounded_engine(url, connect_s)
     stack.push_async_callback(engine.dispose)
+    # Reads get a pool of their own with a statement timeout, so a hung database makes
+    # /v1/spend answer 503 in bounded time and never starves the writer of connections.
+    reads = bounded_engine(url, connect_s, settings.ledger_read_timeout_s)
+    stack.push_async_callback(reads.dispose)
     writer_config = WriterConfig(
         spool_dir=settings.data_dir / "spool",
         flush_interval=settings.ledger_flush_interval,
@@ -136,7 +147,7 @@ async def _open_ledger(
     writer = LedgerWriter(engine, writer_config, on_task_finished=metrics.observe_task)
     await writer.start()
     stack.push_async_callback(writer.close)  # flushes every pending row on shutdown
-    return engine, writer
+    return reads, writer
 
 
 async def _watch(stack: AsyncExitStack, reloader: ConfigReloader) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import uvicorn
 from rich.console import Console
 
 from gateway import __version__
@@ -52,6 +51,7 @@ def serve(
 ) -> None:
     """Start the gateway."""
     from gateway.app import create_app
+    from gateway.drain import DrainingServer
     from gateway.server import server_config
 
     overrides = {k: v for k, v in {"host": host, "port": port, "config": config}.items() if v}
@@ -65,7 +65,8 @@ def serve(
         err.print(f"[red]farebox: {exc}[/]")
         raise typer.Exit(2) from exc
     application = create_app(settings, gateway_config, on_ready=_banner(settings))
-    uvicorn.Server(server_config(application, settings)).run()
+    server = server_config(application, settings)
+    DrainingServer(server, application.state.in_flight, settings.shutdown_grace_s).run()
 
 
 def _register_commands() -> None:

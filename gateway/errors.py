@@ -7,6 +7,7 @@
     │   ├── RequestTimeoutError 408    headers or body not received in time (slow client)
     │   └── BadHttpError        400    malformed HTTP (answered by the protocol, not the app)
     ├── OverloadedError         503    over FAREBOX_MAX_CONNECTIONS open connections
+    ├── LedgerUnavailableError  503    the ledger database did not answer a read (Retry-After)
     └── UpstreamError                  the upstream could not serve the request
         ├── UpstreamUnreachableError  502  connection refused, DNS, reset before a reply
         ├── UpstreamTimeoutError      504  connect, first-token or idle-stream timeout
@@ -20,7 +21,7 @@ FastAPI `{"detail": ...}` beside it. Messages name the upstream, never a secret.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -71,6 +72,14 @@ class BadHttpError(InvalidRequestError):
 class OverloadedError(FareboxError):
     status_code = 503
     code = "overloaded"
+
+
+class LedgerUnavailableError(FareboxError):
+    """A ledger read failed because the database is down; writes wait in the spool."""
+
+    status_code = 503
+    code = "ledger_unavailable"
+    headers: ClassVar[dict[str, str]] = {"Retry-After": "5"}
 
 
 class UpstreamError(FareboxError):

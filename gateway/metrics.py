@@ -184,6 +184,17 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.shared_state_degraded = Gauge(
+            "farebox_state_degraded",
+            "1 while Redis is unreachable and shared state is per-process, else 0.",
+            registry=r,
+        )
+        self.shared_state_fallbacks = Counter(
+            "farebox_state_fallbacks",
+            "Shared-state calls answered per-process because Redis failed or was away.",
+            ["operation"],
+            registry=r,
+        )
 
     def observe_ledger(self, stats: LedgerStats) -> None:
         """Copy the ledger writer's counters into gauges, at scrape time."""
@@ -196,6 +207,14 @@ class Metrics:
         if rejected > self._ledger_rejected_seen:
             self.ledger_rejected.inc(rejected - self._ledger_rejected_seen)
             self._ledger_rejected_seen = rejected
+
+    def state_degraded(self, degraded: bool) -> None:
+        """Shared state fell back to per-process (True), or Redis is back (False)."""
+        self.shared_state_degraded.set(1 if degraded else 0)
+
+    def state_fallback(self, operation: str) -> None:
+        """One shared-state call answered per-process."""
+        self.shared_state_fallbacks.labels(operation=operation).inc()
 
     def observe_task(self, team: str | None, outcome: str, cost: Decimal) -> None:
         """Record one finished task's total cost."""

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from gateway.drain import BACKSTOP_S
 from gateway.errors import (
     BadHttpError,
     FareboxError,
@@ -140,5 +141,8 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
         "http": protocol_class(limits),
         # uvicorn's own limit answers in plain text; FareboxProtocol enforces ours.
         "limit_concurrency": None,
+        # On SIGTERM: stop accepting, let in-flight requests (streams) finish; past the
+        # grace period `gateway.drain` cuts them; this is uvicorn's backstop after that.
+        "timeout_graceful_shutdown": settings.shutdown_grace_s + BACKSTOP_S,
     }
     return uvicorn.Config(app, **(options | overrides))

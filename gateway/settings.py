@@ -21,6 +21,19 @@ class Timeouts(BaseSettings):
     idle_stream: float = 120.0
 
 
+class RedisLimits(BaseSettings):
+    """How long shared state waits on Redis, and when it stops asking (see gateway/state)."""
+
+    model_config = SettingsConfigDict(env_prefix="FAREBOX_REDIS_", extra="ignore")
+
+    timeout_s: float = Field(default=0.25, gt=0, description="Wait for one Redis reply.")
+    connect_timeout_s: float = Field(default=0.25, gt=0, description="Wait to connect.")
+    failures: int = Field(
+        default=3, ge=1, description="Consecutive failed calls that switch to per-process state."
+    )
+    retry_s: float = Field(default=1.0, gt=0, description="Probe interval while Redis is away.")
+
+
 class Settings(BaseSettings):
     """Everything the gateway reads from its environment."""
 
@@ -55,6 +68,16 @@ class Settings(BaseSettings):
         default=2.0, gt=0, description="How often the config file is checked for changes."
     )
     redis_url: str | None = None
+    redis_limits: RedisLimits = Field(default_factory=RedisLimits)
+    ledger_connect_timeout_s: float = Field(
+        default=3.0, gt=0, description="PostgreSQL connect timeout of ledger writes and reads."
+    )
+    ledger_read_timeout_s: float = Field(
+        default=10.0, gt=0, description="Statement timeout of a ledger read (/v1/spend, ...)."
+    )
+    shutdown_grace_s: float = Field(
+        default=30.0, ge=0, description="On SIGTERM, how long in-flight requests may finish."
+    )
     prefix_scan_budget: int | None = Field(
         default=None,
         ge=0,

@@ -11,8 +11,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.api.deps import ServicesDep
+from gateway.api.deps import LedgerDep, ServicesDep
 from gateway.api.jsonable import jsonable
 from gateway.ledger import spend
 from gateway.pricing import GpuCost, GpuHourMeter
@@ -24,11 +25,13 @@ def _hour_start(at: datetime) -> datetime:
     return at.replace(minute=0, second=0, microsecond=0)
 
 
-async def _meter(services: Any, alias: str, gpu: GpuCost, hours: list[datetime]) -> GpuHourMeter:
+async def _meter(
+    ledger: AsyncEngine, alias: str, gpu: GpuCost, hours: list[datetime]
+) -> GpuHourMeter:
     """A meter fed with the tokens the ledger recorded for `alias`, hour by hour."""
     meter = GpuHourMeter(gpu, retain_hours=len(hours) + 1)
     for start in hours:
-        rows = await spend(services.engine, "model", start, start + timedelta(hours=1))
+        rows = await spend(ledger, "model", start, start + timedelta(hours=1))
         for row in rows:
             if row.group == alias:
                 meter.record(start, row.prompt_tokens - row.cached_tokens, row.completion_tokens)
@@ -37,17 +40,16 @@ async def _meter(services: Any, alias: str, gpu: GpuCost, hours: list[datetime])
 
 @router.get("/v1/gpu")
 async def gpu_costs(
-    services: ServicesDep, hours: Annotated[int, Query(ge=1, le=168)] = 24
+    services: ServicesDep, ledger: LedgerDep, hours: Annotated[int, Query(ge=1, le=168)] = 24
 ) -> dict[str, Any]:
     """Per GPU-priced model: planned USD per million tokens, and the effective price per hour."""
-    await services.ledger.flush()
     now = _hour_start(datetime.now(UTC))
     starts = [now - timedelta(hours=h) for h in range(hours - 1, -1, -1)]
     data = []
     for alias, override in services.config.prices.items():
         if override.gpu is None:
             continue
-        meter = await _meter(services, alias, override.gpu, starts)
+        meter = await _meter(ledger, alias, override.gpu, starts)
         hourly = [meter.effective(start) for start in starts]
         data.append(
             {

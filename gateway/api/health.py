@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
 from starlette.responses import JSONResponse
 
 from gateway.api.deps import ServicesDep
+from gateway.state import StateHealth
 
 router = APIRouter()
 
@@ -20,15 +22,35 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(services: ServicesDep) -> JSONResponse:
-    """Ready only when the configuration loaded and at least one upstream is configured."""
+    """Ready when the configuration loaded and an upstream is configured; 503 otherwise.
+
+    Redis unreachable is `degraded`, still 200: the replica serves every request (with
+    per-process state), so it stays in the load balancer; the body says why.
+    """
     problems: list[str] = []
     # The configuration loaded: the app would not have started otherwise.
     if not services.config.models:
         problems.append("no upstream models configured")
     if services.config.uses_simulator and services.sim_base_url is None:
         problems.append("the bundled simulator is not running")
-    body: dict[str, Any] = {"status": "ready" if not problems else "not_ready"}
+    state = services.state.health()
+    status = "not_ready" if problems else "degraded" if state.degraded else "ready"
+    body: dict[str, Any] = {"status": status}
     if problems:
         body["problems"] = problems
     body["models"] = len(services.config.models)
+    body["state"] = _state(state)
     return JSONResponse(body, status_code=200 if not problems else 503)
+
+
+def _state(health: StateHealth) -> dict[str, Any]:
+    """Where shared state lives: `ok`, or `degraded` (per-process) with the reason."""
+    body: dict[str, Any] = {
+        "backend": health.backend,
+        "status": "degraded" if health.degraded else "ok",
+    }
+    if health.degraded:
+        body["reason"] = health.reason
+        since = health.since
+        body["since"] = datetime.fromtimestamp(since, UTC).isoformat() if since else None
+    return body

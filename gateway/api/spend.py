@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from gateway.api.deps import ServicesDep
+from gateway.api.deps import LedgerDep, ServicesDep
 from gateway.api.jsonable import jsonable
 from gateway.api.params import Instant
 from gateway.errors import InvalidRequestError
@@ -21,15 +21,14 @@ GroupBy = Literal["team", "project", "model", "backend", "tier", "step", "step_k
 
 @router.get("/v1/spend", response_model=None)
 async def read_spend(
-    services: ServicesDep,
+    ledger: LedgerDep,
     group_by: GroupBy = "team",
     since: Instant | None = None,
     until: Instant | None = None,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> dict[str, Any] | Response:
     """Requests, tokens and cost by component, grouped, over `since <= t < until`."""
-    await services.ledger.flush()
-    rows = await spend(services.engine, group_by, since, until)
+    rows = await spend(ledger, group_by, since, until)
     if format == "csv":
         return Response(export_csv(rows, SpendRow), media_type="text/csv")
     return {"object": "list", "group_by": group_by, "data": jsonable(rows)}
@@ -37,15 +36,14 @@ async def read_spend(
 
 @router.get("/v1/spend/tasks", response_model=None)
 async def read_task_costs(
-    services: ServicesDep,
+    ledger: LedgerDep,
     group_by: Literal["team", "project"] = "team",
     since: Instant | None = None,
     until: Instant | None = None,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> dict[str, Any] | Response:
     """Cost per finished task (count, p50, p95, max) and the output/reasoning/cache-write shares."""
-    await services.ledger.flush()
-    rows = await task_cost_stats(services.engine, group_by, since, until)
+    rows = await task_cost_stats(ledger, group_by, since, until)
     if format == "csv":
         return Response(export_csv(rows, TaskCostStats), media_type="text/csv")
     return {"object": "list", "group_by": group_by, "data": jsonable(rows)}

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.api.deps import ServicesDep
+from gateway.api.deps import LedgerDep, ServicesDep
 from gateway.api.jsonable import jsonable
 from gateway.errors import FareboxError, InvalidRequestError
 from gateway.ledger import get_task
@@ -41,11 +41,10 @@ async def finish_task(task_id: str, body: FinishRequest, services: ServicesDep) 
 
 
 @router.get("/v1/tasks/{task_id}")
-async def read_task(task_id: str, services: ServicesDep) -> dict[str, Any]:
+async def read_task(task_id: str, ledger: LedgerDep) -> dict[str, Any]:
     """The task's totals and each upstream call it made."""
     check_identifier(task_id, "task_id", MAX_TASK_ID)
-    await services.ledger.flush()  # read what this process has already served
-    detail = await get_task(services.engine, task_id)
+    detail = await get_task(ledger, task_id)  # caught up with what this process served
     if detail is None:
         raise TaskNotFoundError(f"task '{task_id}' has no recorded requests", param="task_id")
     task = jsonable(detail.task)

@@ -13,18 +13,23 @@ from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.api.jsonable import jsonable
-from gateway.ledger import SpendRow, TaskCostStats, make_engine, spend, task_cost_stats
+from gateway.ledger import SpendRow, TaskCostStats, spend, task_cost_stats
+from gateway.ledger.reads import LEDGER_DOWN, bounded_engine
 from gateway.pricing.money import money_str
 from gateway.settings import Settings
 
 err = Console(stderr=True)
 GROUPS = ("team", "project", "model", "backend", "tier", "step", "step_kind")
+_READ_FAILURES: tuple[type[BaseException], ...] = (SQLAlchemyError, *LEDGER_DOWN)
 
 
 async def _read(
-    url: str, group_by: str, since: datetime | None, until: datetime | None
+    settings: Settings, group_by: str, since: datetime | None, until: datetime | None
 ) -> tuple[list[SpendRow], list[TaskCostStats]]:
-    engine = make_engine(url)
+    # The same time limits as the gateway's reads: a down database is an error, not a hang.
+    engine = bounded_engine(
+        settings.ledger_url(), settings.ledger_connect_timeout_s, settings.ledger_read_timeout_s
+    )
     try:
         rows = await spend(engine, group_by, since, until)
         tasks = await task_cost_stats(engine, "team", since, until)
@@ -95,10 +100,11 @@ def report(
     if group_by not in GROUPS:
         err.print(f"farebox report: --group-by must be one of {', '.join(GROUPS)}")
         raise typer.Exit(2)
-    url = database_url or Settings().ledger_url()
+    settings = Settings(database_url=database_url) if database_url else Settings()
+    url = settings.ledger_url()
     try:
-        rows, stats = asyncio.run(_read(url, group_by, since, until))
-    except (SQLAlchemyError, OSError) as exc:
+        rows, stats = asyncio.run(_read(settings, group_by, since, until))
+    except _READ_FAILURES as exc:
         err.print(f"farebox report: cannot read the ledger at {url.split('@')[-1]}: {exc}")
         raise typer.Exit(2) from exc
     if json_output:

@@ -114,6 +114,11 @@ class LedgerWriter:
         self.last_flush_seconds = 0.0
 
     @property
+    def retrying(self) -> bool:
+        """Whether the last database write failed and its retry is scheduled (may be down)."""
+        return self._backoff > 0
+
+    @property
     def pending(self) -> int:
         """Entries in memory, not yet on disk (including a batch being written)."""
         return len(self._pending) + self._writing

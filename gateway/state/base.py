@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 # Money is kept as integer units of 1e-10 USD: exact, and atomic to add in Redis.
 MONEY_UNITS = Decimal("1e10")
@@ -17,6 +18,24 @@ def to_units(amount: Decimal) -> int:
 def from_units(units: int) -> Decimal:
     """Integer units back to dollars, exactly."""
     return (Decimal(units) / MONEY_UNITS).quantize(Decimal("1e-10"))
+
+
+@dataclass(frozen=True, slots=True)
+class StateHealth:
+    """Where shared state lives now, for /readyz: `degraded` means per-process only."""
+
+    backend: Literal["memory", "redis"]
+    degraded: bool = False
+    reason: str | None = None
+    since: float | None = None  # wall-clock time the degradation began
+
+
+class StateObserver(Protocol):
+    """Told when shared state degrades or recovers, and of each call served locally."""
+
+    def state_degraded(self, degraded: bool) -> None: ...
+
+    def state_fallback(self, operation: str) -> None: ...
 
 
 class SharedState(Protocol):
@@ -49,6 +68,10 @@ class SharedState(Protocol):
 
     async def pin_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> None:
         """Fix a task setting unless one is already fixed (the first step wins)."""
+        ...
+
+    def health(self) -> StateHealth:
+        """Which backend answers now, and why not Redis when it should."""
         ...
 
     async def aclose(self) -> None: ...

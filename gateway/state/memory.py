@@ -7,7 +7,7 @@ from collections import OrderedDict
 from decimal import Decimal
 from typing import Any
 
-from gateway.state.base import from_units, to_units
+from gateway.state.base import StateHealth, from_units, to_units
 
 
 class MemoryState:
@@ -32,11 +32,18 @@ class MemoryState:
 
     async def add_task_cost(self, task_id: str, amount: Decimal, ttl_s: float) -> Decimal:
         units = self._live(task_id) + to_units(amount)
+        self._store_cost(task_id, units, ttl_s)
+        return from_units(units)
+
+    async def set_task_cost(self, task_id: str, total: Decimal, ttl_s: float) -> None:
+        """Take a total learned elsewhere (from Redis), so later local adds continue from it."""
+        self._store_cost(task_id, to_units(total), ttl_s)
+
+    def _store_cost(self, task_id: str, units: int, ttl_s: float) -> None:
         self._costs[task_id] = (units, time.monotonic() + ttl_s)
         self._costs.move_to_end(task_id)
         while len(self._costs) > self.max_tasks:
             self._costs.popitem(last=False)
-        return from_units(units)
 
     async def task_cost(self, task_id: str) -> Decimal:
         return from_units(self._live(task_id))
@@ -72,6 +79,9 @@ class MemoryState:
             self._values[f"{task_id}:{name}"] = (value, time.monotonic() + ttl_s)
             while len(self._values) > self.max_tasks:
                 self._values.popitem(last=False)
+
+    def health(self) -> StateHealth:
+        return StateHealth("memory")
 
     async def aclose(self) -> None:
         self._values.clear()

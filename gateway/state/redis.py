@@ -3,13 +3,48 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
-from gateway.state.base import from_units, to_units
+from gateway.settings import RedisLimits
+from gateway.state.base import StateHealth, from_units, to_units
+
+POOL_SIZE = 64
+POOL_WAIT_S = 1.0
+PUSH_BATCH = 500
+# Per key: INCRBY, then raise the total to a floor (the caller's own view of it, which a
+# Redis restarted without its data would otherwise forget), then EXPIRE. Totals are
+# non-negative integers, compared as strings so that none is rounded through a double.
+_ADD_WITH_FLOOR = """
+local totals = {}
+for i, key in ipairs(KEYS) do
+  local at = (i - 1) * 3
+  redis.call('INCRBY', key, ARGV[at + 1])
+  local total, floor = redis.call('GET', key), ARGV[at + 2]
+  if #total < #floor or (#total == #floor and total < floor) then
+    redis.call('SET', key, floor)
+    total = floor
+  end
+  redis.call('EXPIRE', key, ARGV[at + 3])
+  totals[i] = total
+end
+return totals
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CostDelta:
+    """An addition to a task's total in 1e-10 USD units, the least total after it, its TTL."""
+
+    units: int
+    floor: int
+    ttl_s: float
 
 
 class RedisState:
@@ -21,33 +56,81 @@ class RedisState:
         self.client = client
         self.namespace = namespace
         self._pool = pool
+        self._add = client.register_script(_ADD_WITH_FLOOR)
 
     @classmethod
-    async def connect(cls, url: str, namespace: str) -> RedisState:
-        """Connect and ping, so a wrong URL fails at start-up, not on the first request."""
-        # A blocking pool makes a burst wait for a free connection instead of failing.
+    def from_url(cls, url: str, namespace: str, limits: RedisLimits) -> RedisState:
+        """A client that connects on first use; every call is bounded by `limits`."""
+        # A blocking pool makes a burst queue for a free connection (a wait that is ours,
+        # not Redis's, so it gets longer than a reply); few connections, few handshakes.
+        # No retries: the caller falls back to per-process state instead of waiting.
         pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=256, timeout=5, socket_connect_timeout=5, socket_timeout=5
+            url,
+            max_connections=POOL_SIZE,
+            timeout=POOL_WAIT_S,
+            socket_connect_timeout=limits.connect_timeout_s,
+            socket_timeout=limits.timeout_s,
         )
-        client = aioredis.Redis(connection_pool=pool)
-        try:
-            await client.ping()
-        except Exception:
-            await client.aclose()
-            await pool.aclose()
-            raise
-        return cls(client, namespace, pool)
+        return cls(
+            aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0)), namespace, pool
+        )
+
+    @property
+    def address(self) -> str:
+        """host:port/db, for log lines (never the password)."""
+        kwargs = self._pool.connection_kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+        return f"{where}/{kwargs.get('db', 0)}"
+
+    async def ping(self) -> None:
+        """Raise unless Redis answers."""
+        await self.client.ping()
+
+    async def reconnect(self) -> None:
+        """Drop pooled connections (after an outage they are dead), then ping on a new one."""
+        await self._pool.disconnect()
+        await self.client.ping()
+
+    async def add_units(self, deltas: dict[str, CostDelta]) -> dict[str, int]:
+        """Add to each task's total, at least up to its floor; return the new totals."""
+        if not deltas:
+            return {}
+        totals: dict[str, int] = {}
+        items = list(deltas.items())
+        for start in range(0, len(items), PUSH_BATCH):  # a script blocks Redis while it runs
+            batch = items[start : start + PUSH_BATCH]
+            keys = [self._key(task_id) for task_id, _ in batch]
+            args = [
+                value
+                for _, delta in batch
+                for value in (delta.units, max(delta.floor, 0), max(math.ceil(delta.ttl_s), 1))
+            ]
+            replies = await self._add(keys=keys, args=args)
+            totals.update((task_id, int(r)) for (task_id, _), r in zip(batch, replies, strict=True))
+        return totals
+
+    async def pin_all(self, pins: dict[tuple[str, str], tuple[str, float]]) -> None:
+        """Pin each (task, name) to (value, ttl) unless already pinned, in one round trip."""
+        if not pins:
+            return
+        async with self.client.pipeline(transaction=False) as pipe:
+            for (task_id, name), (value, ttl_s) in pins.items():
+                pipe.set(self._pin_key(task_id, name), value, ex=max(math.ceil(ttl_s), 1), nx=True)
+            await pipe.execute()
 
     def _key(self, task_id: str) -> str:
         return f"{self.namespace}:task-cost:{task_id}"
 
-    async def add_task_cost(self, task_id: str, amount: Decimal, ttl_s: float) -> Decimal:
-        key = self._key(task_id)
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.incrby(key, to_units(amount))
-            pipe.expire(key, max(math.ceil(ttl_s), 1))
-            units, _ = await pipe.execute()
-        return from_units(int(units))
+    def _pin_key(self, task_id: str, name: str) -> str:
+        return f"{self.namespace}:task:{task_id}:{name}"
+
+    async def add_task_cost(
+        self, task_id: str, amount: Decimal, ttl_s: float, floor: Decimal | None = None
+    ) -> Decimal:
+        """Add to the task's total; with `floor`, the total is at least that afterwards."""
+        floor_units = to_units(floor) if floor is not None else 0
+        totals = await self.add_units({task_id: CostDelta(to_units(amount), floor_units, ttl_s)})
+        return from_units(totals[task_id])
 
     async def task_cost(self, task_id: str) -> Decimal:
         value = await self.client.get(self._key(task_id))
@@ -77,15 +160,18 @@ class RedisState:
             await pipe.execute()
 
     async def task_value(self, task_id: str, name: str) -> str | None:
-        value = await self.client.get(f"{self.namespace}:task:{task_id}:{name}")
+        value = await self.client.get(self._pin_key(task_id, name))
         return value.decode() if isinstance(value, bytes) else value
 
     async def pin_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> None:
-        key = f"{self.namespace}:task:{task_id}:{name}"
+        key = self._pin_key(task_id, name)
         await self.client.set(key, value, ex=max(math.ceil(ttl_s), 1), nx=True)
 
     def _prefix_key(self, key: str) -> str:
         return f"{self.namespace}:prefix:{key}"
+
+    def health(self) -> StateHealth:
+        return StateHealth("redis")
 
     async def aclose(self) -> None:
         await self.client.aclose()

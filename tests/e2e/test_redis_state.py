@@ -8,8 +8,9 @@ from decimal import Decimal
 
 import pytest
 
+from gateway.settings import RedisLimits
 from gateway.state import MemoryState, open_state
-from gateway.state.redis import RedisState
+from gateway.state.fallback import FallbackState
 from tests.e2e.conftest import GatewayFactory
 from tests.redis_service import require_redis
 
@@ -17,8 +18,10 @@ pytestmark = pytest.mark.redis
 
 
 async def test_redis_task_costs_are_exact_atomic_and_expire() -> None:
-    state = await open_state(require_redis(), namespace=f"test-{uuid.uuid4().hex}")
-    assert isinstance(state, RedisState)
+    # Generous limits: 200 connections at once on a busy CI box must not look like an outage.
+    patient = RedisLimits(timeout_s=5, connect_timeout_s=5)
+    state = await open_state(require_redis(), f"test-{uuid.uuid4().hex}", patient)
+    assert isinstance(state, FallbackState) and not state.degraded
     try:
         adds = [state.add_task_cost("t", Decimal("0.0000000001"), 60) for _ in range(200)]
         await asyncio.gather(*adds)
@@ -28,7 +31,7 @@ async def test_redis_task_costs_are_exact_atomic_and_expire() -> None:
         await asyncio.sleep(2.1)
         assert await state.task_cost("short") == 0
     finally:
-        await state.client.delete(state._key("t"))
+        await state.redis.client.delete(state.redis._key("t"))
         await state.aclose()
 
 
@@ -69,6 +72,7 @@ async def test_a_record_kept_under_two_keys_comes_back_once(backend: str) -> Non
         history = await state.prefix_history(["task:t", "caller:c"])
         assert [record["stable_count"] for record in history] == [2, 1, 3]
     finally:
-        if isinstance(state, RedisState):
-            await state.client.delete(state._prefix_key("task:t"), state._prefix_key("caller:c"))
+        if isinstance(state, FallbackState):
+            redis = state.redis
+            await redis.client.delete(redis._prefix_key("task:t"), redis._prefix_key("caller:c"))
         await state.aclose()

@@ -1,0 +1,83 @@
+"""Graceful shutdown: in-flight requests get a grace period, then are cut without losing a row.
+
+On SIGTERM uvicorn stops accepting and waits for open requests. Past its
+`timeout_graceful_shutdown` it cancels their tasks natively, and a native cancel breaks
+into the clean-up a cut stream runs under an anyio shield (closing the upstream, booking
+its ledger row): the row would be lost. So `farebox serve` cuts them itself at
+FAREBOX_SHUTDOWN_GRACE_S through anyio cancel scopes, which those shields hold against;
+uvicorn's own timeout, `BACKSTOP_S` later, is only a backstop. Then the lifespan closes
+the ledger writer, which commits every row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+
+import anyio
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+log = logging.getLogger("farebox")
+BACKSTOP_S = 5.0
+
+
+class InFlight:
+    """The cancel scopes of the HTTP requests in progress."""
+
+    def __init__(self) -> None:
+        self._scopes: set[anyio.CancelScope] = set()
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        """Run the block as one request in progress, cancellable by `cut_all`."""
+        with anyio.CancelScope() as scope:
+            self._scopes.add(scope)
+            try:
+                yield
+            finally:
+                self._scopes.discard(scope)
+
+    def cut_all(self) -> None:
+        """Cancel every request in progress (their shielded clean-up still runs)."""
+        if self._scopes:
+            log.warning("shutdown grace period over: cutting %d request(s)", len(self._scopes))
+        for scope in list(self._scopes):
+            scope.cancel()
+
+
+class InFlightMiddleware:
+    """Run each HTTP request in a cancel scope that `InFlight.cut_all` can cancel."""
+
+    def __init__(self, app: ASGIApp, in_flight: InFlight) -> None:
+        self.app = app
+        self.in_flight = in_flight
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with self.in_flight.track():
+            await self.app(scope, receive, send)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn that cuts the requests still open `grace_s` after shutdown began."""
+
+    def __init__(self, config: uvicorn.Config, in_flight: InFlight, grace_s: float) -> None:
+        super().__init__(config)
+        self.in_flight = in_flight
+        self.grace_s = grace_s
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        timer = asyncio.get_running_loop().call_later(self.grace_s, self.in_flight.cut_all)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            timer.cancel()
