@@ -301,3 +301,27 @@ async def test_a_blip_below_the_threshold_counts_each_cost_once(redis_server: Re
         assert redis_server.units("t") == to_units(Decimal(15))
     finally:
         await state.aclose()
+
+
+def test_a_hung_redis_costs_each_request_at_most_its_timeouts(
+    make_gateway: GatewayFactory, redis_server: RedisServer
+) -> None:
+    redis_server.start()
+    quick = RedisLimits(timeout_s=0.25, connect_timeout_s=0.25, failures=3, retry_s=0.2)
+    gateway = make_gateway(redis_url=redis_server.url, redis_limits=quick)
+    client = gateway.sdk(timeout=30)
+    assert redis_server.process is not None
+    redis_server.process.send_signal(signal.SIGSTOP)  # alive, accepting, never answering
+    try:
+        slowest = 0.0
+        for _ in range(6):
+            started = time.monotonic()
+            Load._one(client, "hung", stream=False)
+            slowest = max(slowest, time.monotonic() - started)
+        assert _readyz(gateway)["status"] == "degraded"
+        # A request makes a few state calls, each bounded (0.25 s here); not a hang.
+        assert slowest < 10, f"a request took {slowest:.2f} s"
+        print(f"hung Redis: slowest request {slowest:.3f} s")
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
+    _wait(lambda: _readyz(gateway)["status"] == "ready", "Redis was never picked up again")
