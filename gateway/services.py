@@ -44,7 +44,7 @@ class Services:
     upstreams: Upstreams
     metrics: Metrics
     ledger: LedgerWriter
-    engine: AsyncEngine
+    engine: AsyncEngine  # for ledger reads (bounded timeouts); the writer has its own
     state: SharedState
     prefix_checker: PrefixChecker = field(default_factory=PrefixChecker)
     breakers: BreakerBoard = field(default_factory=BreakerBoard)
