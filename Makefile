@@ -47,6 +47,7 @@ fuzz: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/prefix_bench.py
+	$(BIN)/python bench/loop_stall.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

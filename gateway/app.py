@@ -27,6 +27,7 @@ from gateway.embedded_sim import start_embedded_sim
 from gateway.errors import FareboxError, error_body
 from gateway.ledger import LedgerWriter, WriterConfig, migrate
 from gateway.ledger.reads import bounded_engine
+from gateway.loopwatch import LoopWatch
 from gateway.metrics import Metrics
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
@@ -58,6 +59,8 @@ def create_app(
         async with AsyncExitStack() as stack:
             services = await _build_services(stack, settings, config, observers or [])
             app.state.services = services  # for tests and the CLI banner
+            watch = LoopWatch(services.metrics.loop_lag.observe)
+            app.state.loop_watch = await stack.enter_async_context(watch)  # and for benches
             reloader = ConfigReloader(services, source, settings.reload_poll_s)
             await _watch(stack, reloader)
             if on_ready is not None:

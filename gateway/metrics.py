@@ -17,6 +17,8 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
 SPEED_BUCKETS = (5, 10, 20, 40, 60, 80, 100, 150, 200, 300, 500, 1000)
 # The prefix check's own cost per request: the design target is 2 ms for a 1 MB prompt.
 CHECK_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
+# The loop's lag: no request should hold it more than 20 ms.
+LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 TASK_COST_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
 TOKEN_KINDS = ("input", "cached", "cache_write", "output", "reasoning")
 
@@ -154,6 +156,13 @@ class Metrics:
             "farebox_prefix_unscanned_segments",
             "Cacheable segments the per-request scan budget left for later requests.",
             ["model"],
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "farebox_event_loop_lag_seconds",
+            "How late a 5 ms sleep on the event loop woke: time every request waited on "
+            "whatever held the loop.",
+            buckets=LOOP_LAG_BUCKETS,
             registry=r,
         )
         self.clamps = Counter(

@@ -27,6 +27,7 @@ from gateway.pipeline.decide import decide
 from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
+from gateway.pipeline.offload import sized
 from gateway.pipeline.parse import parse
 from gateway.pipeline.policy import apply_policy, capabilities
 from gateway.pipeline.prefix import check_prefix, rule_for_route
@@ -43,7 +44,7 @@ from gateway.upstream.base import UpstreamCall, UpstreamStream
 async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     """Run the pipeline for one request and return the response to send."""
     services = services.for_request()  # one configuration, from parsing to the ledger row
-    parse(ctx)
+    await sized(len(ctx.raw_body), parse, ctx)  # megabytes are parsed beside the loop
     identify(ctx)
     decide(ctx, services.config)
     base_edits = copy.deepcopy(ctx.edits)
@@ -106,7 +107,7 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
 
 
 async def _complete(ctx: RequestContext, services: Services) -> Response:
-    call = _build_call(ctx, services)
+    call = await sized(len(ctx.raw_body), _build_call, ctx, services)  # patches megabytes
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
     ctx.timings.upstream_sent = time.perf_counter()
@@ -125,7 +126,7 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     Until the first event arrives nothing has reached the client, so a failure here is
     still an ordinary HTTP error, or a retry or fallback.
     """
-    call = _build_call(ctx, services)
+    call = await sized(len(ctx.raw_body), _build_call, ctx, services)  # patches megabytes
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
     ctx.timings.upstream_sent = time.perf_counter()

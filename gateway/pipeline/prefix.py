@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.offload import sized
 from gateway.prefix import cache_rules
 from gateway.prefix.actions import normalize, sticky_cache_key
 from gateway.prefix.breakpoints import anthropic_cache_breakpoints, apply_breakpoints
@@ -29,6 +30,7 @@ from gateway.state import SharedState
 # How long a provider keeps a prefix cached, so history expires with the cache itself.
 CACHE_LIFETIME_S = {"openai": 600.0, "anthropic": 300.0, "vllm": 3600.0}
 HISTORY_PER_KEY = 4
+MAX_REMEMBERED_SEGMENTS = 8192
 
 
 @dataclass(slots=True)
@@ -64,12 +66,23 @@ async def check_prefix(
     ctx: RequestContext, checker: PrefixChecker, state: SharedState, rule: CacheRule
 ) -> PrefixOutcome:
     """Check the prompt the upstream will receive; apply the route's actions."""
+    keys = history_keys(ctx)
+    raw_history = await state.prefix_history(keys)
+    # A prompt of megabytes is fingerprinted and scanned beside the loop, not on it.
+    return await sized(len(ctx.raw_body), _check, ctx, checker, rule, raw_history, keys)
+
+
+def _check(
+    ctx: RequestContext,
+    checker: PrefixChecker,
+    rule: CacheRule,
+    raw_history: list[dict[str, Any]],
+    keys: list[str],
+) -> PrefixOutcome:
     assert ctx.route is not None
     actions = set(ctx.route.prefix)
     if "normalize" in actions:
         _apply(ctx, normalize(ctx.forwarded_body()))
-    keys = history_keys(ctx)
-    raw_history = await state.prefix_history(keys)
     started = time.perf_counter()
     history = [PrefixRecord.from_dict(item) for item in raw_history]
     check = checker.check(ctx.forwarded_body(), rule, history)
@@ -139,6 +152,13 @@ def judge(
 
 
 async def remember(outcome: PrefixOutcome, state: SharedState) -> None:
-    """Keep this prompt's fingerprints for the next requests of the caller and the task."""
+    """Keep this prompt's fingerprints for the next requests of the caller and the task.
+
+    A prompt of more than `MAX_REMEMBERED_SEGMENTS` segments is not kept: its record grows
+    with the message count (a 2-million-message body would pin hundreds of megabytes in
+    the store), and no real conversation is that long; the next request sees no history.
+    """
+    if len(outcome.check.record.segment_digests) > MAX_REMEMBERED_SEGMENTS:
+        return
     ttl = CACHE_LIFETIME_S.get(outcome.family, 600.0)
     await state.remember_prefix(outcome.keys, outcome.check.record.to_dict(), ttl, HISTORY_PER_KEY)

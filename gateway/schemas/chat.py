@@ -6,18 +6,23 @@ as the client sent it; this model only validates what the gateway itself relies 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from typing_extensions import TypedDict
 
 
-class Message(BaseModel):
-    """One chat message; content may be a string, a list of parts or null."""
+class Message(TypedDict):
+    """One chat message; content may be a string, a list of parts or null.
 
-    model_config = ConfigDict(extra="allow")
+    A TypedDict, not a model: a body may hold hundreds of thousands of messages, and
+    validating one into a model costs ~6 µs (3 s for 466,000) against ~0.6 µs.
+    """
+
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
+    content: NotRequired[str | list[dict[str, Any]] | None]
 
 
 class StreamOptions(BaseModel):

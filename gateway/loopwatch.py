@@ -1,0 +1,68 @@
+"""How long the event loop was held: a task that sleeps 5 ms and measures how late it wakes.
+
+While one request computes on the loop (parses, fingerprints, scans), every other request
+and stream of the process waits. The lateness of a short sleep is that wait, measured
+from outside the code that causes it: `farebox_event_loop_lag_seconds` in production, and
+`longest` for tests and `bench/loop_stall.py`. A 5 ms period costs ~200 wake-ups a second,
+a few microseconds each.
+
+Lateness is wall time: it also counts a busy machine that did not schedule the loop's
+thread, and another thread holding the interpreter lock. `longest_cpu` is the CPU time
+of the loop's own thread across one sleep (the period and its lateness): an upper bound on
+what code on the loop computed in one go, whatever the machine's load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+PERIOD_S = 0.005
+
+
+class LoopWatch:
+    """Measures the loop's lag while entered (`async with`); `longest` is the worst seen."""
+
+    def __init__(
+        self, observe: Callable[[float], None] | None = None, period: float = PERIOD_S
+    ) -> None:
+        self.observe = observe
+        self.period = period
+        self.longest = 0.0
+        self.longest_cpu = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def take_longest(self) -> tuple[float, float]:
+        """Return the longest lag and loop-thread CPU burst since the last call; start over."""
+        longest = (self.longest, self.longest_cpu)
+        self.longest = self.longest_cpu = 0.0
+        return longest
+
+    async def _run(self) -> None:
+        while True:
+            asleep, cpu = time.perf_counter(), time.thread_time()
+            await asyncio.sleep(self.period)
+            lag = max(time.perf_counter() - asleep - self.period, 0.0)
+            self.longest = max(self.longest, lag)
+            self.longest_cpu = max(self.longest_cpu, time.thread_time() - cpu)
+            if self.observe is not None:
+                self.observe(lag)
+
+    async def __aenter__(self) -> LoopWatch:
+        self._task = asyncio.create_task(self._run(), name="farebox-loop-watch")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task  # awaited, not left behind
+            self._task = None

@@ -1,0 +1,40 @@
+"""Large bodies are worked on beside the loop; what the prefix history keeps is bounded."""
+
+from __future__ import annotations
+
+import threading
+
+from gateway.config import ModelRoute
+from gateway.pipeline.context import RequestContext, TaskRef
+from gateway.pipeline.offload import OFF_LOOP_BYTES, sized
+from gateway.pipeline.prefix import MAX_REMEMBERED_SEGMENTS, check_prefix, remember
+from gateway.prefix import PrefixChecker, rule_for
+from gateway.state.memory import MemoryState
+
+
+async def test_small_steps_stay_on_the_loop_and_large_ones_leave_it() -> None:
+    loop_thread = threading.get_ident()
+    assert await sized(OFF_LOOP_BYTES, threading.get_ident) == loop_thread
+    assert await sized(OFF_LOOP_BYTES + 1, threading.get_ident) != loop_thread
+
+
+def _ctx(messages: int, task: str) -> RequestContext:
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": f"{i}"} for i in range(messages)],
+    }
+    ctx = RequestContext(raw_body=b"{}", headers={}, body=body, alias="m")
+    ctx.route = ModelRoute(model="m", base_url="http://127.0.0.1:1/v1")
+    ctx.task = TaskRef(task_id=task, implicit=False)
+    return ctx
+
+
+async def test_a_prompt_too_long_to_be_a_conversation_leaves_no_history() -> None:
+    state, checker = MemoryState(), PrefixChecker()
+    for count, kept in ((10, 1), (MAX_REMEMBERED_SEGMENTS + 1, 0)):
+        outcome = await check_prefix(
+            _ctx(count, f"task-{count}"), checker, state, rule_for("openai")
+        )
+        await remember(outcome, state)
+        assert len(await state.prefix_history(outcome.keys[:1])) == kept
+    await state.aclose()
