@@ -141,6 +141,16 @@ async def _bad_gzip_stream(writer: Writer) -> None:
     await writer.drain()
 
 
+async def _slow_events(writer: Writer) -> None:
+    """A stream that starts late and trickles: 0.5 s to its head, then an event per 0.2 s."""
+    await asyncio.sleep(0.5)
+    writer.write(_head(headers={"content-type": "text/event-stream"}))
+    for item in [ROLE, *[event(chunk({"content": "word "}))] * 20, GOOD_EVENTS[-1]]:
+        writer.write(item)
+        await writer.drain()
+        await asyncio.sleep(0.2)
+
+
 async def _endless(writer: Writer) -> None:
     writer.write(_head(headers={"content-type": "text/event-stream"}) + b"data: ")
     piece = b"x" * 65536
@@ -203,6 +213,7 @@ def _stream_plays() -> dict[str, Play]:
         "reset-mid-body": lambda w: _reset(
             w, _head(headers={"content-type": "text/event-stream"}) + b"".join(GOOD_EVENTS[:2])
         ),
+        "slow": _slow_events,
     }
     for name, events in MALFORMED_EVENTS.items():
         plays[name] = _played(events)
@@ -222,6 +233,7 @@ class HostileUpstream:
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
+        self.hangups = 0
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -262,13 +274,17 @@ class HostileUpstream:
             return sum(1 for call in self.calls if call.scenario == scenario)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: Writer) -> None:
-        # The gateway hanging up on a misbehaving reply is the expected end of some plays.
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+        try:
             call = await _read_call(reader)
             with self._lock:
                 self.calls.append(call)
             plays = STREAMS if call.stream else WHOLE
             await plays[call.scenario](writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            # The gateway hung up before the play ended: counted, since for a client that
+            # left, or a reply refused half-way, that is what the gateway must do.
+            with self._lock:
+                self.hangups += 1
         if not writer.transport.is_closing():
             writer.close()
 

@@ -235,6 +235,26 @@ def test_a_stream_cut_mid_way_is_billed_as_estimated(
     assert row["cost_total"] > 0
 
 
+def test_a_client_gone_before_the_stream_started_leaves_one_row_and_no_upstream(
+    gateway: Gateway, hostile: HostileUpstream
+) -> None:
+    headers, before, hangups = _task("gone"), hostile.count("slow"), hostile.hangups
+    body = {"model": "hostile", "messages": ask("slow"), "stream": True}
+    with pytest.raises(httpx.ReadTimeout):  # gone before the first event, at 0.5 s
+        httpx.post(
+            f"{gateway.url}/chat/completions",
+            json=body,
+            headers=headers,
+            timeout=httpx.Timeout(10, read=0.2),
+        )
+    row = _one_row(gateway, hostile, "slow", before, headers["X-Task-Id"])
+    assert (row["status_code"], row["error_type"]) == (499, "client_disconnected")
+    deadline = time.monotonic() + 10
+    while hostile.hangups == hangups and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert hostile.hangups > hangups, "the gateway left the upstream stream open"
+
+
 def test_gzip_replies_are_decoded_whole_and_streamed(
     gateway: Gateway, hostile: HostileUpstream
 ) -> None:
