@@ -6,14 +6,19 @@ there in the same exception types it uses for the provider's answers: `response_
 `tool_choice` a `BadRequestError`, and a malformed `metadata` escapes as a bare
 `AttributeError`. A reply the provider sent but litellm could not read can raise the very
 same types. So the type alone cannot say whose fault it is; the adapter notes when
-litellm hands the request to the HTTP client (`sent`), and this module decides:
+litellm hands the request to the HTTP client (`sent`), and this module decides, in order:
 
-    not sent                         -> InvalidRequestError 400 (the client's request)
-    sent, timeout in the chain       -> UpstreamTimeoutError 504
-    sent, transport error in chain   -> UpstreamUnreachableError 502
-    sent, provider status >= 400     -> UpstreamStatusError (relayed status)
-    sent, connection error, no cause -> UpstreamUnreachableError 502
-    sent, anything else              -> UpstreamProtocolError 502 (a reply litellm could not read)
+    a timeout anywhere in the chain         -> UpstreamTimeoutError 504
+    a transport error anywhere in the chain -> UpstreamUnreachableError 502
+    the provider answered 429 or 5xx        -> UpstreamStatusError (relayed status)
+    not sent                                -> InvalidRequestError 400 (the client's request)
+    the provider answered another 4xx       -> UpstreamStatusError (relayed status)
+    a connection error with no cause        -> UpstreamUnreachableError 502
+    anything else, after sending            -> UpstreamProtocolError 502 (an unreadable reply)
+
+The first three need no mark, so a provider that litellm sends through a client of its own
+(the mark then never set) still has its outages counted against its breaker; for such a
+provider, a 4xx or an unreadable reply reads as the client's 400.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from gateway.errors import (
     FareboxError,
     InvalidRequestError,
     UpstreamProtocolError,
+    UpstreamStatusError,
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
@@ -66,22 +72,32 @@ def translate_litellm_error(
     if isinstance(exc, FareboxError):
         return exc
     detail = describe(exc, secrets)
+    causes = list(_chain(exc))
+    if isinstance(exc, openai.APITimeoutError) or _any(
+        causes, httpx.TimeoutException, TimeoutError
+    ):
+        return UpstreamTimeoutError(f"upstream {where} timed out")
+    if _any(causes, httpx.TransportError, OSError):
+        return UpstreamUnreachableError(f"upstream {where} is unreachable ({detail})")
+    status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
+    if status is not None and (status == 429 or status >= 500):
+        return _relayed(status, detail, where, secrets)
     if not sent:
         return InvalidRequestError(
             f"the request cannot be sent to {where}: {detail}", param=_param(exc, detail)
         )
-    causes = list(_chain(exc))
-    if isinstance(exc, openai.APITimeoutError) or _any(causes, httpx.TimeoutException):
-        return UpstreamTimeoutError(f"upstream {where} timed out")
-    if _any(causes, httpx.TransportError) or _any(causes, OSError):
-        return UpstreamUnreachableError(f"upstream {where} is unreachable ({detail})")
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int) and status >= 400:
-        body = orjson.dumps({"error": {"message": detail}})
-        return failures.from_status(status, body, where, secrets)
+    if status is not None and status >= 400:
+        return _relayed(status, detail, where, secrets)
     if isinstance(exc, openai.APIConnectionError) and len(causes) == 1:
         return UpstreamUnreachableError(f"upstream {where} is unreachable ({detail})")
     return UpstreamProtocolError(f"upstream {where} sent a reply that cannot be read: {detail}")
+
+
+def _relayed(
+    status: int, detail: str, where: str, secrets: Iterable[str | None]
+) -> UpstreamStatusError:
+    body = orjson.dumps({"error": {"message": detail}})
+    return failures.from_status(status, body, where, secrets)
 
 
 def describe(exc: BaseException, secrets: Iterable[str | None]) -> str:
@@ -112,5 +128,5 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _any(chain: list[BaseException], kind: type[BaseException]) -> bool:
-    return any(isinstance(item, kind) for item in chain)
+def _any(chain: list[BaseException], *kinds: type[BaseException]) -> bool:
+    return any(isinstance(item, kinds) for item in chain)

@@ -96,3 +96,18 @@ def test_provider_statuses_are_relayed_and_keys_redacted() -> None:
     assert KEY not in error.message and "overloaded" in error.message
     refused = _wrapped(TypeError(f"bad key {KEY}"), f"litellm.APIConnectionError: bad {KEY}")
     assert KEY not in translate_litellm_error(refused, WHERE, [KEY], sent=False).message
+
+
+def test_outages_count_even_when_the_send_was_not_seen() -> None:
+    """A provider litellm sends through its own client never sets the mark."""
+    unavailable = _status(503, "litellm.ServiceUnavailableError: overloaded")
+    error = translate_litellm_error(unavailable, WHERE, [KEY], sent=False)
+    assert isinstance(error, UpstreamStatusError) and error.status_code == 503
+    limited = translate_litellm_error(_status(429, "slow down"), WHERE, [KEY], sent=False)
+    assert isinstance(limited, UpstreamStatusError) and limited.status_code == 429
+    refused = _wrapped(httpx.ConnectError("refused"), "litellm.APIConnectionError: refused")
+    assert isinstance(
+        translate_litellm_error(refused, WHERE, [KEY], sent=False), UpstreamUnreachableError
+    )
+    late = openai.APITimeoutError(request=REQUEST)
+    assert isinstance(translate_litellm_error(late, WHERE, [KEY], sent=False), UpstreamTimeoutError)
