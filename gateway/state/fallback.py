@@ -66,6 +66,7 @@ class FallbackState:
         self._unsynced_pins: dict[tuple[str, str], tuple[str, float]] = {}
         self._probe: asyncio.Task[None] | None = None
         self._pushed = 0  # task totals pushed since the last transition, for its log line
+        self._closing = False
 
     @classmethod
     async def connect(
@@ -145,6 +146,7 @@ class FallbackState:
         await self.local.pin_task_value(task_id, name, value, ttl_s)
 
     async def aclose(self) -> None:
+        self._closing = True  # no new probe from here on
         if self._probe is not None:
             self._probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -230,7 +232,7 @@ class FallbackState:
 
     def _failed(self, exc: BaseException) -> None:
         self._failures += 1
-        if self._up and self._failures >= self.limits.failures:
+        if self._up and not self._closing and self._failures >= self.limits.failures:
             self._mark_down(exc)
 
     def _fell_back(self, operation: str) -> None:
