@@ -297,7 +297,10 @@ async def _read_call(reader: asyncio.StreamReader) -> Call:
             name, value = line.split(":", 1)
             headers[name.strip().lower()] = value.strip()
     body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))))
-    scenario = str(body["messages"][-1]["content"])
+    content = body["messages"][-1]["content"]
+    if isinstance(content, list):  # Anthropic's blocks, as litellm sends them
+        content = "".join(block.get("text", "") for block in content)
+    scenario = str(content)
     return Call(scenario, bool(body.get("stream")), headers)
 
 

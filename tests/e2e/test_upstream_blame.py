@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import SimControl
 from tests.e2e.conftest import Gateway, GatewayFactory
+from tests.hostile_upstream import ask, hostile_upstream
 
 ASK = [{"role": "user", "content": "Find invoice 7."}]
 
@@ -131,3 +132,31 @@ def test_header_values_that_http_cannot_carry_are_encoded_not_fatal(
         task = response.headers["x-task-id"]
         assert unquote(task) == "t-\U0001f680\r\n\x00"
         assert gateway.last(2).status_code == 200
+
+
+HOSTILE_CLAUDE = """
+models:
+  claude: {{provider: anthropic, model: claude-x, base_url: "{url}", api_key_env: HOSTILE_KEY}}
+routing:
+  claude: {{retry: {{attempts: 0}}}}
+"""
+
+
+def test_a_reply_litellm_cannot_read_is_a_bad_reply_with_one_row(
+    make_gateway: GatewayFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOSTILE_KEY", "sk-ant-hostile-0123456789")
+    with hostile_upstream() as upstream:
+        config = tmp_path / "claude.yaml"
+        config.write_text(HOSTILE_CLAUDE.format(url=upstream.base_url.removesuffix("/v1")))
+        gateway = make_gateway(config=config)
+        for number, scenario in enumerate(("text", "truncated", "array"), start=1):
+            body = {"model": "claude", "messages": ask(scenario)}
+            response = _post(gateway, body, **{"X-Task-Id": f"t-claude-{scenario}"})
+            assert response.status_code == 502, response.text
+            assert response.json()["error"]["code"] == "upstream_bad_reply"
+            assert "sk-ant-hostile" not in response.text
+            assert len(upstream.calls) == number  # one call each, and it was sent
+            task = httpx.get(f"{gateway.base_url}/tasks/t-claude-{scenario}", timeout=30).json()
+            (row,) = task["requests"]
+            assert (row["status_code"], row["error_type"]) == (502, "upstream_bad_reply")
