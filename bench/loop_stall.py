@@ -105,6 +105,12 @@ def too_deep_json(seed: int | None = None) -> bytes:
     )
 
 
+def long_stream(tokens: int = 160_000, seed: int | None = None) -> Body:
+    """A streamed answer of `tokens` chunks (160,000: ~20 MB of SSE) relayed event by event."""
+    ask = [{"role": "user", "content": f"Write at length. {seed}"}]
+    return {"model": "long", "messages": ask, "stream": True, "max_tokens": tokens}
+
+
 INPUTS: dict[str, Callable[..., Body | bytes]] = {
     "first-seen 2 MiB table of two-digit numbers": number_table,
     "31 MiB in 4,000 messages": long_messages,
@@ -112,15 +118,18 @@ INPUTS: dict[str, Callable[..., Body | bytes]] = {
     "1 MiB log, a timestamp per line": timestamped_log,
     "tool schema nested 120 deep": nested_json,
     "JSON nested 1000 deep": too_deep_json,
+    "20 MB SSE stream from the upstream": long_stream,
 }
 
 
 def config(sim_url: str) -> GatewayConfig:
     """One route to the simulator, priced, with every prefix action a route can have."""
     route = ModelRoute(provider="openai", model="sim-chat", base_url=f"{sim_url}/v1")
+    long = ModelRoute(provider="openai", model="sim-long", base_url=f"{sim_url}/v1")
     gpu = {"cost_per_hour": "3.60", "prefill_tokens_per_second": 10000}
-    prices = {"chat": {"gpu": {**gpu, "decode_tokens_per_second": 1000}}}
-    return GatewayConfig.model_validate({"models": {"chat": route}, "prices": prices})
+    price = {"gpu": {**gpu, "decode_tokens_per_second": 1000}}
+    prices = {"chat": price, "long": price}
+    return GatewayConfig.model_validate({"models": {"chat": route, "long": long}, "prices": prices})
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +163,7 @@ def send(base_url: str, watch: LoopWatch, body: Body | bytes) -> Stall:
 SIM_CONFIG = """
 models:
   - {name: sim-chat, max_model_len: 1073741824}  # any input gets an answer
+  - {name: sim-long, output_tokens: 160000, max_model_len: 1073741824}  # ~20 MB of SSE
 """
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
@@ -35,11 +36,12 @@ from gateway.pipeline.thinking_cap import ThinkingCap, is_role_only
 from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.upstream.base import UpstreamStream
-from gateway.upstream.replies import chunk_object
+from gateway.upstream.replies import chunk_object, error_in_chunk
 from gateway.upstream.sse import DONE, DONE_EVENT, event_data
 from gateway.usage import usage_from_openai
 
 log = logging.getLogger("farebox.relay")
+LOOP_SLICE_S = 0.005  # the longest a stream relays without a pause
 
 
 def _is_usage_only(chunk: dict[str, Any]) -> bool:
@@ -63,9 +65,11 @@ class Relay:
         self._first: bytes | None = first
         self._events, self._stream = events, stream
         self._where = ctx.alias or "stream"
+        self._secrets = [ctx.route.api_key()] if ctx.route is not None else []
         self._cut_now = False
         self._settled = False
         self._body: AsyncGenerator[bytes, None] | None = None
+        self._slice_end = 0.0  # when this stream next lets the loop's other work run
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         self._body = self._run()
@@ -115,6 +119,11 @@ class Relay:
         if self._first is not None:
             event, self._first = self._first, None
             return event
+        if time.perf_counter() > self._slice_end:
+            # Buffered events never suspend this task: a fast upstream and a fast client
+            # held the loop ~100 ms at a time (20 MB stream). Let other requests run.
+            await asyncio.sleep(0)
+            self._slice_end = time.perf_counter() + LOOP_SLICE_S
         try:
             return await self._events.__anext__()
         except StopAsyncIteration:
@@ -125,6 +134,8 @@ class Relay:
         chunk = chunk_object(event, self._where)  # raises on anything but a chunk
         if chunk is None:
             return _terminated(event)
+        if (failure := error_in_chunk(chunk, self._where, self._secrets)) is not None:
+            raise failure
         cap = self._cap
         if cap is not None and cap.cut and is_role_only(chunk):
             return None  # the continuation's opening chunk: the client had one

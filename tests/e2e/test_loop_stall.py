@@ -78,3 +78,11 @@ def test_a_body_at_the_size_limit_does_not_hold_the_loop(served: tuple[str, str,
     stall = bench.send(url, watch, bench.long_messages(seed=4))
     _check("31 MiB in 4,000 messages", stall)
     assert stall.status == 429
+
+
+def test_a_long_upstream_stream_does_not_hold_the_loop(served: tuple[str, str, Any]) -> None:
+    # 15,000 chunks (~2 MB of SSE): buffered events never suspend the relay by themselves.
+    _, url, watch = served
+    stall = bench.send(url, watch, bench.long_stream(15_000, seed=5))
+    _check("a 15,000-chunk stream", stall)
+    assert stall.status == 200
