@@ -93,6 +93,12 @@ MALFORMED_EVENTS = {
     "array-event": [ROLE, b"data: [1, 2]\n\n", b"data: [DONE]\n\n"],
     "first-not-json": [b'data: {"choices": [\n\n', b"data: [DONE]\n\n"],
     "no-done": GOOD_EVENTS[:-1],
+    # vLLM's way to fail mid-stream: an error event, then [DONE].
+    "error-event": [
+        ROLE,
+        event({"error": {"message": "model overloaded", "type": "server_error", "code": 503}}),
+        b"data: [DONE]\n\n",
+    ],
 }
 
 Writer = asyncio.StreamWriter

@@ -5,15 +5,18 @@ clients are checked: the payload is a JSON object, `choices` a list of objects, 
 `message` or `delta` an object, `usage` an object. Anything else is an
 `UpstreamProtocolError` (a 502 that counts against the upstream), raised here, once,
 instead of a `KeyError` deep in metering. Fields the gateway does not read pass unchecked.
+An error event inside a stream becomes the error it reports (`error_in_chunk`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
-from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamProtocolError, UpstreamStatusError
+from gateway.upstream import failures
 from gateway.upstream.sse import DONE, event_data
 
 
@@ -34,6 +37,22 @@ def chunk_object(event: bytes, where: str) -> dict[str, Any] | None:
     payload = _json_object(data, where, "stream event")
     _check_shape(payload, "delta", where)
     return payload
+
+
+def error_in_chunk(
+    payload: dict[str, Any], where: str, secrets: Iterable[str | None] = ()
+) -> UpstreamStatusError | None:
+    """The error an upstream reported inside its stream (vLLM and SGLang do), as ours.
+
+    Relayed as it came, such an event would end the client's stream with the upstream's
+    error but leave a row that says 200; as an exception it ends the stream the usual way.
+    """
+    error = payload.get("error")
+    if not error or payload.get("choices"):
+        return None
+    code = error.get("code") if isinstance(error, dict) else None
+    status = code if isinstance(code, int) and 400 <= code <= 599 else 502
+    return failures.from_status(status, orjson.dumps(payload), where, secrets)
 
 
 def _json_object(data: bytes, where: str, what: str) -> dict[str, Any]:

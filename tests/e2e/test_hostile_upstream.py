@@ -225,6 +225,19 @@ def test_malformed_stream_ends_with_an_error_event_and_one_row(
     _still_serves(gateway)
 
 
+def test_an_error_event_mid_stream_is_the_rows_error(
+    gateway: Gateway, hostile: HostileUpstream
+) -> None:
+    headers, before = _task("error-event"), hostile.count("error-event")
+    response = _post_stream(gateway, "error-event", headers)
+    events = [e for e in response.text.split("\n\n") if e.strip()]
+    assert events[-1] == "data: [DONE]" and len(events) == 3  # role, error, [DONE]
+    error = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert error["type"] == "server_error" and "model overloaded" in error["message"]
+    row = _one_row(gateway, hostile, "error-event", before, headers["X-Task-Id"])
+    assert (row["status_code"], row["error_type"]) == (503, "server_error")
+
+
 def test_a_stream_cut_mid_way_is_billed_as_estimated(
     gateway: Gateway, hostile: HostileUpstream
 ) -> None:

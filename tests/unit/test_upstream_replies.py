@@ -10,7 +10,7 @@ import pytest
 
 from gateway.errors import UpstreamProtocolError
 from gateway.pipeline.measure import Meter
-from gateway.upstream.replies import chunk_object, reply_object
+from gateway.upstream.replies import chunk_object, error_in_chunk, reply_object
 
 GOOD = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
 
@@ -106,3 +106,14 @@ def test_the_meter_never_raises_on_any_shape() -> None:
             meter.observe_chunk(payload)
             meter.observe_reply(payload)
         assert isinstance(meter.seen_answer, str) and isinstance(meter.seen_reasoning, str)
+
+
+def test_an_error_event_becomes_the_error_it_reports() -> None:
+    vllm = {"error": {"message": "overloaded sk-secret-1234", "type": "server_error", "code": 503}}
+    error = error_in_chunk(vllm, "vllm", ["sk-secret-1234"])
+    assert error is not None and error.status_code == 503 and error.error_type == "server_error"
+    assert "sk-secret-1234" not in error.message
+    odd = error_in_chunk({"error": "boom"}, "vllm")
+    assert odd is not None and odd.status_code == 502
+    assert error_in_chunk({"choices": [], "usage": {}}, "x") is None
+    assert error_in_chunk({"error": None, "choices": []}, "x") is None
