@@ -147,13 +147,15 @@ class Stall:
         return f"| {name} | {self.status} | {ms} | {self.elapsed * 1000:.0f} ms |"
 
 
-def send(base_url: str, watch: LoopWatch, body: Body | bytes) -> Stall:
+def send(
+    base_url: str, watch: LoopWatch, body: Body | bytes, path: str = "/chat/completions"
+) -> Stall:
     """Send one request; return its status, the loop's longest stall meanwhile, wall time."""
     payload = body if isinstance(body, bytes) else orjson.dumps(body)
     time.sleep(0.05)  # let the loop settle, then start from a clean slate
     watch.take_longest()
     started = time.perf_counter()
-    reply = httpx.post(f"{base_url}/chat/completions", content=payload, timeout=120)
+    reply = httpx.post(f"{base_url}{path}", content=payload, timeout=120)
     elapsed = time.perf_counter() - started
     time.sleep(0.05)  # the ledger row and the history write happen just after the reply
     lag, cpu = watch.take_longest()
@@ -222,6 +224,9 @@ def main() -> None:
         print(send(url, watch, _turns([])).row("small request (warm-up)"))
         for name, build in chosen.items():
             print(send(url, watch, build(seed=time.time_ns())).row(name))
+        if args.only is None or "lint" in args.only:
+            body = timestamped_log(2 * MiB, seed=time.time_ns())
+            print(send(url, watch, body, "/prefix/lint").row("lint: 2 MiB log, every line a hit"))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 The gateway runs in this process on a real port, the simulator in a child process (its
 own parsing must not hold this interpreter); `bench/loop_stall.py` supplies the inputs.
-The issue's target is 20 ms of CPU on the loop; this shared 2-core box is held to 100 ms
-of the loop thread's own CPU, and to 1 s of wall-clock lag (which a busy machine inflates:
+The issue's target is 20 ms of CPU on the loop; this shared 2-core box is held to 50 ms
+of the loop thread's own CPU (100 ms for a body at the 32 MiB limit, which the loop itself
+must receive and send on), and to 1 s of wall-clock lag (which a busy machine inflates:
 it was 683 ms for the number table, and seconds for a 31 MiB body, before). The measured
 numbers are printed (`pytest -s`) and named in any failure.
 """
@@ -21,7 +22,7 @@ import httpx
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "loop_stall.py"
-CPU_BOUND_S = 0.100
+CPU_BOUND_S = 0.050
 LAG_BOUND_S = 1.0
 
 
@@ -64,10 +65,10 @@ def test_adversarial_bodies_do_not_hold_the_loop(
     assert stall.status == status
 
 
-def _check(name: str, stall: Any) -> None:
+def _check(name: str, stall: Any, cpu_bound: float = CPU_BOUND_S) -> None:
     report = f"{name}: loop lag {stall.lag * 1000:.1f} ms, loop CPU {stall.cpu * 1000:.1f} ms"
     print(f"\n{report}")
-    assert stall.cpu < CPU_BOUND_S and stall.lag < LAG_BOUND_S, report
+    assert stall.cpu < cpu_bound and stall.lag < LAG_BOUND_S, report
 
 
 def test_a_body_at_the_size_limit_does_not_hold_the_loop(served: tuple[str, str, Any]) -> None:
@@ -76,7 +77,7 @@ def test_a_body_at_the_size_limit_does_not_hold_the_loop(served: tuple[str, str,
     sim_url, url, watch = served
     httpx.post(f"{sim_url}/sim/faults", json={"status": 429, "count": 1}).raise_for_status()
     stall = bench.send(url, watch, bench.long_messages(seed=4))
-    _check("31 MiB in 4,000 messages", stall)
+    _check("31 MiB in 4,000 messages", stall, cpu_bound=0.100)
     assert stall.status == 429
 
 
@@ -85,4 +86,12 @@ def test_a_long_upstream_stream_does_not_hold_the_loop(served: tuple[str, str, A
     _, url, watch = served
     stall = bench.send(url, watch, bench.long_stream(15_000, seed=5))
     _check("a 15,000-chunk stream", stall)
+    assert stall.status == 200
+
+
+def test_linting_a_large_log_does_not_hold_the_loop(served: tuple[str, str, Any]) -> None:
+    # Lint scans everything with no budget: 2 MiB of timestamps is ~250 ms of scanning.
+    _, url, watch = served
+    stall = bench.send(url, watch, bench.timestamped_log(2 * bench.MiB, seed=6), "/prefix/lint")
+    _check("lint of a 2 MiB log", stall)
     assert stall.status == 200
