@@ -82,8 +82,8 @@ class Settings(BaseSettings):
         default=None,
         ge=0,
         description="Bytes of new prompt content the prefix check scans per request, each "
-        "pattern match counting 4 KiB; the rest waits for later requests. Default: 2 MiB "
-        "with the native locator, 64 KiB without.",
+        "candidate the pattern tries (matched or rejected) counting 4 KiB; the rest waits "
+        "for later requests. Default: 2 MiB with the native locator, 64 KiB without.",
     )
     data_dir: Path = Path(".farebox")
     log_level: str = "info"
