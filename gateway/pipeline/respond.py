@@ -6,13 +6,16 @@ so the official SDK still parses it (unknown fields are allowed there).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from gateway.http_headers import safe_headers
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.record import BookedCost
 from gateway.pricing.money import money_str
-from gateway.rawjson import patch_object
+from gateway.rawjson import RawJsonError, patch_object
+
+log = logging.getLogger("farebox.respond")
 
 
 def cost_object(ctx: RequestContext) -> dict[str, Any]:
@@ -39,4 +42,8 @@ def with_cost(payload: dict[str, Any], raw: bytes, ctx: RequestContext) -> bytes
     usage = payload.get("usage")
     if not isinstance(usage, dict):
         return raw
-    return patch_object(raw, {"usage": {**usage, "cost": cost_object(ctx)}})
+    try:
+        return patch_object(raw, {"usage": {**usage, "cost": cost_object(ctx)}})
+    except RawJsonError:  # parsed, yet not patchable: the reply goes out as it came
+        log.warning("usage.cost left out: the reply's bytes could not be patched")
+        return raw
