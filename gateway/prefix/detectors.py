@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.prefix.locate import NATIVE, attempts, flag_candidates
+from gateway.prefix.locate import NATIVE, attempts, flag_candidates, matches
 from gateway.prefix.patterns import Hit, classify
 from gateway.prefix.segments import RequestSegments, Segment, digest
 
@@ -162,9 +162,12 @@ def _scan(
     limit = min(stop + _RIGHT_CONTEXT, len(data))
     hits: list[Hit] = []
     tried = 0
-    # Only a limited budget (the request path) cuts a scan short; lint reads everything.
-    most = MAX_TRIES_PER_SCAN if budget is not None and budget.remaining is not None else None
-    for match in attempts(data, start, stop, limit, native=native):
+    # Only a limited budget (the request path) counts tries and cuts a scan short; lint
+    # reads everything, through the leaner loop that skips rejections silently.
+    limited = budget is not None and budget.remaining is not None
+    most = MAX_TRIES_PER_SCAN if limited else None
+    found = attempts if limited else matches
+    for match in found(data, start, stop, limit, native=native):
         if tried == most:
             break
         tried += 1

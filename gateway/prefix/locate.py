@@ -49,9 +49,22 @@ def matches(
 
     `native=False` runs Python's regex everywhere, as when the locator is not built.
     """
-    for tried in attempts(data, start, stop, limit, native=native):
-        if tried is not None:
-            yield tried
+    locator = _native if native else None
+    if locator is None:
+        yield from _regex_matches(data, start, stop, limit)
+        return
+    attempt = CANDIDATES.match
+    pos = start
+    while True:
+        candidate = locator(data, pos, stop, limit)
+        if candidate < 0:
+            return
+        found = attempt(data, candidate, limit)
+        if found is None:
+            pos = candidate + 1
+            continue
+        yield found
+        pos = found.end()
 
 
 def attempts(
@@ -60,13 +73,11 @@ def attempts(
     """Like `matches`, plus a None for each candidate the regex tried and rejected.
 
     A rejected candidate costs about what a match does (~3 µs): the scan budget counts both.
+    A separate loop from `matches`, which unbudgeted scans (lint) keep at full speed.
     """
     locator = _native if native else None
     if locator is None:
-        for match in CANDIDATES.finditer(data, start, limit):
-            if match.start() >= stop:
-                return
-            yield match
+        yield from _regex_matches(data, start, stop, limit)
         return
     attempt = CANDIDATES.match
     pos = start
@@ -77,3 +88,10 @@ def attempts(
         found = attempt(data, candidate, limit)
         yield found
         pos = candidate + 1 if found is None else found.end()
+
+
+def _regex_matches(data: bytes, start: int, stop: int, limit: int) -> Iterator[re.Match[bytes]]:
+    for match in CANDIDATES.finditer(data, start, limit):
+        if match.start() >= stop:
+            return
+        yield match
