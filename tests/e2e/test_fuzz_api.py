@@ -22,6 +22,7 @@ from schemathesis import Case, GenerationMode
 from tests.e2e.conftest import GatewayFactory
 
 REQUESTS = int(os.environ.get("FUZZ_REQUESTS", "200"))
+ROUND = 1000
 ALIASES = ["chat", "sim-chat", "thinker", "claude", "strict-chat", "tidy-chat"]
 ERROR_KEYS = {"message", "type", "param", "code"}
 
@@ -53,12 +54,17 @@ def test_no_generated_request_gets_a_5xx(make_gateway: GatewayFactory) -> None:
     schema = schemathesis.openapi.from_url(f"{gateway.server.url}/openapi.json")
     assert "/v1/chat/completions" in schema  # described, body schema included
     fuzzer = Fuzzer(gateway.server.url)
+    started = time.monotonic()
     try:
-        for _ in range(3):  # a case the client refuses to send is made up in another round
+        # Rounds of at most ROUND cases, with progress; a case the client refused to send
+        # is made up in a later round (bounded).
+        for _ in range(REQUESTS // ROUND + 3):
             missing = REQUESTS - fuzzer.sent
             if missing <= 0:
                 break
-            fuzzer.run(schema, missing)
+            fuzzer.run(schema, min(missing, ROUND))
+            elapsed = time.monotonic() - started
+            print(f"fuzz: {fuzzer.sent} sent in {elapsed:.0f} s, {len(fuzzer.problems)} problems")
     finally:
         fuzzer.session.close()
     print(f"fuzz: {fuzzer.sent} requests, statuses {dict(sorted(fuzzer.statuses.items()))}")

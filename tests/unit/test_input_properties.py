@@ -40,7 +40,7 @@ DUMPS = st.sampled_from(
         lambda o: json.dumps(o, indent=2, ensure_ascii=False).encode(),
     ]
 )
-FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
