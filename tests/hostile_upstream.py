@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gzip
 import json
 import socket
@@ -117,6 +118,16 @@ async def _whole(writer: Writer, body: bytes, content_type: str = "application/j
     await writer.drain()
 
 
+@functools.cache
+def _bomb() -> bytes:
+    """80 MiB of JSON whitespace, gzipped to 360 KB: past the gateway's 64 MiB, decoded."""
+    return gzip.compress(b"{" + b" " * (80 * 1024 * 1024), compresslevel=1)
+
+
+async def _gzip_bomb(writer: Writer) -> None:
+    await _whole_encoded(writer, _bomb())
+
+
 async def _gzip_whole(writer: Writer) -> None:
     body = gzip.compress(json.dumps(completion()).encode())
     headers = {"content-type": "application/json", "content-encoding": "gzip"}
@@ -191,6 +202,7 @@ def _whole_plays() -> dict[str, Play]:
         "nonsense-usage": lambda w: _whole(w, json.dumps(completion(NONSENSE_USAGE)).encode()),
         "gzip": _gzip_whole,
         "bad-gzip": lambda w: _whole_encoded(w, b"this is not gzip at all"),
+        "gzip-bomb": _gzip_bomb,
         "reset-before-body": lambda w: _reset(w, _head(headers={"content-length": "500"})),
         "reset-mid-body": lambda w: _reset(
             w, _head(headers={"content-length": str(len(body))}) + body[:20]

@@ -16,9 +16,15 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from gateway.errors import UpstreamProtocolError
 from gateway.upstream import failures, replies
 from gateway.upstream.base import UpstreamCall, UpstreamReply
 from gateway.upstream.sse import iter_events
+
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""A whole reply larger than this, once decoded, is refused (a gzip bomb, a runaway)."""
+MAX_ERROR_BYTES = 1024 * 1024
+"""Of an error reply only the message is used: the rest is not read."""
 
 
 def _timeout(call: UpstreamCall) -> httpx.Timeout:
@@ -36,6 +42,18 @@ def _headers(call: UpstreamCall) -> dict[str, str]:
     if call.api_key:
         headers["authorization"] = f"Bearer {call.api_key}"
     return headers
+
+
+async def _read_at_most(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """The decoded body, and whether it was whole: reading stops past `limit` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    async for part in response.aiter_bytes():
+        parts.append(part)
+        size += len(part)
+        if size > limit:
+            return b"".join(parts)[:limit], False
+    return b"".join(parts), True
 
 
 class OpenAIStream:
@@ -72,18 +90,22 @@ class OpenAICompatUpstream:
     async def complete(self, call: UpstreamCall) -> UpstreamReply:
         where = failures.describe_upstream(call.alias, call.base_url)
         try:
-            response = await self._client.send(self._request(call))
+            response = await self._client.send(self._request(call), stream=True)
+            try:
+                limit = MAX_ERROR_BYTES if response.status_code >= 400 else MAX_REPLY_BYTES
+                body, whole = await _read_at_most(response, limit)
+            finally:
+                await response.aclose()
         except httpx.HTTPError as exc:
             raise failures.from_transport_error(exc, where) from exc
         if response.status_code >= 400:
             raise failures.from_status(
-                response.status_code,
-                response.content,
-                where,
-                [call.api_key],
-                dict(response.headers),
+                response.status_code, body, where, [call.api_key], dict(response.headers)
             )
-        body = response.content
+        if not whole:
+            raise UpstreamProtocolError(
+                f"upstream {where} sent a reply over {MAX_REPLY_BYTES} bytes (decoded)"
+            )
         payload = replies.reply_object(body, where)
         return UpstreamReply(response.status_code, body, dict(response.headers), payload)
 
@@ -95,7 +117,7 @@ class OpenAICompatUpstream:
             raise failures.from_transport_error(exc, where) from exc
         if response.status_code >= 400:
             try:
-                body = await response.aread()
+                body, _ = await _read_at_most(response, MAX_ERROR_BYTES)
             except httpx.HTTPError:
                 body = b""
             finally:

@@ -138,6 +138,7 @@ WHOLE_FAILURES = {
     "message-string": (502, "upstream_bad_reply"),
     "usage-string": (502, "upstream_bad_reply"),
     "bad-gzip": (502, "upstream_bad_reply"),
+    "gzip-bomb": (502, "upstream_bad_reply"),
     "reset-before-body": (502, "upstream_unreachable"),
     "reset-mid-body": (502, "upstream_unreachable"),
 }
