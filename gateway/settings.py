@@ -32,6 +32,10 @@ class RedisLimits(BaseSettings):
         default=3, ge=1, description="Consecutive failed calls that switch to per-process state."
     )
     retry_s: float = Field(default=1.0, gt=0, description="Probe interval while Redis is away.")
+    pool_size: int = Field(default=128, ge=1, description="Connections to Redis per process.")
+    pool_wait_s: float = Field(
+        default=1.0, gt=0, description="Wait for a free pooled connection (a burst queues)."
+    )
 
 
 class Settings(BaseSettings):

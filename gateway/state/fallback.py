@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 from gateway.settings import RedisLimits
 from gateway.state.base import StateHealth, StateObserver, from_units, to_units
 from gateway.state.memory import MemoryState
-from gateway.state.redis import POOL_WAIT_S, CostDelta, RedisState
+from gateway.state.redis import CostDelta, RedisState
 
 log = logging.getLogger("farebox.state")
 T = TypeVar("T")
@@ -87,7 +87,7 @@ class FallbackState:
 
         Each socket operation has its own (shorter) timeout; this only bounds the sum.
         """
-        return POOL_WAIT_S + self.limits.connect_timeout_s + self.limits.timeout_s
+        return self.limits.pool_wait_s + self.limits.connect_timeout_s + self.limits.timeout_s
 
     @property
     def degraded(self) -> bool:

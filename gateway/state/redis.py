@@ -15,8 +15,6 @@ from redis.backoff import NoBackoff
 from gateway.settings import RedisLimits
 from gateway.state.base import StateHealth, from_units, to_units
 
-POOL_SIZE = 64
-POOL_WAIT_S = 1.0
 PUSH_BATCH = 500
 # Per key: INCRBY, then raise the total to a floor (the caller's own view of it, which a
 # Redis restarted without its data would otherwise forget), then EXPIRE. Totals are
@@ -66,8 +64,8 @@ class RedisState:
         # No retries: the caller falls back to per-process state instead of waiting.
         pool = aioredis.BlockingConnectionPool.from_url(
             url,
-            max_connections=POOL_SIZE,
-            timeout=POOL_WAIT_S,
+            max_connections=limits.pool_size,
+            timeout=limits.pool_wait_s,
             socket_connect_timeout=limits.connect_timeout_s,
             socket_timeout=limits.timeout_s,
         )

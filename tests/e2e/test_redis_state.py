@@ -19,7 +19,7 @@ pytestmark = pytest.mark.redis
 
 async def test_redis_task_costs_are_exact_atomic_and_expire() -> None:
     # Generous limits: 200 connections at once on a busy CI box must not look like an outage.
-    patient = RedisLimits(timeout_s=5, connect_timeout_s=5)
+    patient = RedisLimits(timeout_s=5, connect_timeout_s=5, pool_wait_s=10)
     state = await open_state(require_redis(), f"test-{uuid.uuid4().hex}", patient)
     assert isinstance(state, FallbackState) and not state.degraded
     try:
