@@ -6,16 +6,22 @@ row in the ledger and the task's total all agree to the digit.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from decimal import Decimal
 
 from gateway.ledger import RequestRecord
-from gateway.ledger.records import as_money
+from gateway.ledger.records import MONEY_LIMIT, MONEY_QUANTUM, as_money
 from gateway.metrics import Metrics
 from gateway.pipeline.context import RequestContext
 from gateway.pricing import COMPONENTS, CostBreakdown
 
 ZERO = Decimal(0)
+# No component of one call is booked above this, so the row's total always fits the
+# ledger's columns; only a price written per token instead of per million gets near it.
+COMPONENT_CEILING = MONEY_LIMIT / 10 - MONEY_QUANTUM
+
+log = logging.getLogger("farebox.record")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +38,18 @@ class BookedCost:
     def of(cls, cost: CostBreakdown | None) -> BookedCost:
         if cost is None:
             return cls({name: as_money(ZERO, name) for name in COMPONENTS})
-        return cls({name: as_money(value, name) for name, value in cost.components().items()})
+        return cls({name: _bounded(value, name) for name, value in cost.components().items()})
+
+
+def _bounded(value: Decimal, name: str) -> Decimal:
+    """The component as booked: capped (with an error logged) rather than refused."""
+    if value.is_finite() and abs(value) <= COMPONENT_CEILING:
+        return as_money(value, name)
+    log.error(
+        "cost component %s of %s USD is beyond any real price; booked as %s (check `prices:`)",
+        name, value, COMPONENT_CEILING,
+    )  # fmt: skip
+    return as_money(COMPONENT_CEILING, name)
 
 
 def _ms(value: float | None) -> int | None:

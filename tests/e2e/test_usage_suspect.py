@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from gateway.pipeline.record import COMPONENT_CEILING
 from gateway.usage import MAX_TOKENS_PER_CALL
 from tests.conftest import SimControl
-from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import Gateway, GatewayFactory
 
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 # Billed as sent, this is 1e9 reasoning tokens at $1e-6: $1,000 for an empty answer.
@@ -110,3 +112,22 @@ def test_honest_usage_is_billed_as_sent(gateway: Gateway, sim: SimControl, model
     if model != "claude":  # Anthropic caches only at breakpoints, which claude-cached adds
         assert rows[-1]["cached_tokens"] > 0
     assert suspect_count(gateway, model) == 0.0
+
+
+def test_an_absurd_price_is_booked_capped_not_a_500(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    # A price meant per token, written where the book expects per million: 1e12 USD a token.
+    config = tmp_path / "absurd.yaml"
+    config.write_text(
+        f"models:\n  chat: {{model: sim-chat, base_url: '{sim.base_url}', family: vllm}}\n"
+        "prices:\n  chat: {input: 1e18, output: 1e18}\n"
+    )
+    gateway = make_gateway(config=config)
+    client = gateway.sdk(default_headers={"X-Task-Id": "absurd"})
+    completion = client.chat.completions.create(model="chat", messages=MESSAGES)  # type: ignore[arg-type]
+    assert completion.choices[0].message.content
+    [row] = booked(gateway, "absurd")["requests"]
+    assert row["status_code"] == 200
+    assert Decimal(row["cost_input"]) == COMPONENT_CEILING
+    assert Decimal(row["cost_total"]) == 2 * COMPONENT_CEILING
