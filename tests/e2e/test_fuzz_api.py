@@ -37,9 +37,10 @@ def _aim_at_a_model(case: Case, alias: str | None) -> Case:
 
 def _check(case: Case, response: schemathesis.Response) -> str | None:
     """What is wrong with the gateway's answer to `case`, if anything."""
-    where = f"{case.method} {case.formatted_path}"
+    sent = response.request.body or b""
+    where = f"{case.method} {response.request.url} {sent[:2000]!r}"  # enough to reproduce it
     if response.status_code >= 500:
-        return f"{where}: {response.status_code} {response.content[:300]!r}"
+        return f"{where}\n  -> {response.status_code} {response.content[:2000]!r}"
     if response.status_code >= 400:
         try:
             error = response.json()["error"]
