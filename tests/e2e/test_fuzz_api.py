@@ -35,6 +35,46 @@ def _aim_at_a_model(case: Case, alias: str | None) -> Case:
     return case
 
 
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+TEXT = st.text(max_size=200)
+PART = st.fixed_dictionaries({"type": st.just("text"), "text": TEXT})
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "developer", "user", "assistant"])},
+    optional={
+        "content": TEXT | st.lists(PART, min_size=1, max_size=3),
+        "name": st.text(max_size=8),
+    },
+)
+
+
+def _valid_chats(operation: Any) -> st.SearchStrategy[Case]:
+    """Chat requests the gateway accepts, for a configured model, with fuzzed contents."""
+    user = st.fixed_dictionaries({"role": st.just("user"), "content": TEXT})
+    body = st.fixed_dictionaries(
+        {
+            "model": st.sampled_from(ALIASES),
+            "messages": st.lists(MESSAGE, max_size=4).flatmap(
+                lambda head: user.map(lambda last: [*head, last])
+            ),
+        },
+        optional={
+            "stream": st.booleans(),
+            "max_tokens": st.integers(1, 64),
+            "service_tier": st.sampled_from(["auto", "default", "flex", "priority"]),
+            "reasoning_effort": st.sampled_from(["low", "medium", "high"]),
+            "metadata": st.dictionaries(st.sampled_from(["team", "project", "note"]), TEXT),
+            "x_extra": JSON,
+        },
+    )
+    return body.map(lambda b: operation.Case(body=b, media_type="application/json"))
+
+
 def _check(case: Case, response: schemathesis.Response) -> str | None:
     """What is wrong with the gateway's answer to `case`, if anything."""
     sent = response.request.body or b""
@@ -100,8 +140,9 @@ class Fuzzer:
         cases = st.one_of(
             schema.as_strategy(GenerationMode.POSITIVE),
             schema.as_strategy(GenerationMode.NEGATIVE),
-            # A third of the cases are valid chat requests: the route with the most behind it.
-            schema["/v1/chat/completions"]["POST"].as_strategy(GenerationMode.POSITIVE),
+            # A third are valid chat requests with fuzzed contents: the route with the most
+            # behind it (policy, prefix check, upstream, ledger) only runs for those.
+            _valid_chats(schema["/v1/chat/completions"]["POST"]),
         )
 
         @settings(
