@@ -25,5 +25,5 @@ def parse(ctx: RequestContext) -> None:
     try:
         ctx.request = ChatRequest.model_validate(body)
     except ValidationError as exc:
-        raise invalid_field(exc.errors()) from None
+        raise invalid_field(exc.errors(), body=body) from None
     ctx.body = body

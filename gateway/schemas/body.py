@@ -47,18 +47,51 @@ def depth_over(value: Any, limit: int) -> bool:
 
 
 def invalid_field(
-    errors: Sequence[Mapping[str, Any]], *, fastapi: bool = False
+    errors: Sequence[Mapping[str, Any]], *, fastapi: bool = False, body: Any = None
 ) -> InvalidRequestError:
-    """The 400 for the first of pydantic's errors (FastAPI's, with `fastapi`), naming the field."""
+    """The 400 for the first of pydantic's errors (FastAPI's, with `fastapi`), naming the field.
+
+    Given the validated `body`, union branches that pydantic names in `loc` (`str`,
+    `list[...]`) are left out: `messages[0].content`, not `messages[0].content.str`.
+    """
     if not errors:
         return InvalidRequestError("invalid request")
     first = errors[0]
     if first.get("type") == "json_invalid":
         return InvalidRequestError(f"request body is not valid JSON: {first.get('msg')}")
     loc = tuple(first.get("loc", ()))
+    if body is not None:
+        loc = _fields_only(loc, body)
     param = param_path(loc[1:] if fastapi and len(loc) > 1 and loc[0] in _SOURCES else loc)
     message = "is required" if first.get("type") == "missing" else str(first.get("msg"))
     return InvalidRequestError(f"invalid field '{param}': {message}", param=param)
+
+
+def _fields_only(loc: tuple[int | str, ...], body: Any) -> tuple[int | str, ...]:
+    """`loc` without the parts that are not keys or indexes of `body` (union branch tags)."""
+    kept: list[int | str] = []
+    node: Any = body
+    for part in loc:
+        if _holds(node, part):
+            node = node[part]
+        elif isinstance(part, str) and (not isinstance(node, dict) or _looks_like_tag(part)):
+            continue  # a branch name: a value that is not an object has no keys to name
+        else:
+            node = None  # a missing key: the rest of `loc` names what belongs there
+        kept.append(part)
+    return tuple(kept)
+
+
+def _holds(node: Any, part: int | str) -> bool:
+    """Whether `part` is a key of the object or an index of the array `node`."""
+    if isinstance(node, dict):
+        return part in node
+    return isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+
+
+def _looks_like_tag(part: str) -> bool:
+    """pydantic's name for a union branch: `str`, `list[...]`, `function-after[...]`."""
+    return part in {"str", "int", "float", "bool", "none", "list", "dict"} or "[" in part
 
 
 def param_path(loc: Sequence[int | str]) -> str:

@@ -26,5 +26,5 @@ def lint_bodies(body: dict[str, Any]) -> list[dict[str, Any]]:
             return list(body["requests"])
         ChatRequest.model_validate(body)
     except ValidationError as exc:
-        raise invalid_field(exc.errors()) from None
+        raise invalid_field(exc.errors(), body=body) from None
     return [body]

@@ -72,6 +72,8 @@ def test_deep_nesting_on_a_fastapi_route_is_a_400(client: TestClient) -> None:
         (_chat(messages=[{"role": ["user"], "content": "x"}]), "messages[0].role"),
         (_chat(messages=[{"role": {"a": 1}}]), "messages[0].role"),
         (_chat(messages=["hi"]), "messages[0]"),
+        (_chat(messages=[{"role": "user", "content": 5}]), "messages[0].content"),
+        (_chat(messages=[{"role": "user", "content": [1]}]), "messages[0].content"),
         (_chat(messages=[]), "messages"),
         (_chat(stream="yes"), "stream"),
         (_chat(stream_options=[1]), "stream_options"),
