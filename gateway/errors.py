@@ -10,6 +10,7 @@
     ├── LedgerUnavailableError  503    the ledger database did not answer a read (Retry-After)
     └── UpstreamError                  the upstream could not serve the request
         ├── UpstreamUnreachableError  502  connection refused, DNS, reset before a reply
+        │   └── CircuitOpenError      503  the upstream's breaker is open (not sent)
         ├── UpstreamTimeoutError      504  connect, first-token or idle-stream timeout
         ├── UpstreamProtocolError     502  a reply the gateway cannot read: not JSON, wrong
         │                                  shapes, an oversized SSE event, bad compression
@@ -93,6 +94,13 @@ class UpstreamError(FareboxError):
 class UpstreamUnreachableError(UpstreamError):
     status_code = 502
     code = "upstream_unreachable"
+
+
+class CircuitOpenError(UpstreamUnreachableError):
+    """The upstream's breaker is open: no request is sent until its cool-down ends."""
+
+    status_code = 503
+    code = "circuit_open"
 
 
 class UpstreamTimeoutError(UpstreamError):

@@ -19,12 +19,12 @@ from collections.abc import Awaitable, Callable
 from starlette.responses import Response
 
 from gateway.errors import (
+    CircuitOpenError,
     FareboxError,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamStatusError,
     UpstreamTimeoutError,
-    UpstreamUnreachableError,
 )
 from gateway.pipeline.context import BodyEdits, RequestContext
 from gateway.pipeline.finish import finish
@@ -35,13 +35,6 @@ from gateway.policy.recovery import Recovery, Retrier, Target, recover
 from gateway.services import Services
 
 Attempt = Callable[[RequestContext, Services], Awaitable[Response]]
-
-
-class CircuitOpenError(UpstreamUnreachableError):
-    """The upstream's breaker is open: no request is sent until its cool-down ends."""
-
-    status_code = 503
-    code = "circuit_open"
 
 
 def upstream_key(ctx: RequestContext) -> str:
