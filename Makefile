@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # Re-install only when the project's metadata changed.
-$(VENV)/.installed: pyproject.toml setup.py gateway/prefix/_locate.c | $(BIN)/python
+$(VENV)/.installed: pyproject.toml setup.py gateway/prefix/_locate.c gateway/_rawjson.c | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
@@ -47,6 +47,7 @@ fuzz: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/prefix_bench.py
+	$(BIN)/python bench/rawjson_bench.py
 	$(BIN)/python bench/loop_stall.py
 
 clean:

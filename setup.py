@@ -1,7 +1,8 @@
-"""Build the optional native locator of the prefix scan; everything else is in pyproject.toml.
+"""Build the optional native helpers (prefix locator, JSON value walker); the rest is in pyproject.toml.
 
 `optional=True`: a machine without a C compiler still installs Farebox, and the scan falls
-back to pure Python (same results, ~10x slower on a first-seen prompt; see docs/prefix.md).
+back to pure Python (same results, ~10x slower on a first-seen prompt; see docs/prefix.md;
+`gateway/rawjson.py` then decodes the body to str to find its members).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,12 @@ setup(
             sources=["gateway/prefix/_locate.c"],
             extra_compile_args=["-O3"],
             optional=True,
-        )
+        ),
+        Extension(
+            "gateway._rawjson",
+            sources=["gateway/_rawjson.c"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        ),
     ]
 )

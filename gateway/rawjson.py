@@ -5,25 +5,53 @@ key order, other whitespace, other escaping) can turn every cache hit into a mis
 `patch_object` changes only the fields it is asked to change and keeps every other
 byte, including key order and whitespace, exactly as the client sent it.
 
-No input can exhaust the stack: nested values are skipped by matching brackets with an
-explicit stack, so a body nested thousands of levels deep costs a loop, not the Python
-stack. Values are read with the C decoder (fast, and it validates); only a value nested
-past Python's recursion limit falls back to that loop, which reads nested values just far
-enough to find their end (callers parse the body first, as the pipeline does). On any
-input `patch_object` raises `RawJsonError` and nothing else.
+The body is never decoded whole: with the native walker (`gateway/_rawjson.c`, built at
+install time) the members are found on the bytes, only keys are decoded, and each value
+is walked in C, which validates it exactly as `json.JSONDecoder().raw_decode` would
+(structure, escapes, strict UTF-8, Python's integer digit limit) and releases the GIL on
+a value longer than 64 KiB, so a 30 MiB `messages` array patched in a worker thread does
+not hold the event loop. Without it (no C compiler, or `FAREBOX_RAWJSON_NATIVE=0`) the
+body is decoded to str and read with Python's decoder; the output bytes are the same.
+
+No input can exhaust the stack: the native walker keeps its own stack on the heap; the
+str scan skips nested values by matching brackets with an explicit stack when they are
+nested past Python's recursion limit (reading them just far enough to find their end;
+callers parse the body first, as the pipeline does). On any input `patch_object` raises
+`RawJsonError` and nothing else.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+ValueEnd = Callable[[bytes, int, int], int]
+Splice = Callable[[bytes, list[tuple[int, int, bytes]]], bytes]
+
+
+def _load() -> tuple[ValueEnd | None, Splice | None]:
+    if os.environ.get("FAREBOX_RAWJSON_NATIVE", "1") == "0":
+        return None, None
+    try:
+        from gateway import _rawjson  # type: ignore[attr-defined]
+    except ImportError:  # built without a C compiler: the str scan, same output
+        return None, None
+    return _rawjson.value_end, _rawjson.splice
+
+
+_native_end, _native_splice = _load()
+
+NATIVE: bool = _native_end is not None
+
 _WS = re.compile(r"[ \t\n\r]*")
+_WS_BYTES = re.compile(rb"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 # Between brackets: scalars, punctuation and whole strings, consumed in one C-level match.
 _FILLER = re.compile(r'(?:[ \t\n\r,:.+\-0-9eEtrufalsn]|"(?:[^"\\\x00-\x1f]|\\.)*")*')
@@ -114,56 +142,163 @@ def scan_members(text: str) -> tuple[list[Member], int]:
         pos = _skip_ws(text, pos + 1)
 
 
-def _dump(value: Any) -> str:
-    return orjson.dumps(value).decode()
+def scan_raw(raw: bytes, *, native: bool = True) -> tuple[list[Member], int]:
+    """Like `scan_members`, on the bytes: offsets are byte offsets.
 
-
-def patch_object(
-    raw: bytes, set_fields: Mapping[str, Any] | None = None, remove: Iterable[str] = ()
-) -> bytes:
-    """Set and remove top-level fields of the JSON object `raw`, keeping all other bytes."""
-    set_fields = dict(set_fields or {})
-    removals = set(remove) - set(set_fields)
-    if not set_fields and not removals:
-        return raw
+    `native=False` decodes to str and scans that, as when the walker is not built.
+    """
+    if native and _native_end is not None:
+        return _scan_bytes(raw, _native_end)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RawJsonError(f"body is not UTF-8 at offset {exc.start}") from None
     members, close = scan_members(text)
+    return _byte_offsets(text, members, close)
+
+
+def _byte_offsets(text: str, members: list[Member], close: int) -> tuple[list[Member], int]:
+    """The same members with str offsets turned into UTF-8 byte offsets, in one pass."""
+    if text.isascii():
+        return members, close
+    offsets = sorted({o for m in members for o in (m.start, m.value_start, m.end)} | {close})
+    to_byte: dict[int, int] = {}
+    done = prev = 0
+    for offset in offsets:
+        done += len(text[prev:offset].encode("utf-8"))
+        to_byte[offset] = done
+        prev = offset
+    moved = [
+        Member(m.key, to_byte[m.start], to_byte[m.value_start], to_byte[m.end]) for m in members
+    ]
+    return moved, to_byte[close]
+
+
+def _skip_ws_bytes(raw: bytes, pos: int) -> int:
+    return _WS_BYTES.match(raw, pos).end()  # type: ignore[union-attr]
+
+
+def _walk(value_end: ValueEnd, raw: bytes, pos: int) -> int:
+    """The offset after the value at `pos`, walked (and validated) in C."""
+    try:
+        return value_end(raw, pos, sys.get_int_max_str_digits())
+    except ValueError as exc:
+        raise RawJsonError(f"bad value at offset {pos}: {str(exc)[:80]}") from None
+
+
+def _key(raw: bytes, start: int, end: int) -> str:
+    """Decode a key the walker validated; json keeps the lone surrogates orjson refuses."""
+    try:
+        key = orjson.loads(memoryview(raw)[start:end])
+    except orjson.JSONDecodeError:
+        key = json.loads(raw[start:end].decode("utf-8"))
+    return str(key)
+
+
+def _scan_bytes(raw: bytes, value_end: ValueEnd) -> tuple[list[Member], int]:
+    """Locate each top-level member on the bytes; only keys are decoded."""
+    pos = _skip_ws_bytes(raw, 0)
+    if not raw.startswith(b"{", pos):
+        raise RawJsonError("expected a JSON object")
+    pos = _skip_ws_bytes(raw, pos + 1)
+    members: list[Member] = []
+    if raw.startswith(b"}", pos):
+        return members, _after_close(raw, pos)
+    while True:
+        if not raw.startswith(b'"', pos):
+            raise RawJsonError(f"expected a key at offset {pos}")
+        start, pos = pos, _walk(value_end, raw, pos)
+        key = _key(raw, start, pos)
+        pos = _skip_ws_bytes(raw, pos)
+        if not raw.startswith(b":", pos):
+            raise RawJsonError(f"expected ':' at offset {pos}")
+        value_start = _skip_ws_bytes(raw, pos + 1)
+        end = _walk(value_end, raw, value_start)
+        members.append(Member(key, start, value_start, end))
+        pos = _skip_ws_bytes(raw, end)
+        if raw.startswith(b"}", pos):
+            return members, _after_close(raw, pos)
+        if not raw.startswith(b",", pos):
+            raise RawJsonError(f"expected ',' or '}}' at offset {pos}")
+        pos = _skip_ws_bytes(raw, pos + 1)
+
+
+def _after_close(raw: bytes, close: int) -> int:
+    """Check what follows the object is UTF-8, as the str scan (which decodes it all) does."""
+    try:
+        str(memoryview(raw)[close + 1 :], "utf-8")
+    except UnicodeDecodeError as exc:
+        raise RawJsonError(f"body is not UTF-8 at offset {close + 1 + exc.start}") from None
+    return close
+
+
+def _dump(value: Any) -> bytes:
+    return orjson.dumps(value)
+
+
+def patch_object(
+    raw: bytes,
+    set_fields: Mapping[str, Any] | None = None,
+    remove: Iterable[str] = (),
+    *,
+    native: bool = True,
+) -> bytes:
+    """Set and remove top-level fields of the JSON object `raw`, keeping all other bytes.
+
+    `native=False` finds the members with the str scan, as when the walker is not built.
+    """
+    set_fields = dict(set_fields or {})
+    removals = set(remove) - set(set_fields)
+    if not set_fields and not removals:
+        return raw
+    members, close = scan_raw(raw, native=native)
     edits = _removal_spans(members, removals, close)
     edits += [
         (m.value_start, m.end, _dump(set_fields[m.key])) for m in members if m.key in set_fields
     ]
     kept = any(m.key not in removals for m in members)
     present = {m.key for m in members}
-    added = [f'"{_escape_key(k)}":{_dump(v)}' for k, v in set_fields.items() if k not in present]
+    added = [
+        b'"%s":%s' % (_escape_key(k), _dump(v)) for k, v in set_fields.items() if k not in present
+    ]
     if added:
-        edits.append((close, close, ("," if kept else "") + ",".join(added)))
-    for start, end, replacement in sorted(edits, reverse=True):
-        text = text[:start] + replacement + text[end:]
-    return text.encode("utf-8")
+        edits.append((close, close, (b"," if kept else b"") + b",".join(added)))
+    return _splice(raw, edits, native=native)
 
 
-def _escape_key(key: str) -> str:
-    return json.dumps(key)[1:-1]
+def _splice(raw: bytes, edits: list[tuple[int, int, bytes]], *, native: bool) -> bytes:
+    """`raw` with each (start, end) span replaced; the spans never overlap."""
+    edits.sort()
+    if native and _native_splice is not None:
+        return _native_splice(raw, edits)  # one copy, without the GIL
+    parts: list[bytes] = []
+    pos = 0
+    for start, end, replacement in edits:
+        parts += (raw[pos:start], replacement)
+        pos = end
+    parts.append(raw[pos:])
+    return b"".join(parts)
+
+
+def _escape_key(key: str) -> bytes:
+    return json.dumps(key)[1:-1].encode("ascii")
 
 
 def _removal_spans(
     members: list[Member], removals: set[str], close: int
-) -> list[tuple[int, int, str]]:
+) -> list[tuple[int, int, bytes]]:
     """Non-overlapping cuts that drop each removed member with exactly one neighbouring comma."""
     tail = len(members)  # members[tail:] are all removed
     while tail > 0 and members[tail - 1].key in removals:
         tail -= 1
     spans = [
         # Cut from this key up to the next key: removes the trailing comma and whitespace.
-        (m.start, members[i + 1].start, "")
+        (m.start, members[i + 1].start, b"")
         for i, m in enumerate(members[:tail])
         if m.key in removals
     ]
     if tail < len(members):
         # A removed run at the end: cut from the end of the last kept value, its comma included.
         start = members[tail - 1].end if tail > 0 else members[0].start
-        spans.append((start, members[-1].end, ""))
+        spans.append((start, members[-1].end, b""))
     return spans

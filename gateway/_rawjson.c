@@ -1,0 +1,438 @@
+/*
+ * Native value walker for gateway/rawjson.py: where does the JSON value at an offset end?
+ *
+ * `value_end(data, pos, max_int_digits=0)` returns the offset just past the JSON value
+ * that starts at `pos` (object, array, string, number, true/false/null, and the NaN,
+ * Infinity and -Infinity that Python's json module accepts), validating it as it goes:
+ * structure, string escapes, control characters, strict UTF-8 (as Python's decoder:
+ * no overlongs, no surrogates, nothing past U+10FFFF) and, when `max_int_digits` > 0, the
+ * integer digit limit that Python's json enforces. Malformed input raises ValueError
+ * naming the offset. So it accepts exactly what `json.JSONDecoder().raw_decode` accepts
+ * on the decoded text.
+ *
+ * Nesting is walked with an explicit stack on the heap, never the C stack. The first
+ * 64 KiB are walked holding the GIL (a short value costs no GIL round trip); a value
+ * longer than that is walked again from the token it stopped at with the GIL released,
+ * so a 30 MiB `messages` array never holds other threads (the event loop) back. The
+ * buffer is held through a Py_buffer for the whole call, so it cannot go away or resize.
+ *
+ * `splice(data, edits)` applies sorted, disjoint (start, end, bytes) edits in one copy,
+ * with the GIL released when the result is over 64 KiB: slicing or joining a 30 MiB body
+ * in Python holds the GIL for the whole memcpy (and its page faults).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define GIL_BYTES (64 * 1024)
+#define MAX_DEPTH 1000000
+
+/* DONE: the value ended; CONTINUE: a token ended; PAUSED: stopped at `stop`, rewound to a token. */
+enum { DONE = 1, PAUSED = 0, FAILED = -1, CONTINUE = 2 };
+enum { ST_VALUE, ST_VALUE_OR_CLOSE, ST_KEY, ST_KEY_OR_CLOSE, ST_COLON, ST_AFTER };
+
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t n;
+    Py_ssize_t p;
+    int state;
+    char *stack; /* the closer, '}' or ']', of each open container */
+    Py_ssize_t depth, cap;
+    Py_ssize_t max_int_digits;
+    const char *err;
+    Py_ssize_t err_at;
+    int nomem;
+} Walk;
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+#define HAS_ZERO(v) (((v) - ONES) & ~(v) & HIGHS)
+
+static int fail(Walk *w, Py_ssize_t at, const char *msg)
+{
+    w->err = msg;
+    w->err_at = at;
+    return FAILED;
+}
+
+static int is_ws(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static int is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static int is_hex(unsigned char c)
+{
+    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* Length of the valid UTF-8 sequence at p (lead byte >= 0x80), or 0. */
+static Py_ssize_t utf8_len(const unsigned char *s, Py_ssize_t p, Py_ssize_t n)
+{
+    unsigned char c = s[p];
+    Py_ssize_t len;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c < 0xC2)
+        return 0;
+    if (c < 0xE0)
+        len = 2;
+    else if (c < 0xF0) {
+        len = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F; /* no surrogates */
+    }
+    else if (c < 0xF5) {
+        len = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    }
+    else
+        return 0;
+    if (p + len > n || s[p + 1] < lo || s[p + 1] > hi)
+        return 0;
+    for (Py_ssize_t k = 2; k < len; k++)
+        if ((s[p + k] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* True when any of 8 bytes needs a look: '"', '\\', a control character, or non-ASCII. */
+static int special8(const unsigned char *s)
+{
+    uint64_t x;
+    memcpy(&x, s, 8);
+    uint64_t quote = x ^ (ONES * '"'), slash = x ^ (ONES * '\\');
+    return ((x & HIGHS) | ((x - ONES * 0x20) & ~x & HIGHS) | HAS_ZERO(quote) | HAS_ZERO(slash)) != 0;
+}
+
+/* The string whose opening quote is at w->p; stops (PAUSED) at `stop` unless stop == n. */
+static int walk_string(Walk *w, Py_ssize_t stop)
+{
+    const unsigned char *s = w->s;
+    Py_ssize_t n = w->n, p = w->p + 1;
+    while (p < stop) {
+        while (p + 8 <= stop && !special8(s + p))
+            p += 8;
+        if (p >= stop)
+            break;
+        unsigned char c = s[p];
+        if (c == '"') {
+            w->p = p + 1;
+            return DONE;
+        }
+        if (c == '\\') {
+            if (p + 1 >= n)
+                break;
+            unsigned char e = s[p + 1];
+            if (e == 'u') {
+                for (int k = 2; k < 6; k++)
+                    if (p + k >= n || !is_hex(s[p + k]))
+                        return fail(w, p, "bad \\u escape in string");
+                p += 6;
+            }
+            else if (strchr("\"\\/bfnrt", e) && e)
+                p += 2;
+            else
+                return fail(w, p, "bad escape in string");
+        }
+        else if (c < 0x20)
+            return fail(w, p, "control character in string");
+        else if (c >= 0x80) {
+            Py_ssize_t len = utf8_len(s, p, n);
+            if (!len)
+                return fail(w, p, "invalid UTF-8");
+            p += len;
+        }
+        else
+            p++;
+    }
+    if (stop < n)
+        return PAUSED; /* w->p still at the opening quote: walked again without the GIL */
+    return fail(w, w->p, "unterminated string");
+}
+
+static Py_ssize_t digits(const unsigned char *s, Py_ssize_t p, Py_ssize_t n)
+{
+    while (p < n && is_digit(s[p]))
+        p++;
+    return p;
+}
+
+static int literal(Walk *w, const char *word)
+{
+    size_t len = strlen(word);
+    if ((size_t)(w->n - w->p) < len || memcmp(w->s + w->p, word, len) != 0)
+        return fail(w, w->p, "expected a value");
+    w->p += (Py_ssize_t)len;
+    return DONE;
+}
+
+/* A number as Python's json reads it: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?
+ * Reads stop at `stop`: a number that reaches it is walked again without the GIL. */
+static int walk_number(Walk *w, Py_ssize_t stop)
+{
+    const unsigned char *s = w->s;
+    Py_ssize_t p = w->p;
+    int is_float = 0;
+    if (s[p] == '-') {
+        p++;
+        if (p < w->n && s[p] == 'I') {
+            w->p = p;
+            return literal(w, "Infinity");
+        }
+    }
+    if (p >= stop && stop < w->n)
+        return PAUSED;
+    if (p >= stop || !is_digit(s[p]))
+        return fail(w, w->p, "expected a value");
+    Py_ssize_t int_start = p;
+    p = s[p] == '0' ? p + 1 : digits(s, p, stop);
+    Py_ssize_t int_digits = p - int_start;
+    if (p + 1 < stop && s[p] == '.' && is_digit(s[p + 1])) {
+        p = digits(s, p + 1, stop);
+        is_float = 1;
+    }
+    if (p < stop && (s[p] == 'e' || s[p] == 'E')) {
+        Py_ssize_t q = p + 1;
+        if (q < stop && (s[q] == '+' || s[q] == '-'))
+            q++;
+        if (q < stop && is_digit(s[q])) {
+            p = digits(s, q, stop);
+            is_float = 1;
+        }
+    }
+    if (p + 4 >= stop && stop < w->n)
+        return PAUSED; /* the number may go on past `stop` */
+    if (!is_float && w->max_int_digits > 0 && int_digits > w->max_int_digits)
+        return fail(w, w->p, "integer over Python's digit limit");
+    w->p = p;
+    return DONE;
+}
+
+static int push(Walk *w, char closer)
+{
+    if (w->depth >= MAX_DEPTH)
+        return fail(w, w->p, "nested too deep");
+    if (w->depth == w->cap) {
+        Py_ssize_t cap = w->cap ? w->cap * 2 : 64;
+        char *grown = PyMem_RawRealloc(w->stack, (size_t)cap);
+        if (!grown) {
+            w->nomem = 1;
+            return fail(w, w->p, "out of memory");
+        }
+        w->stack = grown;
+        w->cap = cap;
+    }
+    w->stack[w->depth++] = closer;
+    w->state = closer == '}' ? ST_KEY_OR_CLOSE : ST_VALUE_OR_CLOSE;
+    w->p++;
+    return CONTINUE;
+}
+
+/* A value ended at w->p: the walk is done at depth 0, else a ',' or a closer follows. */
+static int value_done(Walk *w)
+{
+    w->state = ST_AFTER;
+    return w->depth == 0 ? DONE : CONTINUE;
+}
+
+static int close_container(Walk *w)
+{
+    w->depth--;
+    w->p++;
+    return value_done(w);
+}
+
+static int scalar(Walk *w, unsigned char c, Py_ssize_t stop)
+{
+    switch (c) {
+    case '"': return walk_string(w, stop);
+    case 't': return literal(w, "true");
+    case 'f': return literal(w, "false");
+    case 'n': return literal(w, "null");
+    case 'N': return literal(w, "NaN");
+    case 'I': return literal(w, "Infinity");
+    default: return walk_number(w, stop);
+    }
+}
+
+/* One token at w->p in w->state. */
+static int step(Walk *w, unsigned char c, Py_ssize_t stop)
+{
+    int r;
+    switch (w->state) {
+    case ST_VALUE_OR_CLOSE:
+        if (c == ']')
+            return close_container(w);
+        /* fall through */
+    case ST_VALUE:
+        if (c == '{' || c == '[')
+            return push(w, c == '{' ? '}' : ']');
+        r = scalar(w, c, stop);
+        return r == DONE ? value_done(w) : r;
+    case ST_KEY_OR_CLOSE:
+        if (c == '}')
+            return close_container(w);
+        /* fall through */
+    case ST_KEY:
+        if (c != '"')
+            return fail(w, w->p, "expected a key");
+        r = walk_string(w, stop);
+        if (r != DONE)
+            return r;
+        w->state = ST_COLON;
+        return CONTINUE;
+    case ST_COLON:
+        if (c != ':')
+            return fail(w, w->p, "expected ':'");
+        w->p++;
+        w->state = ST_VALUE;
+        return CONTINUE;
+    default: /* ST_AFTER, inside a container */
+        if (c == ',') {
+            w->p++;
+            w->state = w->stack[w->depth - 1] == '}' ? ST_KEY : ST_VALUE;
+            return CONTINUE;
+        }
+        if (c == w->stack[w->depth - 1])
+            return close_container(w);
+        return fail(w, w->p, "expected ',' or a closing bracket");
+    }
+}
+
+/* Walk until the value ends (DONE), fails, or reaches `stop` (PAUSED, at a token start). */
+static int walk(Walk *w, Py_ssize_t stop)
+{
+    for (;;) {
+        if (w->depth > 0) /* the caller skips whitespace before the value itself */
+            while (w->p < stop && is_ws(w->s[w->p]))
+                w->p++;
+        if (w->p >= w->n)
+            return fail(w, w->p, "unexpected end of data");
+        if (w->p >= stop)
+            return PAUSED;
+        int r = step(w, w->s[w->p], stop);
+        if (r != CONTINUE)
+            return r;
+    }
+}
+
+static PyObject *value_end(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, max_int_digits = 0;
+    if (!PyArg_ParseTuple(args, "y*n|n", &view, &pos, &max_int_digits))
+        return NULL;
+    Walk w = {view.buf, view.len, pos, ST_VALUE, NULL, 0, 0, max_int_digits, NULL, 0, 0};
+    int r;
+    if (pos < 0 || pos > view.len)
+        r = fail(&w, pos, "offset out of range");
+    else {
+        Py_ssize_t stop = view.len - pos > GIL_BYTES ? pos + GIL_BYTES : view.len;
+        r = walk(&w, stop);
+        if (r == PAUSED) {
+            Py_BEGIN_ALLOW_THREADS
+            r = walk(&w, view.len);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    PyMem_RawFree(w.stack);
+    PyBuffer_Release(&view);
+    if (r == DONE)
+        return PyLong_FromSsize_t(w.p);
+    if (w.nomem)
+        return PyErr_NoMemory();
+    PyErr_Format(PyExc_ValueError, "%s at offset %zd", w.err, w.err_at);
+    return NULL;
+}
+
+/* The parts of splice(): spans of the original and the replacements between them. */
+typedef struct {
+    const char *buf;
+    Py_ssize_t len;
+} Part;
+
+static int add_part(Part *parts, Py_ssize_t *count, Py_ssize_t *total, const char *buf, Py_ssize_t len)
+{
+    if (len > PY_SSIZE_T_MAX - *total) {
+        PyErr_SetString(PyExc_OverflowError, "spliced body too large");
+        return -1;
+    }
+    parts[(*count)++] = (Part){buf, len};
+    *total += len;
+    return 0;
+}
+
+/* Gather the parts; each edit a (start, end, bytes) tuple, sorted and not overlapping. */
+static int gather(Py_buffer *view, PyObject *edits, Part *parts, Py_ssize_t *count, Py_ssize_t *total)
+{
+    Py_ssize_t pos = 0, n = PyTuple_GET_SIZE(edits);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t start, end;
+        PyObject *replacement;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(edits, i), "nnS", &start, &end, &replacement))
+            return -1;
+        if (start < pos || end < start || end > view->len) {
+            PyErr_SetString(PyExc_ValueError, "edits out of order, overlapping or out of range");
+            return -1;
+        }
+        if (add_part(parts, count, total, (const char *)view->buf + pos, start - pos) < 0 ||
+            add_part(parts, count, total, PyBytes_AS_STRING(replacement), PyBytes_GET_SIZE(replacement)) < 0)
+            return -1;
+        pos = end;
+    }
+    return add_part(parts, count, total, (const char *)view->buf + pos, view->len - pos);
+}
+
+static PyObject *splice(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *edits, *held, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyList_Type, &edits))
+        return NULL;
+    /* A private tuple keeps the replacements alive while the GIL is released. */
+    held = PyList_AsTuple(edits);
+    Part *parts = held ? PyMem_Malloc(sizeof(Part) * (2 * (size_t)PyTuple_GET_SIZE(held) + 1)) : NULL;
+    Py_ssize_t count = 0, total = 0;
+    if (held && !parts)
+        PyErr_NoMemory();
+    if (parts && gather(&view, held, parts, &count, &total) == 0)
+        result = PyBytes_FromStringAndSize(NULL, total);
+    if (result) {
+        char *out = PyBytes_AS_STRING(result);
+        int release = total > GIL_BYTES;
+        PyThreadState *save = release ? PyEval_SaveThread() : NULL;
+        for (Py_ssize_t i = 0; i < count; out += parts[i].len, i++)
+            memcpy(out, parts[i].buf, (size_t)parts[i].len);
+        if (release)
+            PyEval_RestoreThread(save);
+    }
+    PyMem_Free(parts);
+    Py_XDECREF(held);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"splice", splice, METH_VARARGS,
+     "splice(data, edits) -> data with each (start, end, bytes) edit applied; sorted, disjoint."},
+    {"value_end", value_end, METH_VARARGS,
+     "value_end(data, pos, max_int_digits=0) -> the offset just past the JSON value at pos."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rawjson", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__rawjson(void)
+{
+    return PyModule_Create(&module);
+}
