@@ -34,21 +34,22 @@ import orjson
 
 ValueEnd = Callable[[bytes, int, int], int]
 Splice = Callable[[bytes, list[tuple[int, int, bytes]]], bytes]
+SpaceEnd = Callable[[bytes, int], int]
 
 
-def _load() -> tuple[ValueEnd | None, Splice | None]:
+def _load() -> tuple[ValueEnd | None, Splice | None, SpaceEnd]:
     if os.environ.get("FAREBOX_RAWJSON_NATIVE", "1") == "0":
-        return None, None
+        return None, None, _regex_space_end
     try:
         from gateway import _rawjson  # type: ignore[attr-defined]
     except ImportError:  # built without a C compiler: the str scan, same output
-        return None, None
-    return _rawjson.value_end, _rawjson.splice
+        return None, None, _regex_space_end
+    return _rawjson.value_end, _rawjson.splice, _rawjson.space_end
 
 
-_native_end, _native_splice = _load()
+def _regex_space_end(raw: bytes, pos: int) -> int:
+    return _WS_BYTES.match(raw, pos).end()  # type: ignore[union-attr]
 
-NATIVE: bool = _native_end is not None
 
 _WS = re.compile(r"[ \t\n\r]*")
 _WS_BYTES = re.compile(rb"[ \t\n\r]*")
@@ -56,6 +57,10 @@ _DECODER = json.JSONDecoder()
 # Between brackets: scalars, punctuation and whole strings, consumed in one C-level match.
 _FILLER = re.compile(r'(?:[ \t\n\r,:.+\-0-9eEtrufalsn]|"(?:[^"\\\x00-\x1f]|\\.)*")*')
 _CLOSERS = {"{": "}", "[": "]"}
+
+_native_end, _native_splice, _skip_ws_bytes = _load()
+
+NATIVE: bool = _native_end is not None
 
 
 class RawJsonError(ValueError):
@@ -172,10 +177,6 @@ def _byte_offsets(text: str, members: list[Member], close: int) -> tuple[list[Me
         Member(m.key, to_byte[m.start], to_byte[m.value_start], to_byte[m.end]) for m in members
     ]
     return moved, to_byte[close]
-
-
-def _skip_ws_bytes(raw: bytes, pos: int) -> int:
-    return _WS_BYTES.match(raw, pos).end()  # type: ignore[union-attr]
 
 
 def _walk(value_end: ValueEnd, raw: bytes, pos: int) -> int:

@@ -131,6 +131,13 @@ def test_tokens_across_the_gil_boundary_are_walked_whole(token: bytes) -> None:
         _same(b'{"a":' + value[:-1] + b',"model":"m"}', {"model": "x"}, set())
 
 
+@pytest.mark.parametrize("pad", [GIL_BYTES - 3, GIL_BYTES + 5, 3 * GIL_BYTES])
+def test_long_whitespace_between_members_is_kept(pad: int) -> None:
+    raw = b'{ "model":"m",' + b"\n" * pad + b'"a":1' + b" " * pad + b"}" + b"\t" * pad
+    _same(raw, {"model": "x"}, {"a"})
+    assert patch_object(raw, {"model": "x"}) == raw.replace(b'"m"', b'"x"', 1)
+
+
 @pytest.mark.parametrize("path", sorted(CORPUS.rglob("*.json")), ids=lambda p: p.stem)
 def test_corpus_bodies_patch_alike(path: Path) -> None:
     raw = path.read_bytes()
