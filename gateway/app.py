@@ -31,7 +31,6 @@ from gateway.loopwatch import LoopWatch
 from gateway.metrics import Metrics
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
-from gateway.pricing import PriceBook
 from gateway.reloader import ConfigReloader
 from gateway.schemas.body import invalid_field
 from gateway.services import Observer, Services, Snapshot
@@ -110,9 +109,10 @@ async def _build_services(
     # Redis need not answer yet: shared state starts per-process and picks it up later.
     state = await open_state(settings.redis_url, limits=settings.redis_limits, observer=metrics)
     stack.push_async_callback(state.aclose)
+    snapshot = await asyncio.to_thread(Snapshot.build, config)
     return Services(
         settings=settings,
-        snapshot=Snapshot(config, PriceBook.from_sources(config.prices)),
+        snapshot=snapshot,
         upstreams=upstreams,
         metrics=metrics,
         ledger=ledger,

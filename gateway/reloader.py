@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.config import ConfigError, load_config
-from gateway.pricing import PriceBook, PricingError
+from gateway.pricing import PricingError
 from gateway.services import Services, Snapshot
 
 log = logging.getLogger("farebox.reload")
@@ -49,12 +49,12 @@ class ConfigReloader:
             return ReloadResult(False, "this gateway runs an in-memory configuration: no file")
         try:
             config = load_config(self.path)
-            prices = PriceBook.from_sources(config.prices)
+            snapshot = Snapshot.build(config)
         except (ConfigError, PricingError) as exc:
             log.error("configuration refused, the previous one stays in force: %s", exc)
             return ReloadResult(False, str(exc))
         missing = set(self.services.config.models) - set(config.models)
-        self.services.snapshot = Snapshot(config, prices)  # one swap: never half a reload
+        self.services.snapshot = snapshot  # one swap: never half a reload
         log.info("configuration reloaded from %s (%d models)", self.path, len(config.models))
         note = f"; removed: {', '.join(sorted(missing))}" if missing else ""
         return ReloadResult(True, f"reloaded {self.path} ({len(config.models)} models{note})")

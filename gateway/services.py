@@ -7,6 +7,7 @@ reads only that one until its last byte is booked.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -18,7 +19,7 @@ from gateway.metrics import Metrics
 from gateway.pipeline.context import RequestContext
 from gateway.policy.breaker import BreakerBoard
 from gateway.prefix.checker import PrefixChecker
-from gateway.pricing import PriceBook
+from gateway.pricing import PriceBook, PricingError
 from gateway.settings import Settings
 from gateway.state import SharedState
 from gateway.upstream.registry import Upstreams
@@ -33,6 +34,20 @@ class Snapshot:
 
     config: GatewayConfig
     prices: PriceBook
+
+    @classmethod
+    def build(cls, config: GatewayConfig) -> Snapshot:
+        """Price the configuration now, every route included, so no request pays for it.
+
+        Reading litellm's map and pricing a model from it takes tens of milliseconds: done
+        here (at start-up, in a thread, or at reload), never on a request's event loop.
+        """
+        prices = PriceBook.from_sources(config.prices)
+        for alias in config.models:
+            # An unpriced route is fine (it costs 0); the request path logs it once.
+            with contextlib.suppress(PricingError):
+                prices.price(config.price_key(alias))
+        return cls(config, prices)
 
 
 @dataclass(slots=True)

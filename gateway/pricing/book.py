@@ -54,6 +54,11 @@ class PriceBook:
             self._model_map = catalog.load_model_map(self._map_path)
         return self._model_map
 
+    @property
+    def priced(self) -> frozenset[str]:
+        """Names already priced (and cached): a lookup of these costs a dict access."""
+        return frozenset(self._prices)
+
     def price(self, model: str) -> ModelPrice:
         """Return the prices of `model`, or raise UnknownModelError."""
         known = self._prices.get(model)
