@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from gateway.api.deps import ServicesDep
 from gateway.pipeline.chat import handle_chat
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.offload import release
 from gateway.pipeline.parse import check_size
 from gateway.schemas.chat import ChatRequest
 from gateway.schemas.openapi import openapi_body
@@ -34,4 +36,17 @@ async def chat_completions(request: Request, services: ServicesDep) -> Response:
     """Forward a chat completion, streamed or whole, through the pipeline."""
     raw = await read_body(request, services.settings.max_body_bytes)
     ctx = RequestContext(raw_body=raw, headers=dict(request.headers))
-    return await handle_chat(ctx, services)
+    try:
+        response = await handle_chat(ctx, services)
+    except Exception:
+        await _release(ctx)
+        raise
+    # After the last byte (and, for a stream, its booking), never on the loop.
+    response.background = BackgroundTask(_release, ctx)
+    return response
+
+
+async def _release(ctx: RequestContext) -> None:
+    """Free a large request's parsed messages beside the loop."""
+    messages = ctx.request.messages if ctx.request is not None else None
+    await release(len(ctx.raw_body), ctx.body.get("messages"), messages)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 OFF_LOOP_BYTES = 256 * 1024
+# Messages freed per step: ~1,000 small dicts take well under a millisecond to free.
+FREE_SLICE = 1024
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -25,3 +27,23 @@ async def sized(size: int, step: Callable[P, T], *args: P.args, **kwargs: P.kwar
     if size <= OFF_LOOP_BYTES:
         return step(*args, **kwargs)
     return await asyncio.to_thread(step, *args, **kwargs)
+
+
+async def release(size: int, *containers: Any) -> None:
+    """Free a large body's message lists beside the loop, a slice at a time.
+
+    Freeing hundreds of thousands of parsed messages is one long cascade of deallocations
+    (~150 ms for 466,000), and it happens wherever the last reference drops: on the loop,
+    when the request ends. Emptied here in slices, each step is short and the worker
+    thread gives the interpreter back between them. Call it only once nothing reads the
+    messages any more.
+    """
+    lists = [item for item in containers if isinstance(item, list)]
+    if size > OFF_LOOP_BYTES and lists:
+        await asyncio.to_thread(_empty, lists)
+
+
+def _empty(lists: list[list[Any]]) -> None:
+    for items in lists:
+        while items:
+            del items[-FREE_SLICE:]

@@ -6,7 +6,7 @@ import threading
 
 from gateway.config import ModelRoute
 from gateway.pipeline.context import RequestContext, TaskRef
-from gateway.pipeline.offload import OFF_LOOP_BYTES, sized
+from gateway.pipeline.offload import OFF_LOOP_BYTES, release, sized
 from gateway.pipeline.prefix import MAX_REMEMBERED_SEGMENTS, check_prefix, remember
 from gateway.prefix import PrefixChecker, rule_for
 from gateway.state.memory import MemoryState
@@ -38,3 +38,13 @@ async def test_a_prompt_too_long_to_be_a_conversation_leaves_no_history() -> Non
         await remember(outcome, state)
         assert len(await state.prefix_history(outcome.keys[:1])) == kept
     await state.aclose()
+
+
+async def test_a_large_body_is_freed_beside_the_loop_and_a_small_one_left_alone() -> None:
+    messages = [{"role": "user", "content": f"line {n}"} for n in range(5000)]
+    validated = list(messages)
+    await release(OFF_LOOP_BYTES + 1, messages, validated, None, "not a list")
+    assert messages == [] and validated == []
+    small = [{"role": "user", "content": "hi"}]
+    await release(OFF_LOOP_BYTES, small)
+    assert small == [{"role": "user", "content": "hi"}]
