@@ -25,6 +25,8 @@ MAX_REPLY_BYTES = 64 * 1024 * 1024
 """A whole reply larger than this, once decoded, is refused (a gzip bomb, a runaway)."""
 MAX_ERROR_BYTES = 1024 * 1024
 """Of an error reply only the message is used: the rest is not read."""
+WRITE_CHUNK = 256 * 1024
+"""A body larger than this is written upstream in pieces of this size."""
 
 
 def _timeout(call: UpstreamCall) -> httpx.Timeout:
@@ -32,6 +34,13 @@ def _timeout(call: UpstreamCall) -> httpx.Timeout:
     # arrives in one read, so it gets the first-token limit.
     read = call.timeouts.idle_stream if call.stream else call.timeouts.first_token
     return httpx.Timeout(connect=call.timeouts.connect, read=read, write=30.0, pool=30.0)
+
+
+async def _chunks(body: bytes) -> AsyncIterator[bytes]:
+    """The body in `WRITE_CHUNK` pieces, each copied only when it is its turn."""
+    view = memoryview(body)
+    for start in range(0, len(view), WRITE_CHUNK):
+        yield bytes(view[start : start + WRITE_CHUNK])
 
 
 def _headers(call: UpstreamCall) -> dict[str, str]:
@@ -83,8 +92,15 @@ class OpenAICompatUpstream:
 
     def _request(self, call: UpstreamCall) -> httpx.Request:
         url = call.base_url.rstrip("/") + "/chat/completions"
+        headers = _headers(call)
+        content: bytes | AsyncIterator[bytes] = call.body
+        if len(call.body) > WRITE_CHUNK:
+            # One write of megabytes copies them into the socket's buffer in one go on
+            # the loop; chunks (with the length declared, so no chunked framing) don't.
+            headers["content-length"] = str(len(call.body))
+            content = _chunks(call.body)
         return self._client.build_request(
-            "POST", url, content=call.body, headers=_headers(call), timeout=_timeout(call)
+            "POST", url, content=content, headers=headers, timeout=_timeout(call)
         )
 
     async def complete(self, call: UpstreamCall) -> UpstreamReply:

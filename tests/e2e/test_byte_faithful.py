@@ -86,3 +86,20 @@ def test_stream_events_are_relayed_verbatim(gateway: Gateway, sim: SimControl) -
     relayed[-1]["usage"].pop("cost")  # type: ignore[attr-defined]
     assert relayed == original
     assert via_gateway.count(b"data: ") == direct.count(b"data: ")
+
+
+def test_a_large_body_is_written_in_pieces_and_arrives_byte_for_byte(
+    gateway: Gateway, sim: SimControl
+) -> None:
+    # Over the write-chunk size (and the off-loop size): sent upstream in pieces, with its
+    # length declared, never re-encoded as a chunked body.
+    history = [{"role": "user", "content": f"step {n}, café: " + "lorem " * 20} for n in range(3000)]
+    raw = b'{"model": "chat",  "messages": ' + json.dumps(history, ensure_ascii=False).encode() + b"}"
+    assert len(raw) > 400 * 1024
+    response = _post(gateway, raw)
+    assert response.status_code == 200, response.text
+    [request] = [r for r in sim.requests() if str(r["path"]).endswith("/chat/completions")]
+    headers = {k.lower(): v for k, v in dict(request["headers"]).items()}  # type: ignore[call-overload]
+    assert headers["content-length"] == str(len(raw) - len(b'"chat"') + len(b'"sim-chat"'))
+    assert "transfer-encoding" not in headers
+    assert base64.b64decode(str(request["body_b64"])) == raw.replace(b'"chat"', b'"sim-chat"', 1)
