@@ -31,7 +31,7 @@ from gateway.pipeline.offload import sized
 from gateway.pipeline.parse import parse
 from gateway.pipeline.policy import apply_policy, capabilities
 from gateway.pipeline.prefix import check_prefix, rule_for_route
-from gateway.pipeline.relay import RelayResponse, relay
+from gateway.pipeline.relay import Relay, RelayResponse
 from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.pipeline.thinking_cap import ThinkingCap
 from gateway.policy.decision import Decision
@@ -133,7 +133,7 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     stream = await adapter.open_stream(call)
     events = stream.events()
     first = await _first_event(stream, events, call)
-    body = relay(ctx, first, events, stream, meter, services, _thinking_cap(ctx, call, services))
+    body = Relay(ctx, first, events, stream, meter, services, _thinking_cap(ctx, call, services))
     return RelayResponse(body, headers=_headers(ctx))
 
 

@@ -192,18 +192,6 @@ class RelayResponse(StreamingResponse):
                 await self._relay.close()
 
 
-def relay(
-    ctx: RequestContext,
-    first: bytes,
-    events: AsyncIterator[bytes],
-    stream: UpstreamStream,
-    meter: Meter,
-    services: Services,
-    cap: ThinkingCap | None = None,
-) -> Relay:
-    """The relay of one upstream stream (see `Relay`)."""
-    return Relay(ctx, first, events, stream, meter, services, cap)
-
 
 def _combined_usage(
     chunk: dict[str, Any], event: bytes, cap: ThinkingCap
@@ -249,4 +237,4 @@ def _is_done(event: bytes) -> bool:
     return data is not None and data.strip() == DONE
 
 
-__all__ = ["DONE_EVENT", "Relay", "RelayResponse", "relay"]
+__all__ = ["DONE_EVENT", "Relay", "RelayResponse"]
