@@ -7,6 +7,7 @@ the context, and refuses the request when a strict rule says so.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from gateway.config import GatewayConfig
@@ -36,9 +37,11 @@ def facts_of(ctx: RequestContext, alias: str, task_effort: Any = None) -> Reques
     headers = dict(ctx.headers)
     if explicit and "x-task-step-kind" not in headers:
         headers["x-task-step-kind"] = explicit
-    return RequestFacts.from_headers(
+    facts = RequestFacts.from_headers(
         alias, headers, caller=ctx.identity.caller, task_effort=task_effort
     )
+    # Team and project as identify decoded them (UTF-8), the same the ledger books.
+    return replace(facts, team=ctx.identity.team, project=ctx.identity.project)
 
 
 def apply_policy(

@@ -9,6 +9,7 @@ from gateway.pipeline.decide import decide
 from gateway.pipeline.identify import caller_id, identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.parse import parse
+from gateway.pipeline.policy import facts_of
 
 CONFIG = parse_config("models:\n  m:\n    model: up\n    base_url: http://h/v1\n")
 
@@ -107,3 +108,12 @@ def test_meter_recognises_both_reasoning_fields_and_first_answer() -> None:
     assert meter.seen_reasoning == "hmmm" and meter.seen_answer == "Hi"
     assert meter.finish_reason == "stop" and meter.service_tier == "flex"
     assert meter.usage is not None and meter.usage.completion_tokens == 3
+
+
+def test_policy_matches_the_team_the_ledger_books() -> None:
+    # Starlette hands header bytes over as latin-1 text; identify reads them as UTF-8.
+    sent = "café-team".encode().decode("latin-1")
+    ctx = _ctx(b'{"model":"m","messages":[{"role":"user","content":"x"}]}', **{"x-farebox-team": sent})
+    decide(ctx, CONFIG)
+    assert ctx.identity.team == "café-team"
+    assert facts_of(ctx, "m").team == "café-team"
