@@ -15,7 +15,7 @@ from collections.abc import Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import BodyTooLargeError, FareboxError, RequestTimeoutError, error_bytes
+from gateway.errors import BodyTooLargeError, FareboxError, RequestTimeoutError, send_error
 
 # Routes that take whole prompts (and conversations of them).
 PROMPT_ROUTES = frozenset({"/v1/chat/completions", "/v1/prefix/lint"})
@@ -113,11 +113,4 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 async def _refuse(send: Send, error: FareboxError) -> None:
     """Answer `error` and close the connection: the rest of the body is not read."""
-    body = error_bytes(error)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-    ]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_error(send, error)

@@ -19,7 +19,9 @@ from collections.abc import Iterator
 
 import anyio
 import uvicorn
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import ShuttingDownError, send_error
 
 log = logging.getLogger("farebox")
 BACKSTOP_S = 5.0
@@ -35,12 +37,12 @@ class InFlight:
         return len(self._scopes)
 
     @contextlib.contextmanager
-    def track(self) -> Iterator[None]:
+    def track(self) -> Iterator[anyio.CancelScope]:
         """Run the block as one request in progress, cancellable by `cut_all`."""
         with anyio.CancelScope() as scope:
             self._scopes.add(scope)
             try:
-                yield
+                yield scope
             finally:
                 self._scopes.discard(scope)
 
@@ -63,8 +65,19 @@ class InFlightMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        with self.in_flight.track():
-            await self.app(scope, receive, send)
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        with self.in_flight.track() as cut:
+            await self.app(scope, receive, watched)
+        if cut.cancel_called and not started:
+            # Cut before it could answer (its row is booked): say why, in OpenAI's shape.
+            error = ShuttingDownError("the gateway is shutting down; retry the request")
+            await send_error(send, error, ((b"retry-after", b"1"),))
 
 
 class DrainingServer(uvicorn.Server):

@@ -7,6 +7,7 @@
     │   ├── RequestTimeoutError 408    headers or body not received in time (slow client)
     │   └── BadHttpError        400    malformed HTTP (answered by the protocol, not the app)
     ├── OverloadedError         503    over FAREBOX_MAX_CONNECTIONS open connections
+    ├── ShuttingDownError       503    cut at the end of the shutdown grace period
     ├── LedgerUnavailableError  503    the ledger database did not answer a read (Retry-After)
     └── UpstreamError                  the upstream could not serve the request
         ├── UpstreamUnreachableError  502  connection refused, DNS, reset before a reply
@@ -22,6 +23,7 @@ FastAPI `{"detail": ...}` beside it. Messages name the upstream, never a secret.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 import orjson
@@ -73,6 +75,13 @@ class BadHttpError(InvalidRequestError):
 class OverloadedError(FareboxError):
     status_code = 503
     code = "overloaded"
+
+
+class ShuttingDownError(FareboxError):
+    """A request cut at the end of the shutdown grace period, before it could answer."""
+
+    status_code = 503
+    code = "shutting_down"
 
 
 class LedgerUnavailableError(FareboxError):
@@ -178,6 +187,23 @@ def _cap(text: str, limit: int) -> str:
 def error_bytes(error: FareboxError) -> bytes:
     """The JSON body of an error response."""
     return orjson.dumps(error.body())
+
+
+async def send_error(
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+    error: FareboxError,
+    extra_headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> None:
+    """Answer `error` on a raw ASGI `send` and close the connection (outside any route)."""
+    body = error_bytes(error)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        *extra_headers,
+    ]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def stream_error_event(error: FareboxError) -> bytes:

@@ -26,6 +26,7 @@ from gateway.errors import (
     OverloadedError,
     RequestTimeoutError,
     error_bytes,
+    send_error,
 )
 from gateway.settings import Settings
 
@@ -113,15 +114,7 @@ class FareboxProtocol(H11Protocol):
 async def _overloaded(scope: Any, receive: Any, send: Any) -> None:
     """The app a connection over the limit gets: 503, and the connection closes."""
     error = OverloadedError("the gateway has too many open connections; retry shortly")
-    body = error_bytes(error)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-        (b"retry-after", b"1"),
-    ]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_error(send, error, ((b"retry-after", b"1"),))
 
 
 def protocol_class(limits: ConnectionLimits) -> type[FareboxProtocol]:

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import orjson
 from starlette.responses import Response
 
@@ -111,7 +112,14 @@ async def _complete(ctx: RequestContext, services: Services) -> Response:
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
     ctx.timings.upstream_sent = time.perf_counter()
-    reply = await adapter.complete(call)  # a failure is booked by the caller
+    try:
+        reply = await adapter.complete(call)  # a failure is booked by the caller
+    except asyncio.CancelledError:
+        # Cut while the upstream works on it (shutdown past its grace period): the call
+        # is paid for, so it is booked, as 499 with its tokens estimated.
+        with anyio.CancelScope(shield=True):
+            await finish(ctx, meter, services, cancelled=True)
+        raise
     reply_json = reply.payload  # parsed and checked by the adapter: a bad reply is a 502
     meter.observe_reply(reply_json)
     await finish(ctx, meter, services)

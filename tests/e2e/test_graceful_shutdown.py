@@ -165,3 +165,49 @@ def test_streams_cut_at_the_grace_period_are_still_booked(
     assert set(rows) == {stream.request_id for stream in streams}
     # Booked as cut by the gateway (499), with the tokens the client did receive.
     assert all(status == 499 and 0 < tokens < OUTPUT_TOKENS for status, tokens in rows.values())
+
+
+class Whole(threading.Thread):
+    """One non-streamed chat request; the status and error code it got."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__()
+        self.port = port
+        self.status: int | None = None
+        self.code: str | None = None
+
+    def run(self) -> None:
+        body = {"model": "chat", "messages": [{"role": "user", "content": "tell me a story"}]}
+        url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
+        response = httpx.post(url, json=body, timeout=60)
+        self.status, self.code = response.status_code, response.json()["error"]["code"]
+
+
+def test_whole_requests_cut_at_the_grace_period_are_still_booked(
+    tmp_path: Path, slow_sim: ServerThread
+) -> None:
+    process, port = _serve(tmp_path, slow_sim.url, grace_s=0.5)
+    sim = httpx.Client(base_url=slow_sim.url, timeout=10)
+    calls = [Whole(port) for _ in range(STREAMS)]
+    try:
+        for call in calls:
+            call.start()
+        deadline = time.monotonic() + 30
+        while len(sim.get("/sim/requests").json()) < STREAMS:
+            assert time.monotonic() < deadline, "the requests never reached the upstream"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)  # each call is mid-decode: ~2 s to go
+        for call in calls:
+            call.join(timeout=60)
+        assert process.wait(timeout=60) in (0, -signal.SIGTERM)
+    finally:
+        sim.close()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    # Each caller is told, in OpenAI's shape, that the gateway is going away.
+    assert all(call.status == 503 and call.code == "shutting_down" for call in calls)
+    rows = _ledger_rows(tmp_path / "data" / "farebox.db")
+    # Every call the upstream worked on is in the ledger, booked as cut by the gateway.
+    assert len(rows) == STREAMS
+    assert all(status == 499 for status, _ in rows.values())
