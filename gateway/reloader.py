@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class ConfigReloader:
         self.path = path
         self.poll_s = poll_s
         self._mtime = self._stat()
+        self._lock = threading.Lock()  # reloads run in worker threads: one at a time
+        self._signalled = asyncio.Event()
 
     def _stat(self) -> float | None:
         if self.path is None:
@@ -43,8 +46,16 @@ class ConfigReloader:
         except OSError:
             return None
 
+    async def reload_off_loop(self) -> ReloadResult:
+        """`reload` in a worker thread: reading and pricing a file takes milliseconds."""
+        return await asyncio.to_thread(self.reload)
+
     def reload(self) -> ReloadResult:
         """Validate the file and put it in force; on error keep the running one."""
+        with self._lock:
+            return self._reload()
+
+    def _reload(self) -> ReloadResult:
         if self.path is None:
             return ReloadResult(False, "this gateway runs an in-memory configuration: no file")
         try:
@@ -60,17 +71,19 @@ class ConfigReloader:
         return ReloadResult(True, f"reloaded {self.path} ({len(config.models)} models{note})")
 
     async def watch(self) -> None:
-        """Reload whenever the file's modification time changes."""
+        """Reload whenever the file's modification time changes, or on SIGHUP."""
         while self.path is not None:
-            await asyncio.sleep(self.poll_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._signalled.wait(), self.poll_s)
             mtime = self._stat()
-            if mtime is not None and mtime != self._mtime:
-                self._mtime = mtime
-                self.reload()
+            if self._signalled.is_set() or (mtime is not None and mtime != self._mtime):
+                self._signalled.clear()
+                self._mtime = mtime if mtime is not None else self._mtime
+                await self.reload_off_loop()
 
     def install_sighup(self) -> bool:
         """Reload on SIGHUP when running in the main thread (as `farebox serve` does)."""
         with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._signalled.set)
             return True
         return False

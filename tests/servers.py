@@ -1,15 +1,17 @@
-"""Real servers on real ports, each in a thread with its own event loop."""
+"""Real servers on real ports: in a thread with its own event loop, or `farebox serve`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import uvicorn
 
 from gateway.server import server_config
@@ -66,3 +68,27 @@ def running(app: Any, settings: Settings | None = None) -> Iterator[ServerThread
         yield server
     finally:
         server.stop()
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(port: int, process: subprocess.Popen[Any], timeout: float = 60) -> None:
+    """Wait until a `farebox serve` subprocess answers /readyz with 200; fail if it exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = process.stdout.read() if process.stdout else ""
+            raise AssertionError(f"farebox serve exited: {output}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise AssertionError("farebox serve did not become ready")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,17 +18,11 @@ import pytest
 
 from gateway.sim.app import create_sim_app
 from gateway.sim.config import SimConfig
-from tests.servers import ServerThread, running
+from tests.servers import ServerThread, free_port, running, wait_ready
 
 STREAMS = 6
 OUTPUT_TOKENS = 24  # the simulator's default answer length
 DECODE_MS = 80  # per token: each stream takes about 2 s, long enough to be cut short
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -43,7 +36,7 @@ def _serve(tmp_path: Path, sim_url: str, grace_s: float) -> tuple[subprocess.Pop
     config.write_text(
         f"models:\n  chat:\n    provider: openai\n    model: sim-chat\n    base_url: {sim_url}/v1\n"
     )
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
     env.update(
         FAREBOX_CONFIG=str(config),
@@ -57,17 +50,8 @@ def _serve(tmp_path: Path, sim_url: str, grace_s: float) -> tuple[subprocess.Pop
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "farebox serve exited before it was ready"
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return process, port
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise AssertionError("farebox serve did not become ready")
+    wait_ready(port, process)
+    return process, port
 
 
 class Stream(threading.Thread):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,18 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.servers import free_port, wait_ready
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
     env["FAREBOX_DATA_DIR"] = str(tmp_path / "data")
     process = subprocess.Popen(
@@ -38,27 +33,11 @@ def served(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
         text=True,
     )
     try:
-        _wait_ready(port, process)
+        wait_ready(port, process)
         yield port, process
     finally:
         process.terminate()
         process.wait(timeout=30)
-
-
-def _wait_ready(port: int, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(
-                f"farebox serve exited: {process.stdout.read() if process.stdout else ''}"
-            )
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("farebox serve did not become ready")
 
 
 def _readme_example(port: int) -> str:
@@ -91,7 +70,7 @@ def test_serve_starts_the_simulator_and_the_readme_example_works(
 def test_sighup_reloads_the_configuration(tmp_path: Path) -> None:
     config = tmp_path / "farebox.yaml"
     config.write_text((ROOT / "policies" / "default.yaml").read_text())
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
     env.update(
         FAREBOX_DATA_DIR=str(tmp_path / "data"),
@@ -106,7 +85,7 @@ def test_sighup_reloads_the_configuration(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_ready(port, process)
+        wait_ready(port, process)
         extra = "  sim-extra:\n    provider: openai\n    model: sim-chat\n    base_url: sim\n"
         config.write_text(config.read_text().replace("models:\n", "models:\n" + extra, 1))
         process.send_signal(signal.SIGHUP)

@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -33,6 +32,7 @@ from gateway.state.base import from_units, to_units
 from gateway.state.fallback import FallbackState
 from tests.conftest import SimControl
 from tests.e2e.conftest import Gateway, GatewayFactory
+from tests.servers import free_port
 
 pytestmark = pytest.mark.redis
 
@@ -41,12 +41,6 @@ pytestmark = pytest.mark.redis
 LIMITS = RedisLimits(timeout_s=2, connect_timeout_s=2, failures=3, retry_s=0.2)
 CLIENTS = 4
 PER_PHASE = 70  # requests completed before the kill, during the outage, after recovery
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RedisServer:
@@ -106,7 +100,7 @@ def redis_server() -> Iterator[RedisServer]:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    server = RedisServer(binary, _free_port())
+    server = RedisServer(binary, free_port())
     yield server
     server.kill()
 
