@@ -127,6 +127,9 @@ class RequestRow(Base):
     # The upstream's usage was clamped to be billable; usage_reported keeps what it sent.
     usage_suspect: Mapped[bool] = mapped_column(server_default=false())
     usage_reported: Mapped[str | None] = mapped_column(Text)
+    tier_confirmed: Mapped[bool | None] = mapped_column()
+    prefix_lost_usd: Mapped[Decimal | None] = mapped_column(Money)
+    thinking_enforcement: Mapped[str | None] = mapped_column(String)
 
 
 class TaskRow(Base):

@@ -114,6 +114,9 @@ class RequestRecord:
     output_cap_clamped: bool = False
     usage_suspect: bool = False
     usage_reported: str | None = None
+    tier_confirmed: bool | None = None  # did the upstream say which tier it served
+    prefix_lost_usd: Decimal | None = None  # what a prefix break cost against the forecast
+    thinking_enforcement: str | None = None  # backend | stream | hint
     id: str = field(default_factory=new_row_id)
     created_at: datetime = field(default_factory=utcnow)
 
@@ -122,6 +125,10 @@ class RequestRecord:
         object.__setattr__(self, "created_at", as_utc(self.created_at, "created_at"))
         for name in COST_FIELDS:
             object.__setattr__(self, name, as_money(getattr(self, name), name))
+        if self.prefix_lost_usd is not None:
+            object.__setattr__(
+                self, "prefix_lost_usd", as_money(self.prefix_lost_usd, "prefix_lost_usd")
+            )
 
     def with_usage(self, usage: Usage) -> RequestRecord:
         """Return a copy carrying the token counts and flags of `usage`."""
@@ -138,6 +145,8 @@ class RequestRecord:
         data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         for name in COST_FIELDS:
             data[name] = str(data[name])
+        if self.prefix_lost_usd is not None:
+            data["prefix_lost_usd"] = str(self.prefix_lost_usd)
         data["created_at"] = self.created_at.isoformat()
         return data
 
@@ -149,6 +158,8 @@ class RequestRecord:
         for name in COST_FIELDS:
             if name in values:
                 values[name] = Decimal(values[name])
+        if values.get("prefix_lost_usd") is not None:
+            values["prefix_lost_usd"] = Decimal(values["prefix_lost_usd"])
         values["created_at"] = datetime.fromisoformat(values["created_at"])
         return cls(**values)
 
