@@ -35,4 +35,4 @@ def _lint(raw: bytes, config: GatewayConfig) -> dict[str, Any]:
     family = cache_family(route.wire_family) if route is not None else None
     report = lint_conversation(bodies, family=family)
     document: dict[str, Any] = orjson.loads(report.to_json())
-    return {"object": "prefix.lint", "clean": not report.findings, **document}
+    return {"object": "prefix.lint", "clean": report.clean, **document}

@@ -9,6 +9,7 @@ what the upstream reported, and remember this prompt for the next request.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from decimal import Decimal
@@ -21,10 +22,11 @@ from gateway.prefix import cache_rules
 from gateway.prefix.actions import normalize, sticky_cache_key
 from gateway.prefix.breakpoints import anthropic_cache_breakpoints, apply_breakpoints
 from gateway.prefix.cache_rules import CacheRule
+from gateway.prefix.cacheability import Uncacheable, uncacheable
 from gateway.prefix.checker import PrefixCheck, PrefixChecker
 from gateway.prefix.record import PrefixRecord
 from gateway.prefix.strict import strict_error_message, strict_violations
-from gateway.prefix.verdict import Verdict, verdict
+from gateway.prefix.verdict import CacheStatus, Verdict, verdict
 from gateway.state import SharedState
 
 # How long a provider keeps a prefix cached, so history expires with the cache itself.
@@ -42,6 +44,12 @@ class PrefixOutcome:
     keys: list[str]
     check_seconds: float = 0.0  # CPU time on the request path, without the store's I/O
     verdict: Verdict | None = None
+    uncacheable: Uncacheable | None = None  # the provider can cache nothing of it as sent
+
+    @property
+    def lost_usd(self) -> Decimal | None:
+        """What the cache miss cost against the forecast; None before the verdict."""
+        return self.verdict.money_lost if self.verdict is not None else None
 
 
 def cache_family(wire_family: str) -> str:
@@ -95,10 +103,12 @@ def _check(
         key = sticky_cache_key(ctx.body, ctx.identity.caller, check.record.head_fingerprint)
         if ctx.body.get("prompt_cache_key") != key:
             ctx.edits.set_fields["prompt_cache_key"] = key
+    placed = False
     if "anthropic_cache_control" in actions and rule.family == "anthropic":
-        _place_breakpoints(ctx, check, rule)
-    ctx.response_headers.update(prefix_headers(check))
-    return PrefixOutcome(check, rule.family, keys, check_seconds)
+        placed = _place_breakpoints(ctx, check, rule)
+    blocked = None if placed else uncacheable(check.request, rule)
+    ctx.response_headers.update(prefix_headers(check, blocked))
+    return PrefixOutcome(check, rule.family, keys, check_seconds, uncacheable=blocked)
 
 
 def _apply(ctx: RequestContext, result: tuple[dict[str, Any], list[str]]) -> None:
@@ -107,7 +117,8 @@ def _apply(ctx: RequestContext, result: tuple[dict[str, Any], list[str]]) -> Non
         ctx.edits.set_fields[field] = body[field]
 
 
-def _place_breakpoints(ctx: RequestContext, check: PrefixCheck, rule: CacheRule) -> None:
+def _place_breakpoints(ctx: RequestContext, check: PrefixCheck, rule: CacheRule) -> bool:
+    """Mark the last stable boundaries; return whether any breakpoint was placed."""
     request = check.request
     positions = anthropic_cache_breakpoints(
         request.segments,
@@ -115,14 +126,18 @@ def _place_breakpoints(ctx: RequestContext, check: PrefixCheck, rule: CacheRule)
         cumulative_tokens=check.record.cumulative_tokens,
         min_tokens=rule.min_tokens,
     )
-    _apply(ctx, apply_breakpoints(ctx.forwarded_body(), request, positions))
+    body, changed = apply_breakpoints(ctx.forwarded_body(), request, positions)
+    _apply(ctx, (body, changed))
+    return bool(changed)
 
 
-def prefix_headers(check: PrefixCheck) -> dict[str, str]:
+def prefix_headers(check: PrefixCheck, blocked: Uncacheable | None = None) -> dict[str, str]:
     """`X-Farebox-Prefix`: `stable`, or what breaks the cache, where and why."""
-    headers = {"x-farebox-expected-cached-tokens": str(check.expectation.cached_tokens)}
+    headers = {"x-farebox-expected-cached-tokens": str(check.expected_cached_now)}
     divergence = check.divergence
-    if divergence is not None and divergence.avoidable:
+    if blocked is not None:
+        value = f"uncacheable; reason={blocked.reason}; fix={blocked.fix}"
+    elif divergence is not None and divergence.avoidable:
         value = f"break; segment={divergence.segment}; reason={divergence.reason}"
     elif check.findings:
         first = check.findings[0]
@@ -145,10 +160,11 @@ def judge(
         return None
     usage = ctx.usage
     expected = outcome.check.expected_cached_for(usage.prompt_tokens)
-    outcome.verdict = verdict(
-        expected, usage.cached_tokens, usage.prompt_tokens, input_price, cached_price
-    )
-    return outcome.verdict
+    judged = verdict(expected, usage.cached_tokens, usage.prompt_tokens, input_price, cached_price)
+    if outcome.uncacheable is not None and judged.status is CacheStatus.STABLE:
+        judged = dataclasses.replace(judged, status=CacheStatus.UNCACHEABLE)
+    outcome.verdict = judged
+    return judged
 
 
 async def remember(outcome: PrefixOutcome, state: SharedState) -> None:
@@ -161,4 +177,7 @@ async def remember(outcome: PrefixOutcome, state: SharedState) -> None:
     if len(outcome.check.record.segment_digests) > MAX_REMEMBERED_SEGMENTS:
         return
     ttl = CACHE_LIFETIME_S.get(outcome.family, 600.0)
-    await state.remember_prefix(outcome.keys, outcome.check.record.to_dict(), ttl, HISTORY_PER_KEY)
+    record = outcome.check.record.to_dict()
+    if outcome.verdict is not None:  # the provider's own count calibrates the next estimate
+        record["reported_prompt_tokens"] = outcome.verdict.prompt_tokens
+    await state.remember_prefix(outcome.keys, record, ttl, HISTORY_PER_KEY)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from decimal import Decimal
+from urllib.parse import urlsplit, urlunsplit
 
+from gateway.config import ModelRoute
 from gateway.ledger import RequestRecord
 from gateway.ledger.records import MONEY_LIMIT, MONEY_QUANTUM, as_money
 from gateway.metrics import Metrics
@@ -50,6 +52,19 @@ def _bounded(value: Decimal, name: str) -> Decimal:
         name, value, COMPONENT_CEILING,
     )  # fmt: skip
     return as_money(COMPONENT_CEILING, name)
+
+
+def backend_of(route: ModelRoute) -> str:
+    """The backend a ledger row and a metric label both name: the route's base URL
+    (`sim` for the bundled simulator), without credentials or query, else its provider."""
+    if not route.base_url:
+        return route.provider
+    try:
+        parts = urlsplit(route.base_url)
+    except ValueError:  # not a URL: the provider still names the backend
+        return route.provider
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", "")) or route.provider
 
 
 def _ms(value: float | None) -> int | None:
@@ -97,7 +112,7 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
         project=ctx.identity.project or "default",
         caller=ctx.identity.caller,
         model_alias=ctx.alias,
-        backend=ctx.route.base_url or ctx.route.provider,
+        backend=backend_of(ctx.route),
         provider=ctx.route.provider,
         upstream_model=ctx.route.model,
         tier_requested=ctx.tier_requested or "",
@@ -118,6 +133,7 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
         output_cap_clamped=ctx.clamped,
         expected_cached_tokens=_expected_cached(ctx),
         prefix_status=_prefix_status(ctx),
+        prefix_lost_usd=ctx.prefix.lost_usd if ctx.prefix is not None else None,
     )
     return record.with_usage(ctx.usage) if ctx.usage is not None else record
 
@@ -128,7 +144,7 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
     model = ctx.alias or "unknown"
     metrics.requests.labels(
         model=model,
-        backend=ctx.route.provider,
+        backend=backend_of(ctx.route),
         tier=ctx.tier_served or "standard",
         status=str(ctx.status_code or 0),
     ).inc()
@@ -149,6 +165,9 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
         metrics.cost.labels(model=model, kind=kind).inc(float(amount))
     _observe_latencies(metrics, ctx, model)
     _observe_prefix(metrics, ctx, model)
+    enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")
+    if enforcement is not None:
+        metrics.thinking_enforcement.labels(model=model, enforcement=enforcement).inc()
     if ctx.clamped:
         rule = ctx.response_headers.get("x-farebox-rule", "defaults")
         metrics.clamps.labels(model=model, rule=rule[:64]).inc()

@@ -4,6 +4,11 @@ The pipeline builds one `PrefixChecker` in the lifespan (it owns the scan cache,
 what makes steady state cheap) and calls `check` for each request with the caller's recent
 records. It stores `PrefixCheck.record` in the history afterwards and, once the response is
 in, calls `verdict(...)` with `expected_cached_for(prompt_tokens)`.
+
+Two expectations come out of a check. `expectation` is what the provider will read of this
+prompt as sent (the `X-Farebox-Expected-Cached-Tokens` header, before the call). When the
+prefix broke for a reason the client could have avoided, `forecast` is what it would have
+read had the broken segment been kept: the verdict measures the loss against that.
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.prefix.cache_rules import CacheExpectation, CacheRule
-from gateway.prefix.compare import Divergence, compare, explain
+from gateway.prefix.cache_rules import CacheExpectation, CacheRule, expect
+from gateway.prefix.compare import Comparison, Divergence, compare, explain
 from gateway.prefix.detectors import (
     HOT_PATH_SCAN_BUDGET,
     Finding,
@@ -35,10 +40,20 @@ class PrefixCheck:
     unscanned: tuple[str, ...]
     expectation: CacheExpectation
     divergence: Divergence | None
+    forecast: CacheExpectation | None = None
+    predicted_prompt_tokens: int = 0  # the prompt's size in the provider's tokens, foreseen
+
+    @property
+    def expected_cached_now(self) -> int:
+        """Return the cached tokens to announce before the call, never above the prompt."""
+        return self.expectation.scaled(self.predicted_prompt_tokens)
 
     def expected_cached_for(self, prompt_tokens: int) -> int:
-        """Return the expected cached tokens rescaled to the prompt size the provider reported."""
-        return self.expectation.scaled(prompt_tokens)
+        """Return the expected cached tokens rescaled to the prompt size the provider reported.
+
+        After an avoidable break this is the forecast: what the cache would have given.
+        """
+        return (self.forecast or self.expectation).scaled(prompt_tokens)
 
 
 class PrefixChecker:
@@ -83,4 +98,40 @@ class PrefixChecker:
             unscanned=tuple(unscanned),
             expectation=comparison.expectation,
             divergence=divergence,
+            forecast=forecast(record, comparison, divergence, rule),
+            predicted_prompt_tokens=predicted_prompt_tokens(record, comparison.closest),
         )
+
+
+def forecast(
+    record: PrefixRecord, comparison: Comparison, divergence: Divergence | None, rule: CacheRule
+) -> CacheExpectation | None:
+    """Return the cache read had the broken segment been kept, after an avoidable break."""
+    closest = comparison.closest
+    if closest is None or divergence is None or not divergence.avoidable:
+        return None
+    repaired = repaired_match(record, closest, comparison.matched)
+    written = [p for p in closest.breakpoints if p < repaired]
+    return expect(rule, record.cumulative_tokens, repaired, record.breakpoints, written)
+
+
+def repaired_match(current: PrefixRecord, earlier: PrefixRecord, matched: int) -> int:
+    """Return how many leading segments would match if segment `matched` had not changed."""
+    a, b = current.segment_digests, earlier.segment_digests
+    end = min(len(a), len(b))
+    index = min(matched + 1, end)
+    while index < end and a[index] == b[index]:
+        index += 1
+    return index
+
+
+def predicted_prompt_tokens(record: PrefixRecord, closest: PrefixRecord | None) -> int:
+    """Return this prompt's size in provider tokens, calibrated on the closest request.
+
+    Bytes / 4 overestimates English prose by a quarter; the closest earlier request's
+    reported size gives the ratio, so an announced cache read fits inside the prompt.
+    """
+    estimate = record.total_tokens
+    if closest is None or closest.reported_prompt_tokens <= 0 or closest.total_tokens <= 0:
+        return estimate
+    return estimate * closest.reported_prompt_tokens // closest.total_tokens

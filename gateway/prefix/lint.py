@@ -16,6 +16,7 @@ import orjson
 
 from gateway.prefix.advice import suggest
 from gateway.prefix.cache_rules import family_for_model, rule_for
+from gateway.prefix.cacheability import Uncacheable, uncacheable
 from gateway.prefix.crossdiff import diff_requests
 from gateway.prefix.detectors import Finding, ScanCache, scan_request
 from gateway.prefix.segments import RequestSegments, split_request
@@ -45,22 +46,27 @@ class LintReport:
 
     requests: int
     findings: tuple[LintFinding, ...]
+    uncacheable: Uncacheable | None = None  # the newest request caches nothing as sent
 
     @property
     def clean(self) -> bool:
-        """Return whether nothing was found."""
-        return not self.findings
+        """Return whether nothing was found and the prompt can be cached at all."""
+        return not self.findings and self.uncacheable is None
 
     def to_json(self) -> str:
         """Return the report as JSON (for `farebox lint --json`)."""
-        payload = {"requests": self.requests, "findings": [asdict(f) for f in self.findings]}
+        payload = {
+            "requests": self.requests,
+            "findings": [asdict(f) for f in self.findings],
+            "cache": "uncacheable" if self.uncacheable else "cacheable",
+            "uncacheable": asdict(self.uncacheable) if self.uncacheable else None,
+        }
         return orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode()
 
 
-def _segments(body: Mapping[str, Any], family: str | None) -> RequestSegments:
+def _family(body: Mapping[str, Any], family: str | None) -> str:
     model = body.get("model")
-    chosen = family or family_for_model(model if isinstance(model, str) else "")
-    return split_request(body, rule_for(chosen))
+    return family or family_for_model(model if isinstance(model, str) else "")
 
 
 def _lint_finding(request: int, segments: RequestSegments, finding: Finding) -> LintFinding:
@@ -93,14 +99,17 @@ def lint_conversation(
     previous: RequestSegments | None = None
     out: list[LintFinding] = []
     count = 0
+    blocked: Uncacheable | None = None
     for index, body in enumerate(bodies):
         count += 1
-        current = _segments(body, family)
+        rule = rule_for(_family(body, family))
+        current = split_request(body, rule)
         single, _ = scan_request(current, cache)
         merged = _merge(previous, current, single)
         out.extend(_lint_finding(index, current, f) for f in merged)
+        blocked = uncacheable(current, rule)
         previous = current
-    return LintReport(count, tuple(out))
+    return LintReport(count, tuple(out), blocked)
 
 
 def _merge(

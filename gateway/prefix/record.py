@@ -45,6 +45,9 @@ class PrefixRecord:
     header_count: int
     breakpoints: tuple[int, ...] = ()
     settings: Mapping[str, str] = field(default_factory=dict)
+    # The prompt size the provider reported for this request (0: not known), which turns
+    # the next request's byte estimates into the provider's own token counts.
+    reported_prompt_tokens: int = 0
     _chain: list[tuple[str, ...]] = field(default_factory=list, repr=False, compare=False)
 
     @property
@@ -80,6 +83,7 @@ class PrefixRecord:
             "header_count": self.header_count,
             "breakpoints": list(self.breakpoints),
             "settings": dict(self.settings),
+            "reported_prompt_tokens": self.reported_prompt_tokens,
         }
 
     @classmethod
@@ -96,6 +100,7 @@ class PrefixRecord:
             header_count=int(data["header_count"]),
             breakpoints=tuple(int(n) for n in data.get("breakpoints", ())),
             settings={str(k): str(v) for k, v in dict(data.get("settings", {})).items()},
+            reported_prompt_tokens=int(data.get("reported_prompt_tokens") or 0),
         )
         stored = data.get("fingerprints")
         if isinstance(stored, list) and len(stored) == len(record.segment_digests):

@@ -23,8 +23,14 @@ def _excerpt(finding: LintFinding) -> Text:
 
 def render_report(report: LintReport, console: Console) -> None:
     """Print every finding with its location, the highlighted span and the suggested fix."""
+    if report.uncacheable is not None:
+        blocked = report.uncacheable
+        console.print(Text(f"uncacheable: {blocked.reason}", style="bold red"))
+        console.print(Text(f"    fix: {blocked.fix}", style="green"))
     if report.clean:
         console.print(f"[green]No prompt-cache breakers found[/] in {report.requests} request(s).")
+        return
+    if not report.findings:
         return
     for finding in report.findings:
         style = _STYLE.get(finding.severity, "bold")

@@ -22,6 +22,7 @@ class CacheStatus(StrEnum):
     HIT = "hit"  # the expected prefix was read
     MISS = "miss"  # less was read than expected: money lost
     UNEXPECTED_HIT = "unexpected_hit"  # more was read than we knew to expect
+    UNCACHEABLE = "uncacheable"  # the request cannot be cached as sent (see cacheability)
 
 
 @dataclass(frozen=True, slots=True)
