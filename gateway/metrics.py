@@ -171,6 +171,13 @@ class Metrics:
             ["model", "rule"],
             registry=r,
         )
+        self.thinking_enforcement = Counter(
+            "farebox_thinking_enforcement",
+            "Requests with a thinking budget, by who held it: backend, stream (the gateway "
+            "cut and continued) or hint (nobody: the budget was only asked for).",
+            ["model", "enforcement"],
+            registry=r,
+        )
         self.ledger = Gauge(
             "farebox_ledger_rows",
             "Ledger rows written, waiting in memory, or in the spool.",

@@ -15,15 +15,19 @@ from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
 from gateway.policy.decision import Decision
 from gateway.policy.facts import RequestFacts
-from gateway.policy.plan import plan
+from gateway.policy.planner import plan_route
 from gateway.policy.recovery import Target
 from gateway.pricing import PriceBook, UnknownModelError
 
 STEP_KINDS = frozenset({"user_turn", "tool_result", "continuation"})
+ENFORCEMENT_HEADER = "x-farebox-thinking-enforcement"
 
 
 def capabilities(prices: PriceBook, config: GatewayConfig, alias: str) -> dict[str, Any]:
-    """The model's entry in litellm's map (reasoning, adaptive thinking, ...), if any."""
+    """The price key's entry in litellm's map (cache minimums for the prefix check), if any.
+
+    The policy does not use it: `plan_route` reads the upstream model's own entry.
+    """
     try:
         return prices.model_info(config.price_key(alias)) or {}
     except UnknownModelError:
@@ -54,19 +58,16 @@ def apply_policy(
 ) -> Decision:
     """Plan the request (or a fallback attempt at `target`) and record the edits.
 
-    `model_info` is the alias's price-map entry when the caller already looked it up.
+    The plan is `plan_route`'s, the one `farebox policy explain` shows; `model_info` (the
+    price key's entry) is accepted for callers that have it and not used for capabilities.
     """
+    del model_info  # capabilities come from the upstream model's own entry
     assert ctx.alias is not None and ctx.task is not None
-    alias = target.alias if target is not None else ctx.alias
-    route = config.models[alias]
-    if model_info is None or target is not None:
-        model_info = capabilities(prices, config, alias)
-    decision = plan(
-        config.policy,
+    decision = plan_route(
+        config,
+        prices.model_map,
         facts_of(ctx, ctx.alias, task_effort),
         ctx.forwarded_body(),
-        route.wire_family,
-        model_info,
         target=target,
     )
     if decision.rejection is not None:
@@ -92,6 +93,10 @@ def _record(ctx: RequestContext, config: GatewayConfig, decision: Decision) -> N
     ctx.tier_requested = decision.tier
     ctx.upstream_headers = dict(decision.headers)
     ctx.clamped = bool(decision.clamps)
-    enforce = decision.stream_enforcement and decision.can_continue
+    enforce = decision.thinking_enforcement == "stream"
     ctx.thinking_cap = decision.thinking_budget if enforce else None
     ctx.response_headers["x-farebox-rule"] = decision.rule
+    if decision.thinking_enforcement is not None:
+        ctx.response_headers[ENFORCEMENT_HEADER] = decision.thinking_enforcement
+    else:
+        ctx.response_headers.pop(ENFORCEMENT_HEADER, None)  # a fallback without a budget

@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.policy.backends import ANTHROPIC_DEFAULT_MAX_TOKENS
 from gateway.policy.decision import Draft
 from gateway.policy.schema import Family, MaxTokens
 
 MAX_TOKENS = "max_tokens"
 MAX_COMPLETION_TOKENS = "max_completion_tokens"
-ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
-"""Anthropic requires max_tokens; sent when neither the client nor the policy gives one."""
 
 
 def output_field(family: Family, body: Mapping[str, Any], reasoning_model: bool) -> str:

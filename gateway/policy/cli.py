@@ -16,13 +16,15 @@ import orjson
 from rich.console import Console
 from rich.markup import escape
 
+from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.pipeline.identify import caller_id
 from gateway.policy.decision import Decision
 from gateway.policy.explain import explain, render_decision
 from gateway.policy.facts import RequestFacts
-from gateway.policy.plan import plan
-from gateway.policy.schema import FAMILIES, Family, Policy
+from gateway.policy.planner import plan_route
+from gateway.policy.schema import FAMILIES, Family
 from gateway.policy.source import PolicyError, Problem, load_policy
+from gateway.pricing import PriceBook
 
 EXIT_OK, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
 
@@ -106,32 +108,32 @@ def _read_request(path: Path) -> dict[str, Any]:
     return body
 
 
-def _route(raw: Mapping[str, Any], alias: str, config: Path) -> Mapping[str, Any]:
-    models = raw.get("models")
-    models = models if isinstance(models, dict) else {}
-    route = models.get(alias)
-    if not isinstance(route, dict):
-        known = ", ".join(sorted(models)) or "none"
-        raise ExplainInputError(f"model '{alias}' is not configured in {config} (known: {known})")
-    return route
+def _gateway_config(config: Path) -> GatewayConfig:
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        raise ExplainInputError(str(exc)) from exc
 
 
 def _explain_data(
-    policy: Policy,
-    raw: Mapping[str, Any],
     body: dict[str, Any],
     headers: dict[str, str],
     config: Path,
 ) -> tuple[dict[str, Any], Decision]:
+    """Plan as the live path does: `plan_route`, with the price book's model map."""
+    gateway_config = _gateway_config(config)
     alias = body["model"]
-    family = family_of(_route(raw, alias, config))
+    if alias not in gateway_config.models:
+        known = ", ".join(sorted(gateway_config.models)) or "none"
+        raise ExplainInputError(f"model '{alias}' is not configured in {config} (known: {known})")
     facts = RequestFacts.from_headers(
         alias, headers, caller=caller_id(headers.get("authorization"))
     )
-    decision = plan(policy, facts, body, family)
+    model_map = PriceBook(gateway_config.prices).model_map
+    decision = plan_route(gateway_config, model_map, facts, body)
     data = explain(decision, body)
-    served = raw.get("models", {}).get(decision.alias)
-    data["upstream_model"] = served.get("model") if isinstance(served, dict) else None
+    served = gateway_config.models.get(decision.alias)
+    data["upstream_model"] = served.model if served is not None else None
     return data, decision
 
 
@@ -145,12 +147,12 @@ def policy_explain(
     """Print what the policy in `config` would do with the request in `request_file`."""
     console = console or Console()
     try:
-        policy, raw = load_policy(config)
+        load_policy(config)  # the policy's own errors, with file and line
     except PolicyError as error:
         return _report_error(error, json_output, console)
     try:
         body = _read_request(request_file)
-        data, decision = _explain_data(policy, raw, body, parse_headers(headers), config)
+        data, decision = _explain_data(body, parse_headers(headers), config)
     except OSError as exc:
         console.print(f"[red]error[/] cannot read {escape(str(request_file))}: {exc.strerror}")
         return EXIT_UNREADABLE

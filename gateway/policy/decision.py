@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.policy.backends import Enforcement
 from gateway.policy.schema import (
     BreakerSettings,
     Effort,
@@ -103,6 +104,8 @@ class Decision:
     breaker: BreakerSettings
     timeouts: Timeouts
     rejection: Rejection | None = None
+    thinking_enforcement: Enforcement | None = None
+    """Who holds `thinking_budget`: the backend, the gateway on the stream, or nobody (hint)."""
 
     @property
     def rejected(self) -> bool:

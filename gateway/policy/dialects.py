@@ -2,10 +2,19 @@
 
 openai     reasoning_effort
 anthropic  (litellm's OpenAI-shaped input) reasoning_effort for adaptive models,
-           thinking {type: enabled, budget_tokens} (>= 1024, < max_tokens) otherwise
+           thinking {type: enabled, budget_tokens} (>= 1024, < max_tokens) otherwise;
+           never a top-level reasoning_effort beside budgeted thinking
 vllm       reasoning_effort, thinking_token_budget, chat_template_kwargs.enable_thinking
-sglang     reasoning_effort, chat_template_kwargs {enable_thinking, thinking_budget}
+sglang     reasoning_effort, chat_template_kwargs {enable_thinking, thinking_budget},
+           custom_params.thinking_budget where the server runs strict thinking
 other      reasoning_effort
+
+The rules per family (which field exists, who holds a budget) are in `backends`.
+
+Anthropic's `1024 <= budget_tokens < max_tokens`, whoever set either value: the planner
+never raises a client's max_tokens (it is the whole output the client agreed to pay for,
+thinking included), so a budget that does not fit is lowered to max_tokens - 1, or, when
+max_tokens leaves no room for the 1024 minimum, thinking is switched off. Both are clamps.
 """
 
 from __future__ import annotations
@@ -13,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.policy.backends import ANTHROPIC_MIN_BUDGET
 from gateway.policy.decision import Draft
 from gateway.policy.schema import Family
-from gateway.policy.thinking import ANTHROPIC_MIN_BUDGET, Thinking
+from gateway.policy.thinking import Thinking
 
 
 def _template_kwargs(draft: Draft, changes: Mapping[str, Any]) -> None:
@@ -39,14 +49,19 @@ def _write_vllm(draft: Draft, caps: Mapping[str, Any], thinking: Thinking) -> in
     return thinking.budget
 
 
-def _write_sglang(draft: Draft, thinking: Thinking) -> int | None:
+def _write_sglang(draft: Draft, caps: Mapping[str, Any], thinking: Thinking) -> int | None:
     if thinking.off:
         _template_kwargs(draft, {"enable_thinking": False})
         return None
     if thinking.effort is not None:
         draft.set("reasoning_effort", thinking.effort)
     if thinking.write_budget and thinking.budget is not None:
-        _template_kwargs(draft, {"thinking_budget": thinking.budget})
+        _template_kwargs(draft, {"thinking_budget": thinking.budget})  # a template hint
+        if caps.get("supports_thinking_budget"):
+            # Held by SGLang's strict thinking (--enable-strict-thinking), per request.
+            current = draft.body.get("custom_params")
+            merged = dict(current) if isinstance(current, dict) else {}
+            draft.set("custom_params", {**merged, "thinking_budget": thinking.budget})
     return thinking.budget
 
 
@@ -69,18 +84,35 @@ def _anthropic_off(draft: Draft, caps: Mapping[str, Any]) -> None:
         draft.drop("thinking")
 
 
-def _anthropic_budget(draft: Draft, budget: int, max_tokens: int | None) -> int | None:
-    """Fit `budget_tokens` under max_tokens; None when Anthropic's minimum cannot fit."""
-    if max_tokens is None or budget < max_tokens:
-        return budget
-    if max_tokens <= ANTHROPIC_MIN_BUDGET:
-        draft.notes.append(
-            f"max_tokens {max_tokens} leaves no room for Anthropic's minimum thinking budget "
-            f"of {ANTHROPIC_MIN_BUDGET}; thinking left off"
-        )
+def _anthropic_fit(draft: Draft, max_tokens: int | None) -> int | None:
+    """Fit the budgeted thinking about to be sent under max_tokens; the budget in force."""
+    thinking = draft.current("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
         return None
-    draft.notes.append(f"thinking budget {budget} lowered to {max_tokens - 1}: under max_tokens")
-    return max_tokens - 1
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or isinstance(budget, bool):
+        return None
+    fitted = max(budget, ANTHROPIC_MIN_BUDGET)
+    if max_tokens is not None and fitted >= max_tokens:
+        if max_tokens <= ANTHROPIC_MIN_BUDGET:
+            draft.clamp(
+                "thinking",
+                thinking,
+                None,
+                f"max_tokens {max_tokens} leaves no room for Anthropic's minimum thinking "
+                f"budget of {ANTHROPIC_MIN_BUDGET}; thinking left off",
+            )
+            draft.drop("thinking")
+            if "thinking" in draft.body:
+                draft.set("thinking", {"type": "disabled"})
+            return None
+        fitted = max_tokens - 1
+    if fitted != budget:
+        reason = f"Anthropic needs {ANTHROPIC_MIN_BUDGET} <= budget_tokens < max_tokens"
+        draft.clamp("thinking.budget_tokens", budget, fitted, reason)
+        draft.set("thinking", {**thinking, "budget_tokens": fitted})
+    _sampling_for_thinking(draft)
+    return fitted
 
 
 def _write_anthropic(
@@ -97,16 +129,14 @@ def _write_anthropic(
             draft.drop("thinking")
         _sampling_for_thinking(draft)
         return thinking.budget
-    if not thinking.write_budget or thinking.budget is None:
-        return thinking.budget
-    budget = _anthropic_budget(draft, thinking.budget, max_tokens)
-    draft.drop("reasoning_effort")  # litellm would map it to its own budget, over ours
-    if budget is None:
-        draft.drop("thinking")
-        return None
-    draft.set("thinking", {"type": "enabled", "budget_tokens": budget})
-    _sampling_for_thinking(draft)
-    return budget
+    if draft.current("reasoning_effort") is not None:
+        # litellm would map it to a budget of its own (or pass it on as a field Anthropic
+        # refuses); budgeted thinking is written below instead.
+        draft.drop("reasoning_effort")
+        draft.notes.append("reasoning_effort not sent: this model takes thinking.budget_tokens")
+    if thinking.write_budget and thinking.budget is not None:
+        draft.set("thinking", {"type": "enabled", "budget_tokens": thinking.budget})
+    return _anthropic_fit(draft, max_tokens)
 
 
 def write_thinking(
@@ -122,7 +152,7 @@ def write_thinking(
     if family == "vllm":
         return _write_vllm(draft, capabilities, thinking)
     if family == "sglang":
-        return _write_sglang(draft, thinking)
+        return _write_sglang(draft, capabilities, thinking)
     if thinking.effort is not None:
         draft.set("reasoning_effort", thinking.effort)
     return None

@@ -24,7 +24,8 @@ def explain(decision: Decision, body: Mapping[str, Any] | None = None) -> dict[s
         "pin_effort": decision.pin_effort,
         "thinking_budget": decision.thinking_budget,
         "max_output_tokens": decision.max_output_tokens,
-        "stream_enforcement": decision.stream_enforcement,
+        "thinking_enforcement": decision.thinking_enforcement,
+        "stream_enforcement": decision.thinking_enforcement == "stream",
         "can_continue": decision.can_continue,
         "edits": {"set": dict(decision.set_fields), "remove": sorted(decision.remove)},
         "headers": dict(decision.headers),
@@ -45,6 +46,18 @@ def explain(decision: Decision, body: Mapping[str, Any] | None = None) -> dict[s
     if body is not None and decision.rejection is None:
         data["body"] = decision.apply(body)
     return data
+
+
+ENFORCEMENT_TEXT = {
+    "backend": "held by the backend",
+    "stream": "held by Farebox on the stream (cut, then continued)",
+    "hint": "a hint only: nothing stops the model thinking past it",
+}
+
+
+def _enforcement_text(decision: Decision) -> str:
+    held = decision.thinking_enforcement
+    return "-" if held is None else f"{held}: {ENFORCEMENT_TEXT[held]}"
 
 
 def _summary(decision: Decision) -> Table:
@@ -69,7 +82,7 @@ def _summary(decision: Decision) -> Table:
             "output cap",
             "-" if decision.max_output_tokens is None else str(decision.max_output_tokens),
         ),
-        ("stream enforcement", "yes" if decision.stream_enforcement else "no"),
+        ("thinking cap", _enforcement_text(decision)),
     ]
     for key, value in rows:
         table.add_row(key, escape(value))

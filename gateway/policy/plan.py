@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.policy.backends import merged_capabilities, thinking_enforcement
 from gateway.policy.caps import plan_output_cap
 from gateway.policy.decision import Decision, Draft
 from gateway.policy.dialects import write_thinking
@@ -70,11 +71,13 @@ def _serve(draft: Draft, given: _Inputs) -> _Served:
 
 def _decision(
     draft: Draft, given: _Inputs, step: str, effort: Effort | None, budget: int | None,
-    limit: int | None, served: _Served,
+    limit: int | None, served: _Served, held: int | None,
 ) -> Decision:  # fmt: skip
     """Freeze the draft; a rejected request carries no edits, clamps or notes."""
     rejected = draft.rejection is not None
     supports_budget = bool(given.caps.get("supports_thinking_budget"))
+    streamed = draft.body.get("stream") is True
+    enforcement = thinking_enforcement(given.family, given.caps, held, streamed=streamed)
     return Decision(
         rule=given.label,
         step_kind=step,
@@ -99,6 +102,7 @@ def _decision(
         breaker=given.route.breaker,
         timeouts=given.route.timeouts,
         rejection=draft.rejection,
+        thinking_enforcement=None if rejected else enforcement,
     )
 
 
@@ -122,7 +126,7 @@ def plan(
     step = infer_step_kind(body, facts.step_kind)
     label, actions = select_rule(policy, facts, step)
     route = policy.route(target.alias if target is not None else facts.alias)
-    caps = {**(capabilities or {}), **route.capabilities}
+    caps = merged_capabilities(family, capabilities or {}, route.capabilities, draft.notes)
     given = _Inputs(facts, family, caps, actions, label, route, target)
     resolved = resolve_thinking(draft, actions, facts, family, label)
     thinking = shape_thinking(draft, family, caps, resolved)
@@ -134,4 +138,8 @@ def plan(
     budget = write_thinking(draft, family, caps, thinking, limit)
     if thinking.off:
         budget = None
-    return _decision(draft, given, step, resolved.effort, budget, limit, _serve(draft, given))
+    # OpenAI-style backends carry a rule's budget as an effort only: a hint, said as one.
+    effort_only = family in ("openai", "other") and resolved.source == "rule" and not thinking.off
+    held = resolved.budget if budget is None and effort_only else budget
+    served = _serve(draft, given)
+    return _decision(draft, given, step, resolved.effort, budget, limit, served, held)

@@ -11,6 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gateway.policy.backends import (
+    ANTHROPIC_MIN_BUDGET,
+    BUDGET_FIELDS,
+    COUNTS_THINKING_IN_MAX_TOKENS,
+)
 from gateway.policy.decision import Draft
 from gateway.policy.effort import (
     budget_for_effort,
@@ -22,17 +27,6 @@ from gateway.policy.effort import (
 )
 from gateway.policy.facts import RequestFacts
 from gateway.policy.schema import Effort, Family, RuleActions
-
-ANTHROPIC_MIN_BUDGET = 1024
-"""Anthropic refuses `budget_tokens` below this."""
-
-BUDGET_FIELDS: Mapping[Family, str] = {
-    "openai": "reasoning_effort",  # OpenAI has no budget field; its effort stands in
-    "vllm": "thinking_token_budget",
-    "sglang": "chat_template_kwargs.thinking_budget",
-    "anthropic": "thinking.budget_tokens",
-    "other": "thinking_token_budget",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +199,6 @@ def shape_thinking(
 
 def counted_tokens(family: Family, thinking: Thinking) -> int:
     """Thinking tokens the backend counts inside its max-tokens field, to add to answer caps."""
-    if family in ("openai", "other") or thinking.off or thinking.budget is None:
+    if family not in COUNTS_THINKING_IN_MAX_TOKENS or thinking.off or thinking.budget is None:
         return 0
     return thinking.budget

@@ -13,6 +13,34 @@ from gateway.sim.anthropic_cache import Breakpoint
 from gateway.sim.errors import SimRequestError, describe_validation
 
 MAX_BREAKPOINTS = 4
+# Top-level fields of a Messages API request. Anthropic refuses any other one with
+# "<field>: Extra inputs are not permitted" (an OpenAI `reasoning_effort`, `n`, ...).
+MESSAGES_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "metadata",
+        "stop_sequences",
+        "stream",
+        "temperature",
+        "top_p",
+        "top_k",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "service_tier",
+        "container",
+        "mcp_servers",
+        "context_management",
+        "output_config",
+        "output_format",
+        "inference_geo",
+        "speed",
+        "cache_control",
+    }
+)
 MIN_THINKING_BUDGET = 1024
 _THINKING_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 
@@ -64,7 +92,7 @@ class MessageParam(BaseModel):
 
 
 class MessagesRequest(BaseModel):
-    """The Messages API fields the simulator acts on; others are accepted and ignored."""
+    """The Messages API fields the simulator acts on; the API's other fields are ignored."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -99,6 +127,9 @@ def parse_messages_request(body: bytes) -> MessagesRequest:
         raise SimRequestError(400, f"There was an error parsing the body: {exc}") from exc
     if not isinstance(data, dict):
         raise SimRequestError(400, "The request body must be a JSON object.")
+    extra = next((name for name in data if name not in MESSAGES_FIELDS), None)
+    if extra is not None:
+        raise SimRequestError(400, f"{extra}: Extra inputs are not permitted")
     try:
         request = MessagesRequest.model_validate(data)
     except ValidationError as exc:

@@ -63,7 +63,7 @@ def _reasoning_length(request: ChatRequest, model: SimModel, prompt: RenderedPro
     if not model.thinking or not request.thinking_switched_on():
         return 0
     length = scaled_length(model.reasoning_tokens, request.reasoning_effort)
-    budget = request.thinking_token_budget
+    budget = request.hard_thinking_budget
     if model.supports_thinking_budget and budget is not None and budget >= 0:
         length = min(length, budget)
     prefix = prompt.continuation

@@ -48,6 +48,7 @@ class ChatRequest(BaseModel):
     continue_final_message: bool = False
     tools: list[dict[str, Any]] | None = None
     cache_salt: str | None = None
+    custom_params: dict[str, Any] | None = None
 
     @property
     def output_limit(self) -> int | None:
@@ -62,6 +63,17 @@ class ChatRequest(BaseModel):
         if self.service_tier in (None, "auto"):
             return "default"
         return self.service_tier
+
+    @property
+    def hard_thinking_budget(self) -> int | None:
+        """A per-request budget an engine can hold: vLLM's field, or SGLang strict thinking's.
+
+        `chat_template_kwargs.thinking_budget` is not one: only a chat template reads it.
+        """
+        if self.thinking_token_budget is not None:
+            return self.thinking_token_budget
+        value = (self.custom_params or {}).get("thinking_budget")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def thinking_switched_on(self) -> bool:
         """Return whether the request leaves thinking on (chat_template_kwargs, effort none)."""

@@ -76,7 +76,9 @@ def test_explain_json(make_plan: Planner) -> None:
         }
     ]
     assert data["body"]["max_tokens"] == 1124
-    assert data["thinking_budget"] == 1024 and data["stream_enforcement"] is True
+    # No hard cap on this route and a whole (non-streamed) request: the budget is a hint.
+    assert data["thinking_budget"] == 1024 and data["thinking_enforcement"] == "hint"
+    assert data["stream_enforcement"] is False
     assert set(data["timeouts"]) == {"connect_s", "first_token_s", "idle_s"}
     assert data["rejection"] is None
 
@@ -104,7 +106,8 @@ def test_render_decision(make_plan: Planner) -> None:
             out,
         )
     text = captured.get()
-    assert "rule                defaults" in text
+    assert "rule             defaults" in text
+    assert "stream enforcement" not in text  # it claimed a cut that needs a stream
     assert "set    max_tokens = 100" in text
     assert "clamp  max_tokens: 500 -> 100" in text
     assert "fallback from flex on 429 -> m/standard" in text

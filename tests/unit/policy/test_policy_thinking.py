@@ -172,6 +172,9 @@ def test_anthropic_budget_lowered_under_the_clients_max_tokens(make_plan: Planne
     decision = make_plan(policy, user_body(max_tokens=3000), "anthropic", SONNET_45)
     assert decision.set_fields == {"thinking": {"type": "enabled", "budget_tokens": 2999}}
     assert decision.thinking_budget == 2999
+    (clamp,) = decision.clamps  # said as a clamp: the rule's budget did not fit
+    assert (clamp.field, clamp.original, clamp.new) == ("thinking.budget_tokens", 4096, 2999)
+    assert decision.thinking_enforcement == "backend"
 
 
 def test_anthropic_thinking_left_off_when_max_tokens_is_too_small(make_plan: Planner) -> None:
@@ -180,7 +183,8 @@ def test_anthropic_thinking_left_off_when_max_tokens_is_too_small(make_plan: Pla
     decision = make_plan(policy, body, "anthropic", SONNET_45)
     assert decision.set_fields == {} and decision.remove == {"reasoning_effort"}
     assert decision.thinking_budget is None
-    assert any("thinking left off" in note for note in decision.notes)
+    assert any("thinking left off" in clamp.reason for clamp in decision.clamps)
+    assert decision.thinking_enforcement is None  # no budget, nothing claimed
 
 
 def test_anthropic_thinking_cleans_sampling_and_effort(make_plan: Planner) -> None:

@@ -1,0 +1,57 @@
+"""One planner for `farebox policy explain` and the live path: same inputs, same plan.
+
+Both call `plan_route` with the configuration and litellm's model map (the price book's),
+so a route's family, its capabilities and the upstream model name are found the same way:
+
+- the family is the route's `wire_family`;
+- capabilities are the upstream model's own map entry, looked up by the name litellm uses
+  (`anthropic/claude-...` for a litellm route, the bare model for an OpenAI-compatible
+  one), with `routing.<alias>.capabilities` over it. Prices still come from the price key;
+  a model billed like another (`prices: {alias: {base: ...}}`) does not borrow that
+  model's capabilities, since litellm does not either;
+- the served alias's upstream model name replaces the client's `model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from gateway.config import GatewayConfig, ModelRoute
+from gateway.policy.backends import upstream_map_name
+from gateway.policy.decision import Decision
+from gateway.policy.facts import RequestFacts
+from gateway.policy.plan import plan
+from gateway.policy.recovery import Target
+from gateway.pricing import catalog
+
+
+def route_capabilities(route: ModelRoute, model_map: Mapping[str, Any]) -> dict[str, Any]:
+    """The upstream model's entry in litellm's map, found as litellm finds it; {} if none."""
+    key = catalog.find_key(model_map, upstream_map_name(route.provider, route.model))
+    entry = model_map.get(key) if key is not None else None
+    return dict(entry) if isinstance(entry, Mapping) else {}
+
+
+def _renamed(decision: Decision, config: GatewayConfig, body: Mapping[str, Any]) -> Decision:
+    """Send the served alias's upstream name as `model`, as the live path does."""
+    served = config.models.get(decision.alias)
+    if decision.rejected or served is None or body.get("model") == served.model:
+        return decision
+    return replace(decision, set_fields={**decision.set_fields, "model": served.model})
+
+
+def plan_route(
+    config: GatewayConfig,
+    model_map: Mapping[str, Any],
+    facts: RequestFacts,
+    body: Mapping[str, Any],
+    *,
+    target: Target | None = None,
+) -> Decision:
+    """Plan `body` for the alias in `facts` (or a fallback at `target`) under `config`."""
+    route = config.models[target.alias if target is not None else facts.alias]
+    capabilities = route_capabilities(route, model_map)
+    decision = plan(config.policy, facts, body, route.wire_family, capabilities, target=target)
+    return _renamed(decision, config, body)
