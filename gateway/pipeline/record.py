@@ -117,6 +117,7 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
         upstream_model=ctx.route.model,
         tier_requested=ctx.tier_requested or "",
         tier_served=ctx.tier_served or "",
+        tier_confirmed=ctx.tier_confirmed,
         status_code=ctx.status_code or 0,
         error_type=ctx.error_type,
         streamed=ctx.stream,
@@ -134,6 +135,7 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
         expected_cached_tokens=_expected_cached(ctx),
         prefix_status=_prefix_status(ctx),
         prefix_lost_usd=ctx.prefix.lost_usd if ctx.prefix is not None else None,
+        thinking_enforcement=ctx.response_headers.get("x-farebox-thinking-enforcement"),
     )
     return record.with_usage(ctx.usage) if ctx.usage is not None else record
 
@@ -168,6 +170,8 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
     enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")
     if enforcement is not None:
         metrics.thinking_enforcement.labels(model=model, enforcement=enforcement).inc()
+    if ctx.tier_confirmed is False:
+        metrics.tier_unconfirmed.labels(model=model, tier=ctx.tier_served or "standard").inc()
     if ctx.clamped:
         rule = ctx.response_headers.get("x-farebox-rule", "defaults")
         metrics.clamps.labels(model=model, rule=rule[:64]).inc()
