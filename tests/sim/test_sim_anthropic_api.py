@@ -153,6 +153,9 @@ async def test_stream_matches_non_stream(client: httpx.AsyncClient, events_of: E
         ({"thinking": {"type": "enabled", "budget_tokens": 5000}}, "must be greater than"),
         ({"thinking": {"type": "adaptive"}, "temperature": 0.5}, "temperature"),
         ({"cache_control": {"type": "persistent"}}, "cache_control"),
+        # OpenAI fields have no place in a Messages API body.
+        ({"reasoning_effort": "high"}, "reasoning_effort: Extra inputs are not permitted"),
+        ({"n": 2}, "n: Extra inputs are not permitted"),
     ],
 )
 async def test_validation(client: httpx.AsyncClient, change: dict[str, Any], message: str) -> None:

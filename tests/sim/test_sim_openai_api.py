@@ -104,6 +104,19 @@ async def test_thinking_budget_caps_reasoning(client: httpx.AsyncClient) -> None
     assert ignored.json()["usage"]["completion_tokens_details"]["reasoning_tokens"] == 40
 
 
+async def test_sglang_budgets_hint_and_strict(client: httpx.AsyncClient) -> None:
+    async def reasoning(model: str, **fields: Any) -> int:
+        body = (await client.post(URL, json=chat(model, **fields))).json()
+        return int(body["usage"]["completion_tokens_details"]["reasoning_tokens"])
+
+    # chat_template_kwargs.thinking_budget only reaches the chat template: a hint.
+    hint = {"chat_template_kwargs": {"thinking_budget": 7}}
+    assert await reasoning("sim-sglang-thinker", **hint) == 40
+    # custom_params.thinking_budget is held by an engine running strict thinking.
+    assert await reasoning("sim-thinker", custom_params={"thinking_budget": 7}) == 7
+    assert await reasoning("sim-sglang-thinker", custom_params={"thinking_budget": 7}) == 40
+
+
 async def test_max_tokens_means_length(client: httpx.AsyncClient, chunks_of: ChunkParser) -> None:
     body = (await client.post(URL, json=chat("sim-thinker", max_tokens=10))).json()
     assert body["choices"][0]["finish_reason"] == "length"
