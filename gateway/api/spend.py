@@ -1,4 +1,9 @@
-"""Spend: grouped totals over a time range (JSON or CSV), cost per finished task, estimates."""
+"""Spend: grouped totals over a time range (JSON or CSV), cost per finished task, estimates.
+
+`/v1/spend/tasks` keeps outcomes apart: statistics over finished tasks (closed by the
+client) unless `include_abandoned` or `status` says otherwise, and an `outcomes` list with
+finished tasks, abandoned tasks and untasked requests (no task id) on their own lines.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,9 @@ from gateway.api.jsonable import jsonable
 from gateway.api.params import Instant
 from gateway.errors import InvalidRequestError
 from gateway.ledger import SpendRow, TaskCostStats, export_csv, spend, task_cost_stats
+from gateway.ledger.queries import TaskOutcomes, task_outcomes
+from gateway.ledger.records import ABANDONED, OPEN
+from gateway.pipeline.identifiers import MAX_OUTCOME, check_identifier
 from gateway.pricing import CostEstimateRequest, UnknownModelError, estimate_request
 
 router = APIRouter()
@@ -41,12 +49,50 @@ async def read_task_costs(
     since: Instant | None = None,
     until: Instant | None = None,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
+    include_abandoned: bool = False,
+    status: Annotated[list[str] | None, Query()] = None,
+    table: Literal["costs", "outcomes"] = "costs",
 ) -> dict[str, Any] | Response:
-    """Cost per finished task (count, p50, p95, max) and the output/reasoning/cache-write shares."""
-    rows = await task_cost_stats(ledger, group_by, since, until)
+    """Cost per finished task (count, p50, p95, max), the output/reasoning/cache-write shares,
+    and per group the finished and abandoned tasks and untasked requests, each on its own."""
+    statuses = _statuses(status)
+    rows = await task_cost_stats(
+        ledger, group_by, since, until, statuses=statuses, include_abandoned=include_abandoned
+    )
+    outcomes = await task_outcomes(ledger, group_by, since, until)
+    if format == "csv" and table == "outcomes":
+        return Response(export_csv(outcomes, TaskOutcomes), media_type="text/csv")
     if format == "csv":
         return Response(export_csv(rows, TaskCostStats), media_type="text/csv")
-    return {"object": "list", "group_by": group_by, "data": jsonable(rows)}
+    return {
+        "object": "list",
+        "group_by": group_by,
+        "tasks": selection(statuses, include_abandoned),
+        "data": jsonable(rows),
+        "outcomes": jsonable(outcomes),
+    }
+
+
+def selection(statuses: list[str] | None, include_abandoned: bool) -> list[str]:
+    """The task statuses the statistics cover, as the response states them."""
+    if statuses:
+        return statuses
+    return ["finished", ABANDONED] if include_abandoned else ["finished"]
+
+
+def _statuses(values: list[str] | None) -> list[str] | None:
+    """The `status` filter, each a valid outcome word; `open` tasks have no final cost."""
+    if not values:
+        return None
+    for value in values:
+        check_identifier(value, "status", MAX_OUTCOME)
+        if value == OPEN:
+            raise InvalidRequestError(
+                "status=open: an open task has no final cost; choose a finished outcome "
+                "(success, failed, ...) or abandoned",
+                param="status",
+            )
+    return values
 
 
 @router.post("/v1/cost/estimate")

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.api.deps import LedgerDep, ServicesDep
 from gateway.api.jsonable import jsonable
 from gateway.errors import FareboxError, InvalidRequestError
-from gateway.ledger import get_task
+from gateway.ledger import TaskDetail, get_task
+from gateway.ledger.records import ABANDONED, OPEN
 from gateway.pipeline.identifiers import MAX_OUTCOME, MAX_TASK_ID, check_identifier
 
 router = APIRouter()
@@ -52,8 +53,18 @@ async def read_task(task_id: str, ledger: LedgerDep) -> dict[str, Any]:
         "total": task.pop("cost_total"),
         **{name: task.pop(f"cost_{name}") for name in _COMPONENTS},
     }
+    task["ended"] = ended_as(detail)
     requests = [jsonable(record) for record in detail.requests]
     return {"object": "task", **task, "requests": requests}
+
+
+def ended_as(detail: TaskDetail) -> str:
+    """`untasked` (a request sent without a task id), `open`, `abandoned` or `finished`."""
+    task_id = detail.task.task_id
+    if any(task_id == f"task-{r.request_id.removeprefix('req-')}" for r in detail.requests):
+        return "untasked"
+    status = detail.task.status
+    return status if status in (OPEN, ABANDONED) else "finished"
 
 
 _COMPONENTS = ("input", "cached", "cache_write", "output", "reasoning")

@@ -1,21 +1,29 @@
-"""`farebox report`: spend and cost per finished task from the ledger, as terminal tables."""
+"""`farebox report`: spend, cost per finished task and task outcomes from the ledger.
+
+Finished tasks (closed by the client), abandoned ones (closed by the idle timeout) and
+untasked requests (sent without a task id) are counted apart; the cost-per-task statistics
+cover finished tasks unless `--include-abandoned` or `--status` says otherwise. Tables fit
+the terminal's width (see `gateway.commands.tables`); `--json` has every exact amount.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.api.jsonable import jsonable
+from gateway.commands.tables import Column, money, percent, print_table
 from gateway.ledger import SpendRow, TaskCostStats, spend, task_cost_stats
+from gateway.ledger.queries import TaskOutcomes, task_outcomes
 from gateway.ledger.reads import LEDGER_DOWN, bounded_engine
-from gateway.pricing.money import money_str
+from gateway.ledger.records import ABANDONED, OPEN
 from gateway.settings import Settings
 
 err = Console(stderr=True)
@@ -23,68 +31,117 @@ GROUPS = ("team", "project", "model", "backend", "tier", "step", "step_kind")
 _READ_FAILURES: tuple[type[BaseException], ...] = (SQLAlchemyError, *LEDGER_DOWN)
 
 
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Everything `farebox report` prints."""
+
+    spend: list[SpendRow]
+    stats: list[TaskCostStats]
+    outcomes: list[TaskOutcomes]
+
+
 async def _read(
-    settings: Settings, group_by: str, since: datetime | None, until: datetime | None
-) -> tuple[list[SpendRow], list[TaskCostStats]]:
+    settings: Settings,
+    group_by: str,
+    since: datetime | None,
+    until: datetime | None,
+    statuses: list[str] | None,
+    include_abandoned: bool,
+) -> Report:
     # The same time limits as the gateway's reads: a down database is an error, not a hang.
     engine = bounded_engine(
         settings.ledger_url(), settings.ledger_connect_timeout_s, settings.ledger_read_timeout_s
     )
     try:
         rows = await spend(engine, group_by, since, until)
-        tasks = await task_cost_stats(engine, "team", since, until)
-        return rows, tasks
+        stats = await task_cost_stats(
+            engine, "team", since, until, statuses=statuses, include_abandoned=include_abandoned
+        )
+        outcomes = await task_outcomes(engine, "team", since, until)
+        return Report(rows, stats, outcomes)
     finally:
         await engine.dispose()
 
 
-def _pct(share: Any) -> str:
-    return f"{share * 100:.1f}%"
-
-
-def _spend_table(rows: list[SpendRow], group_by: str) -> Table:
-    table = Table(title=f"Spend by {group_by}")
-    columns = (
-        group_by,
-        "requests",
-        "input tok",
-        "cached tok",
-        "output tok",
-        "reasoning tok",
-        "cost (USD)",
-    )
-    for column in columns:
-        table.add_column(column, justify="left" if column == group_by else "right")
-    for row in rows:
-        table.add_row(
+def _print_spend(console: Console, rows: list[SpendRow], group_by: str) -> None:
+    columns = [
+        Column(group_by, label=True),
+        Column("cost (USD)"),
+        Column("requests", 1),
+        Column("input tok", 2),
+        Column("output tok", 3),
+        Column("cached tok", 4),
+        Column("reasoning tok", 5),
+    ]
+    cells = [
+        [
             row.group or "(none)",
+            money(row.cost_total),
             f"{row.request_count:,}",
             f"{row.prompt_tokens:,}",
-            f"{row.cached_tokens:,}",
             f"{row.completion_tokens:,}",
+            f"{row.cached_tokens:,}",
             f"{row.reasoning_tokens:,}",
-            money_str(row.cost_total),
-        )
-    return table
+        ]
+        for row in rows
+    ]
+    print_table(console, f"Spend by {group_by}", columns, cells)
 
 
-def _task_table(stats: list[TaskCostStats]) -> Table:
-    table = Table(title="Cost per finished task, by team")
-    columns = ("team", "tasks", "p50", "p95", "max", "output", "reasoning", "cache writes")
-    for column in columns:
-        table.add_column(column, justify="left" if column == "team" else "right")
-    for row in stats:
-        table.add_row(
+def _print_stats(console: Console, stats: list[TaskCostStats], which: str) -> None:
+    columns = [
+        Column("team", label=True),
+        Column("p50"),
+        Column("p95"),
+        Column("tasks", 1),
+        Column("max", 2),
+        Column("output", 3),
+        Column("reasoning", 4),
+        Column("cache writes", 5),
+    ]
+    cells = [
+        [
             row.group or "(none)",
+            money(row.cost_p50),
+            money(row.cost_p95),
             f"{row.finished_tasks:,}",
-            money_str(row.cost_p50),
-            money_str(row.cost_p95),
-            money_str(row.cost_max),
-            _pct(row.output_share),
-            _pct(row.reasoning_share),
-            _pct(row.cache_write_share),
-        )
-    return table
+            money(row.cost_max),
+            percent(row.output_share),
+            percent(row.reasoning_share),
+            percent(row.cache_write_share),
+        ]
+        for row in stats
+    ]
+    print_table(console, f"Cost per {which} task (USD), by team", columns, cells)
+
+
+def _print_outcomes(console: Console, outcomes: list[TaskOutcomes]) -> None:
+    columns = [Column("team", label=True), Column("finished"), Column("abandoned"),
+               Column("untasked")]  # fmt: skip
+    cells = [
+        [
+            row.group or "(none)",
+            f"{row.finished_tasks:,} · {money(row.finished_cost)}",
+            f"{row.abandoned_tasks:,} · {money(row.abandoned_cost)}",
+            f"{row.untasked_requests:,} · {money(row.untasked_cost)}",
+        ]
+        for row in outcomes
+    ]
+    note = "count · USD; finished: closed by the client; abandoned: idle timeout; "
+    note += "untasked: requests without a task id"
+    print_table(console, "Task outcomes, by team", columns, cells, note)
+
+
+def _selection(statuses: list[str] | None, include_abandoned: bool) -> list[str]:
+    if statuses:
+        return statuses
+    return ["finished", ABANDONED] if include_abandoned else ["finished"]
+
+
+def _check_statuses(statuses: list[str] | None) -> None:
+    if statuses and OPEN in statuses:
+        err.print("farebox report: --status open: an open task has no final cost")
+        raise typer.Exit(2)
 
 
 def report(
@@ -95,22 +152,39 @@ def report(
         str | None, typer.Option(help="Ledger database (default: FAREBOX_DATABASE_URL or SQLite).")
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    include_abandoned: Annotated[
+        bool, typer.Option(help="Count tasks the idle timeout closed in the per-task costs.")
+    ] = False,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(help="Per-task costs over these outcomes only (repeat: success, failed, …)."),
+    ] = None,
 ) -> None:
-    """Spend grouped over a time range, and cost per finished task (p50, p95, max) per team."""
+    """Spend grouped over a time range, cost per finished task (p50, p95, max) per team, and
+    finished tasks, abandoned tasks and untasked requests per team."""
     if group_by not in GROUPS:
         err.print(f"farebox report: --group-by must be one of {', '.join(GROUPS)}")
         raise typer.Exit(2)
+    _check_statuses(status)
     settings = Settings(database_url=database_url) if database_url else Settings()
     url = settings.ledger_url()
     try:
-        rows, stats = asyncio.run(_read(settings, group_by, since, until))
+        found = asyncio.run(_read(settings, group_by, since, until, status, include_abandoned))
     except _READ_FAILURES as exc:
         err.print(f"farebox report: cannot read the ledger at {url.split('@')[-1]}: {exc}")
         raise typer.Exit(2) from exc
+    which = _selection(status, include_abandoned)
     if json_output:
-        document = {"group_by": group_by, "spend": jsonable(rows), "tasks": jsonable(stats)}
+        document = {
+            "group_by": group_by,
+            "spend": jsonable(found.spend),
+            "task_statuses": which,
+            "tasks": jsonable(found.stats),
+            "outcomes": jsonable(found.outcomes),
+        }
         typer.echo(json.dumps(document, indent=2))
         return
     console = Console()
-    console.print(_spend_table(rows, group_by))
-    console.print(_task_table(stats))
+    _print_spend(console, found.spend, group_by)
+    _print_stats(console, found.stats, " or ".join(which))
+    _print_outcomes(console, found.outcomes)

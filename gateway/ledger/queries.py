@@ -2,6 +2,12 @@
 
 Every function takes an `AsyncEngine`, `AsyncConnection` or `AsyncSession`. Money comes
 back as exact `Decimal`; time windows are half-open, `since <= t < until`.
+
+Task outcomes are kept apart: a *finished* task is one the client closed (`success`,
+`failed`, or any outcome word it chose); an *abandoned* one was closed by the idle timeout,
+and nobody knows whether it did its job; a request without a task id got a task of its own
+(`task-` + its request id's hex) and is *untasked*, not a one-call task. Cost-per-task
+statistics cover finished tasks unless the caller asks for other statuses.
 """
 
 from __future__ import annotations
@@ -11,14 +17,14 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import ColumnElement, Select, and_, exists, func, not_, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from gateway.ledger.records import COST_FIELDS, OPEN, TOKEN_FIELDS, RequestRecord
+from gateway.ledger.records import ABANDONED, COST_FIELDS, OPEN, TOKEN_FIELDS, RequestRecord
 from gateway.ledger.store import REQUESTS, TASKS
 
 Database = AsyncEngine | AsyncConnection | AsyncSession
@@ -33,6 +39,10 @@ SPEND_GROUPS: dict[str, ColumnElement[Any]] = {
     "step_kind": REQUESTS.c.step_kind,
 }
 TASK_GROUPS: dict[str, ColumnElement[Any]] = {"team": TASKS.c.team, "project": TASKS.c.project}
+# A share is read by a person: 0.385 is 38.5 %, one decimal of a percentage.
+SHARE_QUANTUM = Decimal("0.001")
+FINISHED = "finished"
+UNTASKED = "untasked"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +102,11 @@ class SpendRow:
 
 @dataclass(frozen=True, slots=True)
 class TaskCostStats:
-    """Cost per finished task of one group; percentiles are nearest-rank, so exact."""
+    """Cost per task of one group; percentiles are nearest-rank, so exact.
+
+    `finished_tasks` counts the tasks the statistics cover: finished ones unless the
+    caller chose other statuses. Shares are fractions rounded to `SHARE_QUANTUM`.
+    """
 
     group: str | None
     finished_tasks: int
@@ -103,6 +117,19 @@ class TaskCostStats:
     output_share: Decimal
     reasoning_share: Decimal
     cache_write_share: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutcomes:
+    """How one group's work ended: finished tasks, abandoned tasks, untasked requests."""
+
+    group: str | None
+    finished_tasks: int
+    finished_cost: Decimal
+    abandoned_tasks: int
+    abandoned_cost: Decimal
+    untasked_requests: int
+    untasked_cost: Decimal
 
 
 async def _fetch(db: Database, statement: Select[Any]) -> Sequence[Row[Any]]:
@@ -184,8 +211,34 @@ def percentile(ordered: Sequence[Decimal], p: int) -> Decimal:
 
 
 def _share(part: Decimal, whole: Decimal) -> Decimal:
-    """Return part / whole, or 0 when nothing was spent."""
-    return part / whole if whole else Decimal(0)
+    """Return part / whole to a tenth of a percent, or 0 when nothing was spent."""
+    if not whole:
+        return Decimal(0)
+    return (part / whole).quantize(SHARE_QUANTUM, rounding=ROUND_HALF_EVEN)
+
+
+def untasked_request(table: Any = REQUESTS) -> ColumnElement[bool]:
+    """Whether a request row had no task id: its task is `task-` + its request id's hex."""
+    return and_(
+        table.c.task_id.startswith("task-", autoescape=True),
+        table.c.request_id.startswith("req-", autoescape=True),
+        func.substr(table.c.task_id, 6) == func.substr(table.c.request_id, 5),
+    )
+
+
+def untasked_task() -> ColumnElement[bool]:
+    """Whether a task row is the gateway's wrapper around one request without a task id."""
+    calls = REQUESTS.alias("calls")
+    return exists().where(calls.c.task_id == TASKS.c.task_id, untasked_request(calls))
+
+
+def _status_filter(statuses: Sequence[str] | None, include_abandoned: bool) -> ColumnElement[bool]:
+    """The tasks the statistics cover: finished ones, plus abandoned, or the statuses asked."""
+    if statuses:
+        return TASKS.c.status.in_(list(statuses))
+    if include_abandoned:
+        return TASKS.c.status != OPEN
+    return TASKS.c.status.not_in([OPEN, ABANDONED])
 
 
 def _stats(group: str | None, rows: list[Row[Any]]) -> TaskCostStats:
@@ -210,10 +263,16 @@ async def task_cost_stats(
     group_by: str = "team",
     since: datetime | None = None,
     until: datetime | None = None,
+    *,
+    statuses: Sequence[str] | None = None,
+    include_abandoned: bool = False,
 ) -> list[TaskCostStats]:
-    """Per group: finished tasks (any status but open) by finished_at, and their cost spread.
+    """Per group: tasks ended in the window (by finished_at) and their cost spread.
 
-    A task with no request row (a finish that arrived for a task never seen) is left out.
+    Finished tasks only (closed by the client, with any outcome), unless `include_abandoned`
+    adds those the idle timeout closed, or `statuses` names the outcomes to cover. Untasked
+    requests are never tasks here (see `task_outcomes`), nor is a task with no request row
+    (a finish that arrived for a task never seen).
     """
     group = _group_column(TASK_GROUPS, group_by)
     statement = select(
@@ -222,13 +281,64 @@ async def task_cost_stats(
         TASKS.c.cost_output,
         TASKS.c.cost_reasoning,
         TASKS.c.cost_cache_write,
-    ).where(TASKS.c.status != OPEN, TASKS.c.request_count > 0)
+    ).where(
+        _status_filter(statuses, include_abandoned),
+        TASKS.c.request_count > 0,
+        not_(untasked_task()),
+    )
     rows = await _fetch(db, _window(statement, TASKS.c.finished_at, since, until))
     by_group: dict[str | None, list[Row[Any]]] = {}
     for row in rows:
         by_group.setdefault(row.group, []).append(row)
     ordered = sorted(by_group, key=lambda g: (g is None, g or ""))
     return [_stats(key, by_group[key]) for key in ordered]
+
+
+async def task_outcomes(
+    db: Database,
+    group_by: str = "team",
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[TaskOutcomes]:
+    """Per group: finished and abandoned tasks (by finished_at) and untasked requests (by
+    created_at), each counted and costed on its own line."""
+    task_group, abandoned = _group_column(TASK_GROUPS, group_by), TASKS.c.status == ABANDONED
+    ended = select(
+        task_group.label("group"),
+        abandoned.label("abandoned"),
+        func.count().label("count"),
+        func.sum(TASKS.c.cost_total).label("cost"),
+    ).where(TASKS.c.status != OPEN, TASKS.c.request_count > 0, not_(untasked_task()))
+    ended = _window(ended, TASKS.c.finished_at, since, until).group_by(task_group, abandoned)
+    request_group = _group_column(SPEND_GROUPS, group_by)
+    loose = select(
+        request_group.label("group"),
+        func.count(REQUESTS.c.request_id.distinct()).label("count"),
+        func.sum(REQUESTS.c.cost_total).label("cost"),
+    ).where(untasked_request())
+    loose = _window(loose, REQUESTS.c.created_at, since, until).group_by(request_group)
+    totals: dict[str | None, dict[str, Any]] = {}
+    for row in await _fetch(db, ended):
+        kind = ABANDONED if row.abandoned else FINISHED
+        _add_outcome(totals, row.group, kind, row.count, row.cost)
+    for row in await _fetch(db, loose):
+        _add_outcome(totals, row.group, UNTASKED, row.count, row.cost)
+    ordered = sorted(totals, key=lambda g: (g is None, g or ""))
+    return [TaskOutcomes(group=key, **totals[key]) for key in ordered]
+
+
+def _add_outcome(
+    totals: dict[str | None, dict[str, Any]], group: str | None, kind: str, count: Any, cost: Any
+) -> None:
+    zero = Decimal(0)
+    line = totals.setdefault(
+        group,
+        {"finished_tasks": 0, "finished_cost": zero, "abandoned_tasks": 0,
+         "abandoned_cost": zero, "untasked_requests": 0, "untasked_cost": zero},
+    )  # fmt: skip
+    counted = "untasked_requests" if kind == UNTASKED else f"{kind}_tasks"
+    line[counted] += int(count)
+    line[f"{kind}_cost"] += Decimal(0) if cost is None else cost
 
 
 def _cell(value: object) -> str:

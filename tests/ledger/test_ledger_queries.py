@@ -174,27 +174,35 @@ async def test_spend_refuses_an_unknown_group(loaded: AsyncEngine) -> None:
 
 async def test_task_cost_stats_per_team(loaded: AsyncEngine) -> None:
     stats = await task_cost_stats(loaded, "team", since=T0, until=T0 + HOUR)
-    assert [s.group for s in stats] == ["alpha", "beta", "gamma"]
-    alpha, beta, gamma = stats
+    # T2 (team beta) was abandoned by the idle timeout: not a finished task.
+    assert [s.group for s in stats] == ["alpha", "gamma"]
+    alpha, gamma = stats
     assert gamma == TaskCostStats(
         "gamma", 20, D("2.10"), D("0.10"), D("0.19"), D("0.20"), D("0.5"), D("0.25"), D("0.1")
     )
     assert (alpha.finished_tasks, alpha.cost_p50, alpha.cost_p95, alpha.cost_max) == (
         1, D("0.0078"), D("0.0078"), D("0.0078")
     )  # fmt: skip
-    assert alpha.output_share == D("0.0030") / D("0.0078")
-    assert alpha.cache_write_share == D("0.0002") / D("0.0078")
+    assert alpha.output_share == D("0.385")  # 0.0030 / 0.0078, to a tenth of a percent
+    assert alpha.cache_write_share == D("0.026")
+    assert await task_cost_stats(loaded, "team", since=T0 + HOUR) == []
+
+
+async def test_task_cost_stats_with_abandoned_tasks_when_asked(loaded: AsyncEngine) -> None:
+    stats = await task_cost_stats(loaded, "team", T0, T0 + HOUR, include_abandoned=True)
+    beta = {s.group: s for s in stats}["beta"]
     # T2 was abandoned: it ended at its last call, T0+2min, inside the window.
     assert (beta.finished_tasks, beta.cost_max) == (1, D("0.0040"))
     assert (beta.output_share, beta.reasoning_share, beta.cache_write_share) == (
         D("0.2"), D(0), D("0.25")
     )  # fmt: skip
-    assert await task_cost_stats(loaded, "team", since=T0 + HOUR) == []
+    only_failed = await task_cost_stats(loaded, "team", statuses=["failed"])
+    assert [(s.group, s.finished_tasks) for s in only_failed] == [("alpha", 1)]
 
 
 async def test_task_cost_stats_per_project(loaded: AsyncEngine) -> None:
     stats = await task_cost_stats(loaded, "project")
-    assert {s.group: s.finished_tasks for s in stats} == {"api": 1, "batch": 20, "web": 1}
+    assert {s.group: s.finished_tasks for s in stats} == {"batch": 20, "web": 1}
 
 
 async def test_export_csv_of_spend_from_the_database(loaded: AsyncEngine) -> None:
