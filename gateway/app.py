@@ -58,6 +58,8 @@ def create_app(
         async with AsyncExitStack() as stack:
             services = await _build_services(stack, settings, config, observers or [])
             app.state.services = services  # for tests and the CLI banner
+            # In the background: the port opens now, /readyz says `warming` until it is done.
+            services.upstreams.warm(services.config.models.values())
             watch = LoopWatch(services.metrics.loop_lag.observe)
             app.state.loop_watch = await stack.enter_async_context(watch)  # and for benches
             reloader = ConfigReloader(services, source, settings.reload_poll_s)

@@ -48,7 +48,10 @@ class ConfigReloader:
 
     async def reload_off_loop(self) -> ReloadResult:
         """`reload` in a worker thread: reading and pricing a file takes milliseconds."""
-        return await asyncio.to_thread(self.reload)
+        result = await asyncio.to_thread(self.reload)
+        if result.ok:  # a route that newly needs litellm: load it before a request does
+            self.services.upstreams.warm(self.services.config.models.values())
+        return result
 
     def reload(self) -> ReloadResult:
         """Validate the file and put it in force; on error keep the running one."""

@@ -24,6 +24,7 @@ async def healthz() -> dict[str, str]:
 async def readyz(services: ServicesDep) -> JSONResponse:
     """Ready when the configuration loaded and an upstream is configured; 503 otherwise.
 
+    `warming` (503) while litellm loads in the background for a route that needs it.
     Redis unreachable is `degraded`, still 200: the replica serves every request (with
     per-process state), so it stays in the load balancer; the body says why.
     """
@@ -33,14 +34,26 @@ async def readyz(services: ServicesDep) -> JSONResponse:
         problems.append("no upstream models configured")
     if services.config.uses_simulator and services.sim_base_url is None:
         problems.append("the bundled simulator is not running")
+    if services.upstreams.warm_failure is not None:
+        problems.append(services.upstreams.warm_failure)
     state = services.state.health()
-    status = "not_ready" if problems else "degraded" if state.degraded else "ready"
-    body: dict[str, Any] = {"status": status}
+    warming = services.upstreams.warming
+    body: dict[str, Any] = {"status": _status(problems, warming, state.degraded)}
     if problems:
         body["problems"] = problems
+    if warming:
+        body["warming"] = "litellm is loading for the routes that need it"
     body["models"] = len(services.config.models)
     body["state"] = _state(state)
-    return JSONResponse(body, status_code=200 if not problems else 503)
+    return JSONResponse(body, status_code=503 if problems or warming else 200)
+
+
+def _status(problems: list[str], warming: bool, degraded: bool) -> str:
+    if problems:
+        return "not_ready"
+    if warming:
+        return "warming"
+    return "degraded" if degraded else "ready"
 
 
 def _state(health: StateHealth) -> dict[str, Any]:

@@ -4,6 +4,10 @@ Upstream reasoning arrives as `reasoning` (current vLLM) or `reasoning_content` 
 older vLLM); both count as thinking. The first answer token is the first content or
 tool-call delta, which is what a user waits for when a model thinks first.
 
+Token times are observed on streams only. A whole reply arrives at once: the moment its
+first token was decoded is not seen, so it has no time to first token, and no decode
+speed; its whole duration is measured on its own (`Timings.finished`).
+
 The meter never raises on what an upstream sent: a field of an unexpected type is read
 as absent (the relay has already refused replies whose shape a client cannot use).
 """
@@ -58,11 +62,10 @@ class Meter:
                 self.finish_reason = choice["finish_reason"]
 
     def observe_reply(self, reply: dict[str, Any]) -> None:
-        """Account for a whole non-streaming `chat.completion`."""
-        now = self.clock()
+        """Account for a whole non-streaming `chat.completion` (no token times: none seen)."""
         self._observe_meta(reply)
         for choice in _objects(reply.get("choices")):
-            self._observe_delta(_object(choice.get("message")), now)
+            self._observe_text(_object(choice.get("message")))
             reason = choice.get("finish_reason")
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason
@@ -77,14 +80,19 @@ class Meter:
         if isinstance(tier, str):
             self.service_tier = tier
 
-    def _observe_delta(self, delta: dict[str, Any], now: float) -> None:
-        thought = reasoning_text(delta)
-        content = delta.get("content")
-        answered = (isinstance(content, str) and bool(content)) or bool(delta.get("tool_calls"))
+    def _observe_text(self, message: dict[str, Any]) -> tuple[bool, bool]:
+        """Keep the message's reasoning and answer; say whether it had each."""
+        thought = reasoning_text(message)
+        content = message.get("content")
+        answered = (isinstance(content, str) and bool(content)) or bool(message.get("tool_calls"))
         if thought:
             self.reasoning_parts.append(thought)
         if isinstance(content, str) and content:
             self.answer_parts.append(content)
+        return bool(thought), answered
+
+    def _observe_delta(self, delta: dict[str, Any], now: float) -> None:
+        thought, answered = self._observe_text(delta)
         if not (thought or answered):
             return
         if self.first_token is None:

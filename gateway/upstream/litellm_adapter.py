@@ -25,6 +25,7 @@ from gateway.errors import FareboxError
 from gateway.upstream import failures
 from gateway.upstream.base import UpstreamCall, UpstreamReply
 from gateway.upstream.litellm_errors import translate_litellm_error
+from gateway.upstream.litellm_warmup import rehearse
 from gateway.upstream.sse import DONE_EVENT, data_event
 
 # OpenAI request fields litellm translates for other providers; others are dropped,
@@ -167,6 +168,10 @@ class LiteLLMUpstream:
                 await self._handler.close()  # drop its own client: it sends through ours
                 self._handler.client = self._client
         return self._module
+
+    async def warm(self, provider: str, model: str) -> None:
+        """Import litellm and rehearse a call to this provider, off the event loop."""
+        await asyncio.to_thread(rehearse, await self._litellm(), provider, model)
 
     def _kwargs(self, call: UpstreamCall) -> dict[str, Any]:
         kwargs = {k: v for k, v in call.parsed.items() if k in TRANSLATED_FIELDS}

@@ -1,7 +1,16 @@
-"""Pick the adapter for a route and build the call: URL, key, timeouts."""
+"""Pick the adapter for a route and build the call: URL, key, timeouts.
+
+litellm is loaded only when a configured route needs it, and then in the background
+from start-up (or from the reload that adds such a route): `/readyz` says `warming`
+until it is done, so the first request to that route does not pay for the import.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -18,6 +27,8 @@ if TYPE_CHECKING:
 SIM_API_KEY = "farebox-sim"
 """The simulator accepts any key; litellm's providers refuse to send none."""
 
+log = logging.getLogger("farebox.upstream")
+
 
 class Upstreams:
     """The adapters of one gateway process; litellm's is built on first use only."""
@@ -28,17 +39,50 @@ class Upstreams:
         self._litellm: LiteLLMUpstream | None = None
         self.sim_base_url = sim_base_url
         self.timeouts = timeouts
+        self._to_warm: list[tuple[str, str]] = []  # (provider, model), in order
+        self._warmed: set[tuple[str, str]] = set()
+        self._warm_task: asyncio.Task[None] | None = None
+        self.warm_failure: str | None = None
 
     def adapter(self, route: ModelRoute) -> Upstream:
         """The adapter that speaks this route's wire format."""
-        if not route.via_litellm:
-            return self.openai
+        return self._litellm_adapter() if route.via_litellm else self.openai
+
+    def _litellm_adapter(self) -> LiteLLMUpstream:
         if self._litellm is None:
-            # Importing litellm costs seconds and ~200 MB: only routes that need it pay.
+            # Importing litellm costs seconds and ~200 MB: only configurations that need it pay.
             from gateway.upstream.litellm_adapter import LiteLLMUpstream
 
             self._litellm = LiteLLMUpstream(self._client)
         return self._litellm
+
+    @property
+    def warming(self) -> bool:
+        """Whether litellm is still loading for a configured route."""
+        return self._warm_task is not None and not self._warm_task.done()
+
+    def warm(self, routes: Iterable[ModelRoute]) -> None:
+        """Load litellm in the background for the routes that need it and are not warm yet."""
+        queued = self._warmed.union(self._to_warm)
+        wanted = sorted({(r.provider, r.model) for r in routes if r.via_litellm} - queued)
+        if not wanted:
+            return
+        self._to_warm.extend(wanted)
+        self.warm_failure = None
+        if self._warm_task is None or self._warm_task.done():
+            self._warm_task = asyncio.create_task(self._warm_queued(), name="farebox-warm-litellm")
+
+    async def _warm_queued(self) -> None:
+        while self._to_warm:
+            provider, model = self._to_warm[0]
+            try:
+                await self._litellm_adapter().warm(provider, model)
+            except Exception as exc:  # a broken install: say so in /readyz, keep serving
+                self.warm_failure = f"litellm failed to load for {provider}/{model}: {exc!r}"
+                log.error("%s", self.warm_failure)
+                self._to_warm.clear()
+                return
+            self._warmed.add(self._to_warm.pop(0))
 
     def base_url(self, route: ModelRoute) -> str:
         """The route's base URL, with `sim` resolved to the bundled simulator."""
@@ -66,6 +110,10 @@ class Upstreams:
         )
 
     async def aclose(self) -> None:
+        if self._warm_task is not None:
+            self._warm_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warm_task
         await self.openai.aclose()
         if self._litellm is not None:
             await self._litellm.aclose()

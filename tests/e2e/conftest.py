@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -118,6 +119,14 @@ def sim_config(sim_url: str) -> GatewayConfig:
     return GatewayConfig.model_validate({"models": sim_routes(sim_url), "prices": PRICES})
 
 
+def _wait_warm(server: ServerThread, timeout: float = 120) -> None:
+    """Wait, as a load balancer would, until litellm has loaded for the routes needing it."""
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{server.url}/readyz", timeout=10).json()["status"] == "warming":
+        assert time.monotonic() < deadline, "the gateway never finished warming up"
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def make_gateway(
     sim: SimControl, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
@@ -137,6 +146,7 @@ def make_gateway(
         app = create_app(gateway_settings, routes, observers=[seen.append])
         gateway = Gateway(ServerThread(app, gateway_settings).start(), seen, gateway_settings)
         started.append(gateway)
+        _wait_warm(gateway.server)
         return gateway
 
     yield start

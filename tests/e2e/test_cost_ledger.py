@@ -121,27 +121,42 @@ def test_task_total_is_the_sum_of_its_requests(gateway: Gateway) -> None:
     assert isinstance(requests, list)
     assert sorted(Decimal(r["cost_total"]) for r in requests) == sorted(costs)
     assert {r["model_alias"] for r in requests} == {"chat", "claude"}
-    assert all(r["ttft_ms"] is not None for r in requests)
+    # Token times only where they were seen (the stream); every call has its duration.
+    streamed = [r for r in requests if r["streamed"]]
+    whole = [r for r in requests if not r["streamed"]]
+    assert len(streamed) == 1 and len(whole) == 3
+    assert streamed[0]["ttft_ms"] is not None and streamed[0]["ttfat_ms"] is not None
+    assert all(r["ttft_ms"] is None and r["ttfat_ms"] is None for r in whole)
+    assert all(r["decode_tps"] is None for r in whole)
+    assert all(r["duration_ms"] is not None for r in requests)
+    assert body["first_ttft_ms"] == streamed[0]["ttft_ms"]  # the first call that had one
 
 
 def test_metrics_show_requests_tokens_cost_and_task_cost(gateway: Gateway) -> None:
     run_agent_task(gateway, "task-metrics", "finance")
-    _task(gateway, "task-metrics")  # the task is booked (and observed) once the ledger commits
+    task = _task(gateway, "task-metrics")  # booked (and observed) once the ledger commits
     text = httpx.get(f"{gateway.server.url}/metrics", timeout=10).text
     assert 'farebox_task_cost_usd_count{outcome="success",team="finance"} 1.0' in text
-    assert (
-        'farebox_requests_total{backend="openai",model="chat",status="200",tier="standard"} 2.0'
-        in text
-    )
+    # The metric names each request's backend as its ledger row does.
+    rows = task["requests"]
+    assert isinstance(rows, list)
+    backends = {r["model_alias"]: r["backend"] for r in rows}
+    for model, backend in backends.items():
+        labels = f'backend="{backend}",model="{model}",status="200",tier="standard"'
+        assert f"farebox_requests_total{{{labels}}} 2.0" in text
     assert 'farebox_tokens_total{kind="cached",model="chat"}' in text
     assert 'farebox_cost_usd_total{kind="output",model="claude"}' in text
+    # claude: one stream, one whole reply; chat: two whole replies. Token times are
+    # observed on the stream only; every request has its duration.
     for name in (
         "farebox_time_to_first_token_seconds_count",
         "farebox_time_to_first_answer_token_seconds_count",
         "farebox_decode_tokens_per_second_count",
-        "farebox_request_duration_seconds_count",
     ):
-        assert f'{name}{{model="claude"}}' in text
+        assert f'{name}{{model="claude"}} 1.0' in text
+        assert f'{name}{{model="chat"}}' not in text
+    for model in ("claude", "chat"):
+        assert f'farebox_request_duration_seconds_count{{model="{model}"}} 2.0' in text
     assert "task-metrics" not in text  # a task id is never a label
 
 

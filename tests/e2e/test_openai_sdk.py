@@ -28,6 +28,9 @@ def test_sync_non_streaming(gateway: Gateway, model: str) -> None:
     ctx = gateway.last()
     assert ctx.alias == model and ctx.status_code == 200
     assert ctx.usage is not None and ctx.usage.prompt_tokens == completion.usage.prompt_tokens
+    # A whole reply arrives at once: no token time was seen, only the whole duration.
+    assert ctx.timings.first_token is None and ctx.timings.first_answer_token is None
+    assert ctx.timings.finished is not None
 
 
 @pytest.mark.parametrize("model", ["chat", "claude"])
