@@ -91,5 +91,6 @@ async def finish(
     ctx.task_cost = await services.state.add_task_cost(ctx.task.task_id, booked.total, ttl)
     if ctx.task.done and final:
         outcome = "success" if ctx.status_code == 200 else "failed"
+        outcome = "untasked" if ctx.task.implicit else outcome  # no task id: not a task
         services.ledger.finish_task(ctx.task.task_id, outcome)
     services.notify(ctx)
