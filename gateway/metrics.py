@@ -81,28 +81,28 @@ class Metrics:
         )
         self.ttft = Histogram(
             "farebox_time_to_first_token_seconds",
-            "Time to the first token, thinking included.",
+            "Time to the first token, thinking included (streams only: a whole reply shows none).",
             ["model"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.ttfat = Histogram(
             "farebox_time_to_first_answer_token_seconds",
-            "Time to the first answer token, after thinking ends.",
+            "Time to the first answer token, after thinking ends (streams only).",
             ["model"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.decode_speed = Histogram(
             "farebox_decode_tokens_per_second",
-            "Output tokens per second after the first token.",
+            "Output tokens per second after the first token (streams only).",
             ["model"],
             buckets=SPEED_BUCKETS,
             registry=r,
         )
         self.duration = Histogram(
             "farebox_request_duration_seconds",
-            "Whole request duration.",
+            "Whole request duration, every request, streamed or not.",
             ["model"],
             buckets=DURATION_BUCKETS,
             registry=r,
