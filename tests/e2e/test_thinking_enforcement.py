@@ -120,7 +120,7 @@ def test_held_budgets_say_who_held_them(
         assert raw.headers[HEADER] == expected, alias
         parsed = raw.parse()
         if stream:
-            list(parsed)  # type: ignore[call-overload]
+            list(parsed)
     reasoning = [r["reasoning_tokens"] for r in sim.requests()]
     # thinker: held by vLLM at 8; capped streamed: cut at 8 and continued (the cut call
     # is counted by the gateway, the continuation thinks no more); capped whole: all 40.
