@@ -186,9 +186,11 @@ class LiteLLMUpstream:
         )
         if call.extra_headers:
             kwargs["extra_headers"] = dict(call.extra_headers)
-        # Thinking settings the policy wrote must reach the provider even for a model
-        # litellm's map does not list as a reasoning model (drop_params would drop them).
-        allowed = [k for k in ("thinking", "reasoning_effort") if k in kwargs]
+        # Thinking the policy wrote must reach the provider even for a model litellm's map
+        # does not list as a reasoning model (drop_params would drop it). Not
+        # reasoning_effort: litellm would also copy it into the body as a top-level field,
+        # which the Messages API refuses; the planner sends it only where litellm maps it.
+        allowed = [k for k in ("thinking",) if k in kwargs]
         if allowed:
             kwargs["allowed_openai_params"] = allowed
         if call.base_url:
