@@ -51,7 +51,7 @@ def explain(decision: Decision, body: Mapping[str, Any] | None = None) -> dict[s
 ENFORCEMENT_TEXT = {
     "backend": "held by the backend",
     "stream": "held by Farebox on the stream (cut, then continued)",
-    "hint": "a hint only: nothing stops the model thinking past it",
+    "hint": "asked for only; nothing stops the model thinking past it",
 }
 
 
