@@ -4,13 +4,16 @@ and what `/v1/spend/tasks`, `/v1/tasks/{id}` and `farebox report --json` say abo
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from decimal import Decimal
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from gateway import cli
-from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import Gateway, GatewayFactory
+from tests.pg import fresh_pg_database, pg_url
 
 MESSAGES = [{"role": "user", "content": "Summarise the incident in one line."}]
 
@@ -30,7 +33,24 @@ def _cost(response: httpx.Response) -> Decimal:
     return Decimal(response.headers["x-farebox-cost-usd"])
 
 
+@pytest.fixture
+async def pg_ledger_url() -> AsyncIterator[str]:
+    async with fresh_pg_database("farebox_outcomes") as name:
+        yield pg_url(name)
+
+
 def test_untasked_requests_are_their_own_line(gateway: Gateway) -> None:
+    _untasked_apart(gateway)
+
+
+@pytest.mark.postgres
+def test_untasked_requests_are_their_own_line_on_postgresql(
+    make_gateway: GatewayFactory, pg_ledger_url: str
+) -> None:
+    _untasked_apart(make_gateway(database_url=pg_ledger_url))
+
+
+def _untasked_apart(gateway: Gateway) -> None:
     task = [
         _ask(gateway, {"X-Task-Id": "incident-7"}),
         _ask(gateway, {"X-Task-Id": "incident-7", "X-Task-Done": "true"}),
