@@ -9,7 +9,9 @@ so a route's family, its capabilities and the upstream model name are found the 
   one), with `routing.<alias>.capabilities` over it. Prices still come from the price key;
   a model billed like another (`prices: {alias: {base: ...}}`) does not borrow that
   model's capabilities, since litellm does not either;
-- the served alias's upstream model name replaces the client's `model`.
+- the served alias's upstream model name replaces the client's `model`;
+- a stream asks the upstream for its usage chunk (`stream_options.include_usage`), which
+  the gateway needs to meter it (the relay hides the chunk from a client that did not ask).
 """
 
 from __future__ import annotations
@@ -34,12 +36,21 @@ def route_capabilities(route: ModelRoute, model_map: Mapping[str, Any]) -> dict[
     return dict(entry) if isinstance(entry, Mapping) else {}
 
 
-def _renamed(decision: Decision, config: GatewayConfig, body: Mapping[str, Any]) -> Decision:
-    """Send the served alias's upstream name as `model`, as the live path does."""
-    served = config.models.get(decision.alias)
-    if decision.rejected or served is None or body.get("model") == served.model:
+def _gateway_edits(decision: Decision, config: GatewayConfig, body: Mapping[str, Any]) -> Decision:
+    """The edits the gateway makes beside the policy's: the upstream model name, metering."""
+    if decision.rejected:
         return decision
-    return replace(decision, set_fields={**decision.set_fields, "model": served.model})
+    edits: dict[str, Any] = {}
+    served = config.models.get(decision.alias)
+    if served is not None and body.get("model") != served.model:
+        edits["model"] = served.model
+    options = body.get("stream_options")
+    options = dict(options) if isinstance(options, dict) else {}
+    if body.get("stream") is True and options.get("include_usage") is not True:
+        edits["stream_options"] = {**options, "include_usage": True}
+    if not edits:
+        return decision
+    return replace(decision, set_fields={**decision.set_fields, **edits})
 
 
 def plan_route(
@@ -54,4 +65,4 @@ def plan_route(
     route = config.models[target.alias if target is not None else facts.alias]
     capabilities = route_capabilities(route, model_map)
     decision = plan(config.policy, facts, body, route.wire_family, capabilities, target=target)
-    return _renamed(decision, config, body)
+    return _gateway_edits(decision, config, body)

@@ -59,6 +59,7 @@ CORPUS: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     ("tool result, big ask", {}, {"messages": TOOL, "tools": TOOLS, "max_tokens": 50000}),
     ("streamed user turn", {}, {"messages": USER, **STREAMED}),
     ("streamed tool result", {}, {"messages": TOOL, "tools": TOOLS, **STREAMED}),
+    ("streamed, usage not asked", {}, {"messages": USER, "stream": True}),
     ("sampling with thinking", {}, {"messages": USER, "temperature": 0.2}),
     ("free plan", {"X-Plan": "free"}, {"messages": USER}),
     ("paid reasoning", {"X-Plan": "pro", "X-Farebox-Tags": "reason"}, {"messages": USER}),
