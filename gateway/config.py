@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway.policy.families import FamilyFinding, derive_family
 from gateway.policy.schema import Policy, RouteSettings, Rule, RuleActions
 from gateway.pricing.overrides import PriceOverride
 
@@ -71,15 +72,14 @@ class ModelRoute(BaseModel):
         return self.base_url == SIM_BASE_URL
 
     @property
+    def family_finding(self) -> FamilyFinding:
+        """The dialect and whether it was guessed (`gateway.policy.families`)."""
+        return derive_family(self.provider, self.base_url, self.family)
+
+    @property
     def wire_family(self) -> Family:
-        """The dialect, inferred when not configured."""
-        if self.family is not None:
-            return self.family
-        if self.provider == "anthropic":
-            return "anthropic"
-        if self.provider == "openai":
-            return "openai" if self.base_url is None else "vllm"
-        return "other"
+        """The dialect: `family` when configured, else derived from provider and base_url."""
+        return self.family_finding.family
 
     def api_key(self) -> str | None:
         """The provider key from the environment, or None when not configured."""

@@ -200,6 +200,13 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.tier_unconfirmed = Counter(
+            "farebox_tier_unconfirmed",
+            "Requests billed at the tier they asked for because the upstream did not say "
+            "which tier served them (ledger: tier_confirmed = false).",
+            ["model", "tier"],
+            registry=r,
+        )
         self.shared_state_degraded = Gauge(
             "farebox_state_degraded",
             "1 while Redis is unreachable and shared state is per-process, else 0.",

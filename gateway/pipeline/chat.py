@@ -35,6 +35,7 @@ from gateway.pipeline.prefix import check_prefix, rule_for_route
 from gateway.pipeline.relay import Relay, RelayResponse
 from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.pipeline.thinking_cap import ThinkingCap
+from gateway.pipeline.tier_report import tier_headers
 from gateway.policy.decision import Decision
 from gateway.rawjson import patch_object
 from gateway.services import Services
@@ -103,7 +104,8 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
     headers = {"x-request-id": ctx.request_id}
     if ctx.task is not None and not ctx.task.implicit:
         headers["x-task-id"] = ctx.task.task_id
-    headers["x-farebox-tier"] = ctx.tier_served or ctx.tier_requested or "standard"
+    headers["x-farebox-tier"] = ctx.tier_served or ctx.tier_planned or "standard"
+    headers |= tier_headers(ctx)
     return safe_headers(headers | ctx.response_headers)  # a task id may hold anything
 
 

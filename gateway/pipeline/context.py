@@ -79,8 +79,10 @@ class RequestContext:
     task: TaskRef | None = None
     alias: str | None = None
     route: ModelRoute | None = None
-    tier_requested: str | None = None
-    tier_served: str | None = None
+    tier_requested: str | None = None  # what the client asked (X-Speed-Tier, service_tier, speed)
+    tier_planned: str | None = None  # what the policy sent upstream
+    tier_served: str | None = None  # what the upstream says it served (else the planned tier)
+    tier_confirmed: bool | None = None  # whether the upstream said so
     edits: BodyEdits = field(default_factory=BodyEdits)
     timings: Timings = field(default_factory=Timings)
     usage: Usage | None = None

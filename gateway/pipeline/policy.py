@@ -90,7 +90,8 @@ def _record(ctx: RequestContext, config: GatewayConfig, decision: Decision) -> N
     if ctx.route is not None and ctx.body.get("model") != ctx.route.model:
         ctx.edits.set_fields["model"] = ctx.route.model
     ctx.task.step_kind = decision.step_kind
-    ctx.tier_requested = decision.tier
+    ctx.tier_planned = decision.tier
+    ctx.tier_requested = decision.tier_requested or decision.tier
     ctx.upstream_headers = dict(decision.headers)
     ctx.clamped = bool(decision.clamps)
     enforce = decision.thinking_enforcement == "stream"

@@ -15,7 +15,7 @@ import orjson
 from gateway import tokens
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.measure import Meter
-from gateway.pricing import CostBreakdown, PriceBook, UnknownModelError, cost_of, served_tier
+from gateway.pricing import CostBreakdown, PriceBook, UnknownModelError, cost_of, settle_served
 from gateway.usage import Usage
 
 log = logging.getLogger("farebox.price")
@@ -39,8 +39,15 @@ _WARNED: set[str] = set()
 
 
 def settle_tier(ctx: RequestContext, meter: Meter) -> None:
-    """The billed tier: the upstream's echo wins over what was asked."""
-    ctx.tier_served = served_tier(ctx.tier_requested, meter.service_tier, meter.speed)
+    """The billed tier: what the upstream says it served, else the planned tier, unconfirmed."""
+    self_hosted = ctx.route is not None and ctx.route.wire_family in ("vllm", "sglang")
+    served = settle_served(
+        ctx.tier_planned or ctx.tier_requested,
+        meter.service_tier,
+        meter.speed,
+        self_hosted=self_hosted,
+    )
+    ctx.tier_served, ctx.tier_confirmed = served.tier, served.confirmed
 
 
 async def usage_of(ctx: RequestContext, meter: Meter, cancelled: bool) -> Usage:

@@ -24,6 +24,7 @@ def cost_object(ctx: RequestContext) -> dict[str, Any]:
     body: dict[str, Any] = {"currency": "USD", "total": money_str(booked.total)}
     body.update({name: money_str(value) for name, value in booked.components.items()})
     body["tier"] = ctx.tier_served or "standard"
+    body["tier_confirmed"] = ctx.tier_confirmed
     body["priced"] = ctx.cost is not None
     body["estimated"] = bool(ctx.usage and ctx.usage.estimated)
     return body

@@ -21,8 +21,9 @@ from gateway.pipeline.identify import caller_id
 from gateway.policy.decision import Decision
 from gateway.policy.explain import explain, render_decision
 from gateway.policy.facts import RequestFacts
+from gateway.policy.families import FamilyFinding, derive_family
 from gateway.policy.planner import plan_route
-from gateway.policy.schema import FAMILIES, Family
+from gateway.policy.schema import Family
 from gateway.policy.source import PolicyError, Problem, load_policy
 from gateway.pricing import PriceBook
 
@@ -35,15 +36,17 @@ class ExplainInputError(ValueError):
 
 def family_of(route: Mapping[str, Any]) -> Family:
     """A `models:` entry's wire family: `family` if set, else from provider and base_url."""
-    family = route.get("family")
-    if isinstance(family, str) and family in FAMILIES:
-        return FAMILIES[FAMILIES.index(family)]
-    provider = str(route.get("provider") or "openai").strip().lower()
-    if provider == "anthropic":
-        return "anthropic"
-    if provider == "openai":
-        return "openai" if route.get("base_url") is None else "vllm"
-    return "other"
+    return finding_of(route).family
+
+
+def finding_of(route: Mapping[str, Any]) -> FamilyFinding:
+    """A `models:` entry's family with whether it was guessed (the rule `wire_family` uses)."""
+    family, base_url = route.get("family"), route.get("base_url")
+    return derive_family(
+        str(route.get("provider") or "openai"),
+        base_url if isinstance(base_url, str) else None,
+        family if isinstance(family, str) else None,
+    )
 
 
 def _print_json(data: Any) -> None:
@@ -73,18 +76,31 @@ def policy_check(file: Path, json_output: bool, console: Console | None = None) 
     """Validate the policy keys of a configuration file and report file, line and reason."""
     console = console or Console()
     try:
-        policy, _ = load_policy(file)
+        policy, raw = load_policy(file)
     except PolicyError as error:
         return _report_error(error, json_output, console)
-    routing = sorted(policy.routing)
+    routing, warnings = sorted(policy.routing), family_warnings(raw)
     if json_output:
-        _print_json({"file": str(file), "ok": True, "rules": len(policy.rules), "routing": routing})
+        report = {"file": str(file), "ok": True, "rules": len(policy.rules), "routing": routing}
+        _print_json({**report, "warnings": warnings})
     else:
         routed = ", ".join(routing) or "none"
         console.print(
             f"[green]ok[/] {escape(str(file))}: {len(policy.rules)} rule(s), routing for {routed}"
         )
+        for warning in warnings:
+            console.print(f"[yellow]warning[/] {escape(warning)}")
     return EXIT_OK
+
+
+def family_warnings(raw: Mapping[str, Any]) -> list[str]:
+    """One warning per `models:` entry whose backend family had to be guessed."""
+    models = raw.get("models")
+    routes = models.items() if isinstance(models, dict) else ()
+    found = [
+        finding_of(route).warning(str(alias)) for alias, route in routes if isinstance(route, dict)
+    ]
+    return [warning for warning in found if warning is not None]
 
 
 def parse_headers(headers: Sequence[str]) -> dict[str, str]:

@@ -32,7 +32,7 @@ Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 EFFORTS: tuple[Effort, ...] = get_args(Effort)
 """Every effort level, lowest first: the order clamps compare by."""
 
-Tier = Literal["flex", "standard", "priority", "fast"]
+Tier = Literal["flex", "standard", "priority", "fast", "batch", "ultrafast"]
 TIERS: tuple[Tier, ...] = get_args(Tier)
 
 # Mirrors gateway.config.Family; not imported because the config embeds this package.
@@ -103,7 +103,8 @@ class TierRule(_Section):
         for key in ("force", "choose"):
             if getattr(self, key) in self.forbid:
                 raise ValueError(f"{key}: {getattr(self, key)} is also in forbid")
-        if set(self.forbid) >= set(TIERS):
+        # batch and ultrafast are served only where a route offers them: not a fallback.
+        if set(self.forbid) >= set(TIERS) - {"batch", "ultrafast"}:
             raise ValueError("forbid lists every tier; leave at least one allowed")
         return self
 

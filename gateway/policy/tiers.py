@@ -3,8 +3,16 @@
 A client asks with `X-Speed-Tier` (or OpenAI's `service_tier`, Anthropic's `speed`); a
 rule may force, forbid or choose one. Natively, OpenAI offers flex and priority through
 `service_tier`, Anthropic priority through `service_tier` and fast mode through
-`speed: "fast"` with a beta header. Anything else is a `routing.<alias>.tiers` entry: body
-fields, headers, or another alias (a faster or cheaper pool of the same model).
+`speed: "fast"` with a beta header, and OpenAI ultrafast (`service_tier: "ultrafast"`) on
+the models whose map entry prices it. Anything else is a `routing.<alias>.tiers` entry:
+body fields, headers, or another alias (a faster or cheaper pool of the same model). Batch
+has no synchronous wire form: it is served where a `routing.<alias>.tiers.batch` entry
+says how (a batch pool), and refused with a 400 elsewhere, as ultrafast is.
+
+The client's own tier fields (`service_tier`, `speed`) obey the policy like the header:
+a tier the rule forbids is not forwarded as sent. Strict rules refuse it (400 naming the
+field); others serve what the rule allows and rewrite the field to say so, and the
+response and ledger keep both the tier asked for and the tier served.
 """
 
 from __future__ import annotations
@@ -33,19 +41,38 @@ _BODY_TIERS: Mapping[str, Tier | None] = {
     "standard_only": "standard",
     "flex": "flex",
     "priority": "priority",
-    "scale": "priority",
+    "scale": "priority",  # OpenAI's legacy Scale Tier: reserved, priority-priced capacity
+    "fast": "priority",  # OpenAI's newer name for priority processing
+    "ultrafast": "ultrafast",
 }
+_SPEEDS: Mapping[str, Tier] = {"fast": "fast", "standard": "standard"}
+_REFUSED_UNOFFERED: frozenset[Tier] = frozenset({"batch", "ultrafast"})
+"""Tiers that change what is bought (asynchronous, or several times the price): a client
+asking for one where it is not offered is refused, not quietly served at standard."""
+_CLIENT_FIELDS = ("service_tier", "speed")
 _PREFERENCE: tuple[Tier, ...] = ("standard", "flex", "priority", "fast")
 
 
 def requested_tier(facts: RequestFacts, body: Mapping[str, Any]) -> tuple[str | None, str]:
-    """The tier the client asked for and where: X-Speed-Tier, service_tier, or speed=fast."""
+    """The tier the client asked for and where: X-Speed-Tier, service_tier, or speed.
+
+    A value that names no tier comes back as sent, so that it is refused or reported.
+    """
     if facts.tier_header:
         return facts.tier_header, "X-Speed-Tier"
     service_tier = body.get("service_tier")
-    if isinstance(service_tier, str) and service_tier.lower() in _BODY_TIERS:
-        return _BODY_TIERS[service_tier.lower()], "service_tier"
-    return ("fast" if body.get("speed") == "fast" else None), "speed"
+    if service_tier is not None:
+        name = service_tier.lower() if isinstance(service_tier, str) else str(service_tier)
+        return _BODY_TIERS.get(name, name), "service_tier"
+    speed = body.get("speed")
+    if speed is None:
+        return None, "speed"
+    return _SPEEDS.get(speed, str(speed)) if isinstance(speed, str) else str(speed), "speed"
+
+
+def _map_prices(capabilities: Mapping[str, Any], tier: str) -> bool:
+    """Whether litellm's entry for the model publishes prices for `tier` (`*_ultrafast`)."""
+    return any(key.endswith(f"_{tier}") for key in capabilities)
 
 
 def offered_tiers(
@@ -55,6 +82,8 @@ def offered_tiers(
     native = set(NATIVE_TIERS[family])
     if family == "anthropic" and capabilities.get("supports_speed") is False:
         native.discard("fast")
+    if family == "openai" and _map_prices(capabilities, "ultrafast"):
+        native.add("ultrafast")
     configured = {tier for tier, target in route.tiers.items() if target.enabled}
     withdrawn = {tier for tier, target in route.tiers.items() if not target.enabled}
     return tuple(tier for tier in TIERS if tier in (native | configured) - withdrawn)
@@ -102,13 +131,25 @@ def choose_tier(
     else:
         tier = _asked(draft, asked, rule, strict, label, field) or rule.choose
     if tier is None:
-        return "standard", False
+        return "standard", not _keeps_client_fields(draft, rule)
+    if tier not in offered and tier in _REFUSED_UNOFFERED and asked == tier:
+        offers = ", ".join(offered)
+        draft.reject(field, f"this model does not offer the {tier} tier (offered: {offers})")
     if tier not in offered:
         allowed = [t for t in _PREFERENCE if t in offered and t not in rule.forbid]
         fallback = allowed[0] if allowed else "standard"
         draft.notes.append(f"this model does not offer the {tier} tier; serving {fallback}")
         tier = fallback
     return tier, True
+
+
+def _keeps_client_fields(draft: Draft, rule: TierRule) -> bool:
+    """Whether the body's own tier fields may pass as sent: none, or `service_tier: auto`
+    where the rule forbids nothing `auto` could pick (a project's default may be priority)."""
+    if "speed" in draft.body:
+        return False
+    value = draft.body.get("service_tier")
+    return value is None or (value == "auto" and not {"priority", "flex"} & set(rule.forbid))
 
 
 def _merge_beta(draft: Draft, headers: Mapping[str, str], value: str) -> None:
@@ -119,12 +160,16 @@ def _merge_beta(draft: Draft, headers: Mapping[str, str], value: str) -> None:
 
 
 def _native(draft: Draft, family: Family, tier: Tier, facts: RequestFacts) -> None:
-    """Write the family's own parameters for a tier."""
+    """Write the family's own parameters for a tier (and drop client fields it has no use for)."""
+    if family != "anthropic":
+        draft.drop("speed")  # Anthropic's field; other APIs refuse or ignore it
     if family == "openai":
-        if tier in ("flex", "priority"):
+        if tier in ("flex", "priority", "ultrafast"):
             draft.set("service_tier", tier)
         elif draft.body.get("service_tier") not in (None, "default"):
             draft.set("service_tier", "default")
+    elif family in ("vllm", "sglang", "other"):
+        draft.drop("service_tier")  # the pool's configuration is the tier
     elif family == "anthropic":
         if tier == "fast":
             draft.set("speed", "fast")

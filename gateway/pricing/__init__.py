@@ -28,7 +28,14 @@ from gateway.pricing.overrides import (
     parse_price_overrides,
 )
 from gateway.pricing.price import ModelPrice, PriceSheet, Quote, Rates, TierPrice
-from gateway.pricing.tiers import CACHE_TTLS, STANDARD, TIERS, served_tier
+from gateway.pricing.tiers import (
+    CACHE_TTLS,
+    STANDARD,
+    TIERS,
+    ServedTier,
+    served_tier,
+    settle_served,
+)
 
 __all__ = [
     "CACHE_TTLS",
@@ -50,6 +57,7 @@ __all__ = [
     "PricingError",
     "Quote",
     "Rates",
+    "ServedTier",
     "TierOverride",
     "TierPrice",
     "UnknownCacheTtlError",
@@ -67,4 +75,5 @@ __all__ = [
     "planned_price",
     "price_from_entry",
     "served_tier",
+    "settle_served",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from gateway.pricing.errors import UnknownCacheTtlError, UnknownTierError
@@ -54,12 +55,43 @@ def _known(value: str | None) -> str | None:
     return _SERVED.get(value.strip().lower()) if value else None
 
 
+@dataclass(frozen=True, slots=True)
+class ServedTier:
+    """The tier to bill and whether the upstream said so (False: the request's, unconfirmed)."""
+
+    tier: str
+    confirmed: bool
+
+
+def settle_served(
+    requested: str | None,
+    echoed: str | None,
+    speed: str | None = None,
+    *,
+    self_hosted: bool = False,
+) -> ServedTier:
+    """The tier the upstream served: its own word first, the request's only as a fallback.
+
+    - Anthropic's `usage.speed` ("fast" or "standard") says whether fast mode ran; its
+      `usage.service_tier` ("standard", "priority", "batch") says which capacity served.
+    - OpenAI echoes `service_tier` in every reply and stream chunk.
+    - A self-hosted pool (vLLM, SGLang) is the tier its route is configured as: confirmed.
+    - Anything else falls back to what was requested, marked unconfirmed.
+    """
+    if self_hosted:
+        return ServedTier(_known(requested) or STANDARD, True)
+    if speed and speed.strip().lower() in ("fast", "standard"):
+        fast = speed.strip().lower() == "fast"
+        return ServedTier("fast" if fast else (_known(echoed) or STANDARD), True)
+    if _known(echoed):
+        return ServedTier(_known(echoed) or STANDARD, True)
+    return ServedTier(_known(requested) or STANDARD, False)
+
+
 def served_tier(requested: str | None, echoed: str | None, speed: str | None = None) -> str:
     """Return the tier to bill: the upstream's echo wins over the request, standard by default.
 
     `speed` is Anthropic's separate `usage.speed` field: "fast" there means fast mode even
     though `service_tier` still says "standard". Unrecognised echoes are ignored.
     """
-    if speed and speed.strip().lower() == "fast":
-        return "fast"
-    return _known(echoed) or _known(requested) or STANDARD
+    return settle_served(requested, echoed, speed).tier

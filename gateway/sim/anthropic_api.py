@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.sim.anthropic_request import (
+    FAST_MODE_BETA,
     MessagesRequest,
     RenderedBlocks,
     ThinkingEnabled,
@@ -91,7 +92,8 @@ async def prepare(state: SimState, request: Request, body: bytes) -> MessageJob:
     cache = state.breakpoints.apply(
         chain, blocks.boundaries, blocks.breakpoints, model.min_cacheable_tokens
     )
-    fast = parsed.speed == "fast" and model.supports_fast_mode
+    check_speed(parsed, model, request.headers.get("anthropic-beta", ""))
+    fast = parsed.speed == "fast"
     prompt_tokens = len(blocks.token_ids)
     timing = plan_timing(
         state.config,
@@ -112,8 +114,20 @@ async def prepare(state: SimState, request: Request, body: bytes) -> MessageJob:
     )
 
 
+def check_speed(parsed: MessagesRequest, model: SimModel, beta: str) -> None:
+    """Refuse `speed` as the API does: only with the fast-mode beta, only on a fast model."""
+    if parsed.speed is None:
+        return
+    betas = {value.strip() for value in beta.split(",")}
+    if FAST_MODE_BETA not in betas:
+        raise SimRequestError(400, "speed: Extra inputs are not permitted")
+    if parsed.speed == "fast" and not model.supports_fast_mode:
+        raise SimRequestError(400, f"speed: fast mode is not supported for model {model.name}")
+
+
 def _record(admission: Admission, job: MessageJob) -> None:
     record = admission.record
+    record.speed = "fast" if job.fast else "standard"
     record.model = job.model.name
     record.status = 200
     record.prompt_tokens = job.prompt_tokens

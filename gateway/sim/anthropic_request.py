@@ -119,6 +119,10 @@ class MessagesRequest(BaseModel):
         return "high"
 
 
+FAST_MODE_BETA = "fast-mode-2026-02-01"
+"""The `anthropic-beta` value without which the Messages API knows no `speed` field."""
+
+
 def parse_messages_request(body: bytes) -> MessagesRequest:
     """Decode and validate the body, raising Anthropic's 400s."""
     try:

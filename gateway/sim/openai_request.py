@@ -12,7 +12,8 @@ from gateway.sim.config import SimModel
 from gateway.sim.errors import SimRequestError, describe_validation
 
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
-ServiceTier = Literal["auto", "default", "flex", "scale", "priority"]
+# OpenAI refuses any other value (ultrafast exists on a few hosted models, none simulated).
+ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast"]
 # Qwen3-style templates prefill an empty think block when thinking is switched off.
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 
@@ -59,10 +60,10 @@ class ChatRequest(BaseModel):
 
     @property
     def echoed_tier(self) -> str:
-        """Return the service_tier to report: auto or absent means default."""
+        """Return the service_tier to report: auto or absent means default; fast is priority."""
         if self.service_tier in (None, "auto"):
             return "default"
-        return self.service_tier
+        return "priority" if self.service_tier == "fast" else self.service_tier
 
     @property
     def hard_thinking_budget(self) -> int | None:

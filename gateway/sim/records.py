@@ -44,6 +44,7 @@ class RequestRecord:
     model: str | None = None
     stream: bool = False
     service_tier: str | None = None
+    speed: str | None = None  # the decode speed served: "fast" (fast mode / priority) or not
     status: int | None = None
     fault: bool = False
     cancelled: bool = False

@@ -102,6 +102,35 @@ def _watching_send() -> Iterator[_SendMark]:
         _SEND_MARK.reset(token)
 
 
+# Body fields the policy wrote that litellm drops on the way (Anthropic's `speed` on a
+# model its map does not list as fast-capable): written into the request as it leaves.
+_OWN_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("farebox_own_fields", default=None)
+OWN_FIELDS = ("speed",)
+
+
+@contextmanager
+def _own_fields(call: UpstreamCall) -> Iterator[None]:
+    """Carry, for one litellm call, the fields Farebox sends itself."""
+    fields = {key: call.parsed[key] for key in OWN_FIELDS if key in call.parsed}
+    token = _OWN_FIELDS.set(fields or None)
+    try:
+        yield
+    finally:
+        _OWN_FIELDS.reset(token)
+
+
+def _with_own_fields(kwargs: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """The handler's post arguments with `fields` written into the JSON body."""
+    if isinstance(kwargs.get("json"), dict):
+        return {**kwargs, "json": {**kwargs["json"], **fields}}
+    data = kwargs.get("data")
+    if isinstance(data, (str, bytes)):
+        body = orjson.loads(data)
+        if isinstance(body, dict):
+            return {**kwargs, "data": orjson.dumps({**body, **fields}).decode()}
+    return kwargs
+
+
 def _handler_class() -> type:
     """litellm's HTTP handler, which also marks the call as sent before each request."""
     from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
@@ -111,6 +140,9 @@ def _handler_class() -> type:
             mark = _SEND_MARK.get()
             if mark is not None:
                 mark.sent = True
+            fields = _OWN_FIELDS.get()
+            if fields:
+                kwargs = _with_own_fields(kwargs, fields)
             return await super().post(*args, **kwargs)
 
     return SendMarkingHandler
@@ -174,6 +206,8 @@ class LiteLLMUpstream:
         await asyncio.to_thread(rehearse, await self._litellm(), provider, model)
 
     def _kwargs(self, call: UpstreamCall) -> dict[str, Any]:
+        # `speed` is not passed: litellm drops it for models its map does not list as
+        # fast-capable. The handler writes it into the body itself (`_own_fields`).
         kwargs = {k: v for k, v in call.parsed.items() if k in TRANSLATED_FIELDS}
         kwargs.update(
             model=f"{call.route.provider}/{call.route.model}",
@@ -200,7 +234,7 @@ class LiteLLMUpstream:
     async def complete(self, call: UpstreamCall) -> UpstreamReply:
         litellm = await self._litellm()
         where = failures.describe_upstream(call.alias, call.base_url or call.route.provider)
-        with _watching_send() as mark:
+        with _watching_send() as mark, _own_fields(call):
             try:
                 response = await litellm.acompletion(**self._kwargs(call))
                 payload = _clean(response.model_dump())
@@ -211,7 +245,7 @@ class LiteLLMUpstream:
     async def open_stream(self, call: UpstreamCall) -> LiteLLMStream:
         litellm = await self._litellm()
         where = failures.describe_upstream(call.alias, call.base_url or call.route.provider)
-        with _watching_send() as mark:
+        with _watching_send() as mark, _own_fields(call):
             try:
                 wrapper = await litellm.acompletion(**self._kwargs(call))
             except Exception as exc:

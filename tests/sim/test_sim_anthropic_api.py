@@ -205,7 +205,8 @@ async def test_fast_mode_speeds_decode_only() -> None:
     async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
         body = request(model="claude-fast", system="short")
         standard = await post(client, body)
-        fast = await post(client, {**body, "speed": "fast"})
+        fast_beta = {**HEADERS, "anthropic-beta": "fast-mode-2026-02-01"}
+        fast = await client.post(URL, json={**body, "speed": "fast"}, headers=fast_beta)
         assert fast.json()["usage"]["speed"] == "fast"
         assert "speed" not in standard.json()["usage"]
         assert float(standard.headers["x-sim-decode-ms"]) == pytest.approx(24.0)

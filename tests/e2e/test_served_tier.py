@@ -1,0 +1,252 @@
+"""The tier billed is the tier served: policy plan, simulator, reply and ledger agree.
+
+Each test sends through the official SDK to a gateway in front of the simulator, then reads
+three views side by side: the body (and headers) the simulator received, the tier it
+reported in its reply, and the ledger row (`tier_requested`, `tier_served`,
+`tier_confirmed`, cost). A mismatch fails with all three printed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from gateway.app import create_app
+from gateway.config import GatewayConfig
+from gateway.ledger.models import MONEY_SCALE
+from gateway.pipeline.context import RequestContext
+from gateway.settings import Settings
+from tests.conftest import SimControl
+from tests.servers import ServerThread
+
+ANTHROPIC_KEY = "sk-ant-test-0123456789abcdef"
+MESSAGES = [{"role": "user", "content": "Summarise the quarterly report."}]
+# USD per million tokens; flex halves, priority doubles, Claude's fast mode doubles.
+GPT_IN, GPT_OUT = Decimal(2), Decimal(8)
+CLAUDE_IN, CLAUDE_OUT = Decimal(5), Decimal(25)
+MULTIPLIERS = {"standard": Decimal(1), "flex": Decimal("0.5"), "priority": Decimal(2)}
+
+
+def _config(sim_url: str) -> dict[str, Any]:
+    claude = {"provider": "anthropic", "model": "claude-sim", "base_url": sim_url}
+    return {
+        "models": {
+            "gpt": {"model": "sim-chat", "base_url": f"{sim_url}/v1", "family": "openai"},
+            "claude": {**claude, "api_key_env": "FAREBOX_TEST_ANTHROPIC_KEY"},
+            "local": {"model": "sim-chat", "base_url": f"{sim_url}/v1", "family": "vllm"},
+            "local-batch": {"model": "sim-thinker", "base_url": f"{sim_url}/v1", "family": "vllm"},
+        },
+        "prices": {
+            "gpt": {
+                "input": str(GPT_IN),
+                "output": str(GPT_OUT),
+                "tiers": {"flex": {"multiplier": "0.5"}, "priority": {"multiplier": 2}},
+            },
+            "claude": {
+                "input": str(CLAUDE_IN),
+                "output": str(CLAUDE_OUT),
+                "tiers": {"fast": {"multiplier": 2}},
+            },
+            "local": {"input": 1, "output": 1, "tiers": {"batch": {"multiplier": "0.5"}}},
+        },
+        "rules": [
+            {"name": "no-priority", "match": {"team": "cheap"}, "tier": {"forbid": ["priority"]}},
+            {
+                "name": "strict-no-priority",
+                "match": {"team": "strict"},
+                "strict": True,
+                "tier": {"forbid": ["priority"]},
+            },
+        ],
+        "routing": {"local": {"tiers": {"batch": {"alias": "local-batch"}}}},
+    }
+
+
+class TierGateway:
+    """A gateway on the tier test configuration, its ledger, and the simulator behind it."""
+
+    def __init__(self, sim: SimControl, data_dir: Path) -> None:
+        self.sim = sim
+        self.seen: list[RequestContext] = []
+        self.settings = Settings(data_dir=data_dir)
+        config = GatewayConfig.model_validate(_config(sim.url))
+        app = create_app(self.settings, config, observers=[self.seen.append])
+        self.server = ServerThread(app, self.settings).start()
+        self.sdk = openai.OpenAI(
+            base_url=f"{self.server.url}/v1", api_key="sk-client", max_retries=0
+        )
+
+    def create(
+        self, team: str = "default", headers: dict[str, str] | None = None, **body: Any
+    ) -> Any:
+        """A whole chat completion through the SDK, with its raw response (headers)."""
+        extra = {"X-Farebox-Team": team, "X-Task-Id": f"t-{time.monotonic_ns()}", **(headers or {})}
+        body.setdefault("model", "gpt")
+        return self.sdk.chat.completions.with_raw_response.create(
+            messages=MESSAGES, extra_headers=extra, **body
+        )
+
+    def received(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The last request the simulator received: its JSON body and its log record."""
+        record = self.sim.requests()[-1]
+        assert isinstance(record, dict)
+        return json.loads(base64.b64decode(str(record["body_b64"]))), record
+
+    def row(self, task: str) -> dict[str, Any]:
+        """The ledger row of `task`, once committed."""
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            path = self.settings.data_dir / "farebox.db"
+            if path.exists():
+                with sqlite3.connect(path) as db:
+                    db.row_factory = sqlite3.Row
+                    try:
+                        rows = db.execute("SELECT * FROM requests WHERE task_id = ?", (task,))
+                        found = [dict(row) for row in rows.fetchall()]
+                    except sqlite3.OperationalError:
+                        found = []
+                if found:
+                    return found[-1]
+            time.sleep(0.05)
+        raise AssertionError(f"no ledger row for task {task}")
+
+    def stop(self) -> None:
+        self.sdk.close()
+        self.server.stop()
+
+
+@pytest.fixture
+def tiers(
+    sim: SimControl, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[TierGateway]:
+    monkeypatch.setenv("FAREBOX_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY)
+    gateway = TierGateway(sim, tmp_path)
+    yield gateway
+    gateway.stop()
+
+
+def _three_views(sent: dict[str, Any], reply: dict[str, Any], row: dict[str, Any]) -> str:
+    view = {"simulator received": sent, "upstream reported": reply, "ledger": row}
+    return json.dumps(view, indent=1, default=str)
+
+
+def _money(row: dict[str, Any]) -> Decimal:
+    """The row's total in USD (SQLite keeps money as an integer of fixed scale)."""
+    return Decimal(int(row["cost_total"])).scaleb(-MONEY_SCALE)
+
+
+def _task(raw: Any) -> str:
+    return str(raw.http_response.request.headers["x-task-id"])
+
+
+def _cost(usage: Any, price_in: Decimal, price_out: Decimal, multiplier: Decimal) -> Decimal:
+    per_token = Decimal(1) / Decimal(1_000_000)
+    tokens_cost = usage.prompt_tokens * price_in + usage.completion_tokens * price_out
+    return tokens_cost * per_token * multiplier
+
+
+@pytest.mark.parametrize(
+    ("tier", "sent_tier", "echoed"),
+    [("standard", None, "default"), ("flex", "flex", "flex"), ("priority", "priority", "priority")],
+)
+def test_openai_family_bills_the_echoed_tier(
+    tiers: TierGateway, tier: str, sent_tier: str | None, echoed: str
+) -> None:
+    raw = tiers.create(headers={"X-Speed-Tier": tier})
+    completion = raw.parse()
+    sent, _ = tiers.received()
+    row = tiers.row(_task(raw))
+    views = _three_views(sent, {"service_tier": completion.service_tier}, row)
+    assert sent.get("service_tier") == sent_tier, views
+    assert completion.service_tier == echoed, views
+    assert (row["tier_requested"], row["tier_served"], row["tier_confirmed"]) == (tier, tier, 1), (
+        views
+    )
+    expected = _cost(completion.usage, GPT_IN, GPT_OUT, MULTIPLIERS[tier])
+    assert _money(row) == expected, views
+    assert raw.headers["x-farebox-tier"] == tier
+    assert raw.headers["x-farebox-tier-confirmed"] == "true"
+
+
+def test_a_forbidden_client_service_tier_is_rewritten_and_said(tiers: TierGateway) -> None:
+    for asked in ("priority", "scale"):
+        raw = tiers.create(team="cheap", service_tier=asked)
+        completion = raw.parse()
+        sent, _ = tiers.received()
+        row = tiers.row(_task(raw))
+        views = _three_views(sent, {"service_tier": completion.service_tier}, row)
+        assert sent["service_tier"] == "default", views  # never forwarded as sent
+        assert completion.service_tier == "default", views
+        assert (row["tier_requested"], row["tier_served"]) == ("priority", "standard"), views
+        assert row["tier_confirmed"] == 1, views
+        assert raw.headers["x-farebox-tier"] == "standard"
+        assert raw.headers["x-farebox-tier-requested"] == "priority"
+        assert _money(row) == _cost(completion.usage, GPT_IN, GPT_OUT, Decimal(1))
+
+
+def test_a_strict_rule_refuses_a_forbidden_service_tier(tiers: TierGateway) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        tiers.create(team="strict", service_tier="priority")
+    assert caught.value.status_code == 400
+    assert isinstance(caught.value.body, dict) and caught.value.body.get("param") == "service_tier"
+    assert tiers.sim.requests() == []  # nothing reached the upstream
+
+
+def test_an_unknown_service_tier_never_reaches_the_upstream(tiers: TierGateway) -> None:
+    raw = tiers.create(service_tier="turbo")
+    sent, _ = tiers.received()
+    assert sent["service_tier"] == "default"
+    assert raw.headers["x-farebox-tier"] == "standard"
+
+
+def test_anthropic_fast_mode_reaches_the_messages_api(tiers: TierGateway) -> None:
+    httpx.post(f"{tiers.sim.url}/sim/config", json={"decode_ms_per_token": 0.01}).raise_for_status()
+    standard_raw = tiers.create(model="claude")
+    _, standard_record = tiers.received()
+    raw = tiers.create(model="claude", headers={"X-Speed-Tier": "fast"})
+    completion = raw.parse()
+    sent, record = tiers.received()
+    row = tiers.row(_task(raw))
+    views = _three_views(sent, {"usage": completion.usage.model_dump()}, row)
+    assert sent["speed"] == "fast", views
+    assert "fast-mode-2026-02-01" in record["headers"]["anthropic-beta"], views
+    assert record["speed"] == "fast" and standard_record["speed"] == "standard", views
+    # Fast mode decodes faster: the simulator's planned decode time for the same output.
+    assert record["planned_decode_ms"] < standard_record["planned_decode_ms"], views
+    assert (row["tier_requested"], row["tier_served"], row["tier_confirmed"]) == (
+        "fast",
+        "fast",
+        1,
+    ), views
+    expected = _cost(completion.usage, CLAUDE_IN, CLAUDE_OUT, Decimal(2))
+    assert _money(row) == expected, views
+    standard_row = tiers.row(_task(standard_raw))
+    assert standard_row["tier_served"] == "standard"
+
+
+def test_batch_routes_where_offered_and_is_refused_elsewhere(tiers: TierGateway) -> None:
+    raw = tiers.create(model="local", headers={"X-Speed-Tier": "batch"})
+    completion = raw.parse()
+    sent, _ = tiers.received()
+    row = tiers.row(_task(raw))
+    views = _three_views(sent, {"model": completion.model}, row)
+    assert sent["model"] == "sim-thinker", views  # the batch pool's upstream
+    assert (row["tier_requested"], row["tier_served"], row["tier_confirmed"]) == (
+        "batch",
+        "batch",
+        1,
+    ), views
+    with pytest.raises(openai.BadRequestError) as caught:
+        tiers.create(model="gpt", headers={"X-Speed-Tier": "batch"})
+    assert isinstance(caught.value.body, dict) and caught.value.body.get("param") == "X-Speed-Tier"
+    assert "batch" in str(caught.value.body.get("message"))
