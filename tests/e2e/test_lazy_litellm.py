@@ -113,6 +113,39 @@ AT_RELOAD = textwrap.dedent(
 )
 
 
+BROKEN_INSTALL = textwrap.dedent(
+    """
+    class Broken(importlib.abc.MetaPathFinder):
+        # litellm as a broken install would leave it: found, but its import fails.
+        def find_spec(self, name, path=None, target=None):
+            if name != "litellm":
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+
+            def exec_module(module):
+                raise ImportError("litellm is broken in this test")
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, Broken())
+    GATE.set()
+    config = parse_config("models:\\n" + LOCAL + CLAUDE)
+    with TestClient(create_app(Settings(data_dir=sys.argv[1]), config)) as client:
+        for _ in range(1200):
+            ready = client.get("/readyz")
+            if ready.json()["status"] != "warming":
+                break
+            time.sleep(0.1)
+        assert ready.status_code == 503 and ready.json()["status"] == "not_ready", ready.text
+        (problem,) = ready.json()["problems"]
+        assert "litellm failed to load for anthropic/claude-sim" in problem, problem
+        ask(client, "local")  # the OpenAI-compatible routes still serve
+    print("ok")
+    """
+)
+
+
 def _run(script: str, tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-c", PRELUDE + script, str(tmp_path)],
@@ -135,3 +168,7 @@ def test_litellm_is_loaded_at_start_up_before_ready(tmp_path: Path) -> None:
 
 def test_a_reload_that_adds_a_litellm_route_loads_it_before_ready(tmp_path: Path) -> None:
     _run(AT_RELOAD, tmp_path)
+
+
+def test_a_litellm_that_fails_to_load_is_reported_not_ready(tmp_path: Path) -> None:
+    _run(BROKEN_INSTALL, tmp_path)
