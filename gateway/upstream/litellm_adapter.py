@@ -1,7 +1,9 @@
 """Providers with their own wire format (Anthropic first), translated by litellm.
 
-litellm is imported on first use, in a worker thread: the import takes seconds and
-~200 MB, and neither start-up nor the OpenAI-compatible path should pay for it. It runs
+litellm is imported in a worker thread, and only when a route needs it: the import takes
+seconds and ~200 MB. The gateway does it in the background at start-up (`warm`, while
+/readyz says `warming`), so neither the port opening, the OpenAI-compatible path nor the
+first request to such a route pays for it. It runs
 with its bundled price map (`LITELLM_LOCAL_MODEL_COST_MAP=True`) so it never reaches the
 network at import. Replies are rendered in OpenAI's chat-completion shape.
 """
