@@ -54,3 +54,37 @@ def test_adaptive_thinking_reaches_the_messages_api_as_an_effort(
     assert sent["output_config"] == {"effort": "low"}
     # An effort is not a token cap: nothing holds a budget, and the gateway says so.
     assert reply.headers["x-farebox-thinking-enforcement"] == "hint"
+
+
+SEED = """
+models:
+  claude: {{provider: anthropic, model: claude-sim, base_url: "{sim}", api_key_env: FAREBOX_TEST_ANTHROPIC_KEY}}
+  reasoning-claude: {{provider: anthropic, model: claude-sim, base_url: "{sim}", api_key_env: FAREBOX_TEST_ANTHROPIC_KEY}}
+prices:
+  claude: {{base: claude-opus-4-6}}            # billed like an adaptive model
+  reasoning-claude: {{base: claude-opus-4-6}}
+defaults:
+  effort: high
+routing:
+  reasoning-claude:
+    capabilities: {{supports_reasoning: true}}
+"""
+
+
+def test_an_unmapped_upstream_gets_no_borrowed_capabilities(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    """The price key's entry (adaptive Opus) is not the upstream's: nothing is refused."""
+    config = tmp_path / "farebox.yaml"
+    config.write_text(SEED.format(sim=sim.url))
+    gateway = make_gateway(config=config)
+    for alias in ("claude", "reasoning-claude"):
+        body = {"model": alias, "max_tokens": 2560, "messages": [{"role": "user", "content": "Hi"}]}
+        reply = httpx.post(f"{gateway.base_url}/chat/completions", json=body, timeout=60)
+        assert reply.status_code == 200, reply.text
+    plain, reasoning = (json.loads(base64.b64decode(str(r["body_b64"]))) for r in sim.requests())
+    # litellm does not know claude-sim: without a capability override no thinking is sent.
+    assert "thinking" not in plain and "reasoning_effort" not in plain
+    # With one, budgeted thinking fits under the client's max_tokens (high = 8192 lowered).
+    assert reasoning["thinking"] == {"type": "enabled", "budget_tokens": 2559}
+    assert reasoning["max_tokens"] == 2560 and "reasoning_effort" not in reasoning
