@@ -8,12 +8,14 @@ The modules, in the order a request meets them:
     facts      who is asking, for which alias, with which headers and tags
     steps      user_turn, tool_result or continuation, explicit or from the body
     match      the first matching rule wins, over the defaults
+    backends   what each backend family accepts, and who holds a thinking budget
     effort     effort levels, per-backend support, budgets, pinning per task
     thinking   the effort and thinking budget in force (caps, clamps, strict)
     caps       the output cap in the field the backend reads, thinking counted
     dialects   thinking written as each backend's fields
     tiers      flex, standard, priority, fast: which alias, which fields and headers
     plan       all of the above in one call: `plan(...) -> Decision`
+    planner    `plan_route`: one plan from the configuration, for explain and the gateway
     recovery   retries with jittered backoff and fallback chains after a failure
     breaker    a circuit breaker per upstream, on an injected clock
     stream     thinking budgets enforced on the stream: `continuation_request`
