@@ -6,9 +6,10 @@ import itertools
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from gateway.config import GatewayConfig
-from gateway.policy import RequestFacts
+from gateway.policy import RequestFacts, explain, render_decision
 from gateway.policy.backends import ANTHROPIC_MIN_BUDGET, thinking_enforcement
 from gateway.policy.planner import plan_route, route_capabilities
 from gateway.pricing import load_model_map
@@ -136,3 +137,14 @@ def test_capabilities_come_from_the_upstream_model_not_the_price_key() -> None:
     known = plan_route(config, model_map, RequestFacts.from_headers("sonnet", {}), body)
     assert known.set_fields["thinking"] == {"type": "enabled", "budget_tokens": 4096}
     assert known.set_fields["max_tokens"] > 4096
+
+
+def test_explain_says_who_holds_the_budget(make_plan: Planner) -> None:
+    decision = make_plan({"defaults": {"thinking_budget": 8}}, user_body(stream=True), "sglang")
+    assert explain(decision)["thinking_enforcement"] == "hint"
+    out = Console(width=200, force_terminal=False, color_system=None)
+    with out.capture() as captured:
+        render_decision(decision, out)
+    text = captured.get()
+    assert "thinking cap     hint: asked for only" in text
+    assert "stream enforcement" not in text
