@@ -32,6 +32,7 @@ from gateway.metrics import Metrics
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
 from gateway.reloader import ConfigReloader
+from gateway.request_id import RequestIdMiddleware, request_id_of
 from gateway.schemas.body import invalid_field
 from gateway.services import Observer, Services, Snapshot
 from gateway.settings import Settings
@@ -91,6 +92,8 @@ def create_app(
     # Outermost: a shutdown past its grace period cuts requests here (see gateway.drain).
     app.state.in_flight = InFlight()
     app.add_middleware(InFlightMiddleware, in_flight=app.state.in_flight)
+    # Outermost of all: every answer below, errors included, carries `x-request-id`.
+    app.add_middleware(RequestIdMiddleware)
     return app
 
 
@@ -188,9 +191,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error.body(), status_code=400)
 
     async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unhandled %s on %s", type(exc).__name__, request.url.path)
+        request_id = request_id_of(request.scope)
+        log.error("unhandled %s on %s (%s)", type(exc).__name__, request.url.path, request_id)
         body = error_body("internal gateway error; see the gateway log", "server_error")
-        return JSONResponse(body, status_code=500)
+        # Starlette answers this one outside every middleware: the id is set here.
+        return JSONResponse(body, status_code=500, headers={"x-request-id": request_id})
 
     app.add_exception_handler(FareboxError, farebox_error)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -2,6 +2,7 @@
 
     FareboxError                       any error a client may see
     ├── InvalidRequestError     400    malformed JSON, schema violation (names the field)
+    │   ├── UnsupportedParameterError 400  a field the provider cannot honour (names it)
     │   ├── ModelNotFoundError  404    the model is not in the configuration
     │   ├── BodyTooLargeError   413    body over FAREBOX_MAX_BODY_BYTES (or _API_BODY_BYTES)
     │   ├── RequestTimeoutError 408    headers or body not received in time (slow client)
@@ -18,7 +19,8 @@
         └── UpstreamStatusError       (relayed) the upstream answered 4xx/5xx
 
 Every error renders through `error_body`, so there is one error shape, never a
-FastAPI `{"detail": ...}` beside it. Messages name the upstream, never a secret.
+FastAPI `{"detail": ...}` beside it. Messages name the upstream, never a secret. Every
+response, errors included, carries `x-request-id` (`gateway.request_id`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ class FareboxError(Exception):
 class InvalidRequestError(FareboxError):
     status_code = 400
     error_type = "invalid_request_error"
+
+
+class UnsupportedParameterError(InvalidRequestError):
+    """A request field the route's provider has no place for, where dropping it would show."""
+
+    code = "unsupported_parameter"
 
 
 class ModelNotFoundError(InvalidRequestError):

@@ -28,6 +28,7 @@ from gateway.errors import (
     error_bytes,
     send_error,
 )
+from gateway.request_id import new_request_id, request_id_header
 from gateway.settings import Settings
 
 
@@ -40,13 +41,17 @@ class ConnectionLimits:
 
 
 def raw_response(error: FareboxError) -> bytes:
-    """A complete HTTP/1.1 response for `error` that closes the connection."""
+    """A complete HTTP/1.1 response for `error` that closes the connection.
+
+    No request reached the app, so the id is a fresh one (the SDK reads it all the same).
+    """
     body = error_bytes(error)
     reason = HTTPStatus(error.status_code).phrase
     head = (
         f"HTTP/1.1 {error.status_code} {reason}\r\n"
         "content-type: application/json\r\n"
         f"content-length: {len(body)}\r\n"
+        f"x-request-id: {new_request_id()}\r\n"
         "connection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
@@ -114,7 +119,7 @@ class FareboxProtocol(H11Protocol):
 async def _overloaded(scope: Any, receive: Any, send: Any) -> None:
     """The app a connection over the limit gets: 503, and the connection closes."""
     error = OverloadedError("the gateway has too many open connections; retry shortly")
-    await send_error(send, error, ((b"retry-after", b"1"),))
+    await send_error(send, error, ((b"retry-after", b"1"), request_id_header(scope)))
 
 
 def protocol_class(limits: ConnectionLimits) -> type[FareboxProtocol]:

@@ -11,6 +11,7 @@ from gateway.pipeline.chat import handle_chat
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import release
 from gateway.pipeline.parse import check_size
+from gateway.request_id import request_id_of
 from gateway.schemas.chat import ChatRequest
 from gateway.schemas.openapi import openapi_body
 
@@ -35,7 +36,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 async def chat_completions(request: Request, services: ServicesDep) -> Response:
     """Forward a chat completion, streamed or whole, through the pipeline."""
     raw = await read_body(request, services.settings.max_body_bytes)
-    ctx = RequestContext(raw_body=raw, headers=dict(request.headers))
+    request_id = request_id_of(request.scope)  # the id the response header and ledger share
+    ctx = RequestContext(raw_body=raw, headers=dict(request.headers), request_id=request_id)
     try:
         response = await handle_chat(ctx, services)
     except Exception:

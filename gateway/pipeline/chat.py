@@ -41,6 +41,7 @@ from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.settings import Timeouts
 from gateway.upstream.base import UpstreamCall, UpstreamStream
+from gateway.upstream.param_support import notice_headers
 
 
 async def handle_chat(ctx: RequestContext, services: Services) -> Response:
@@ -126,7 +127,7 @@ async def _complete(ctx: RequestContext, services: Services) -> Response:
     meter.observe_reply(reply_json)
     await finish(ctx, meter, services)
     body = with_cost(reply_json, reply.body, ctx)
-    headers = _headers(ctx) | cost_headers(ctx)
+    headers = _headers(ctx) | cost_headers(ctx) | notice_headers(reply.headers)
     return Response(body, status_code=reply.status, media_type="application/json", headers=headers)
 
 
@@ -144,7 +145,7 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     events = stream.events()
     first = await _first_event(stream, events, call)
     body = Relay(ctx, first, events, stream, meter, services, _thinking_cap(ctx, call, services))
-    return RelayResponse(body, headers=_headers(ctx))
+    return RelayResponse(body, headers=_headers(ctx) | notice_headers(stream.headers))
 
 
 def _thinking_cap(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ import httpx
 import orjson
 
 from gateway.errors import FareboxError
-from gateway.upstream import failures
+from gateway.upstream import conform, failures, param_support
 from gateway.upstream.base import UpstreamCall, UpstreamReply
 from gateway.upstream.litellm_errors import translate_litellm_error
 from gateway.upstream.litellm_warmup import rehearse
@@ -59,27 +60,27 @@ TRANSLATED_FIELDS = frozenset(
 )
 # litellm's own bookkeeping in replies, duplicated elsewhere in the same object.
 LITELLM_ONLY_FIELDS = ("provider_specific_fields",)
+log = logging.getLogger("farebox.upstream")
 
 
 def _import_litellm() -> ModuleType:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     module = importlib.import_module("litellm")
     module.suppress_debug_info = True  # type: ignore[attr-defined]
-    module.drop_params = True  # type: ignore[attr-defined]
+    # Never drop a field silently: `param_support` refuses or drops (and says so) first,
+    # and whatever litellm would still drop is an error naming it.
+    module.drop_params = False  # type: ignore[attr-defined]
     return module
 
 
-def _clean(payload: Any) -> Any:
-    """Drop litellm-only keys and nulls, recursively."""
-    if isinstance(payload, dict):
-        return {
-            k: _clean(v)
-            for k, v in payload.items()
-            if v is not None and k not in LITELLM_ONLY_FIELDS
-        }
-    if isinstance(payload, list):
-        return [_clean(v) for v in payload]
-    return payload
+def _clean_reply(payload: dict[str, Any]) -> dict[str, Any]:
+    """A litellm reply in OpenAI's shape: its own keys and nulls out, required nulls kept."""
+    return conform.conforming_reply(conform.without_nulls(payload, LITELLM_ONLY_FIELDS))
+
+
+def _clean_chunk(payload: dict[str, Any]) -> dict[str, Any]:
+    """A litellm chunk in OpenAI's shape (`finish_reason: null` until the last)."""
+    return conform.conforming_chunk(conform.without_nulls(payload, LITELLM_ONLY_FIELDS))
 
 
 @dataclass(slots=True)
@@ -150,6 +151,22 @@ def _handler_class() -> type:
     return SendMarkingHandler
 
 
+def _taken(litellm: ModuleType, call: UpstreamCall, kwargs: dict[str, Any]) -> set[str]:
+    """The request fields that reach the provider: passed to litellm, and litellm takes them,
+    or written into the body by the handler (`OWN_FIELDS`)."""
+    try:
+        supported = litellm.get_supported_openai_params(
+            model=call.route.model, custom_llm_provider=call.route.provider
+        )
+    except Exception:  # a provider litellm cannot describe: it decides, and errors say why
+        supported = None
+    if supported is None:
+        return set(call.parsed)
+    allowed = set(kwargs.get("allowed_openai_params") or ())
+    verbatim = set(kwargs.get("extra_body") or {}) | set(OWN_FIELDS)
+    return (set(kwargs) & (set(supported) | allowed)) | verbatim
+
+
 def _translate(exc: BaseException, call: UpstreamCall, where: str, sent: bool) -> FareboxError:
     return translate_litellm_error(exc, where, [call.api_key], sent=sent)
 
@@ -166,7 +183,7 @@ class LiteLLMStream:
     async def events(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._wrapper:
-                yield data_event(_clean(chunk.model_dump()))
+                yield data_event(_clean_chunk(chunk.model_dump()))
         except Exception as exc:  # the request went out: whatever fails is the reply's
             raise _translate(exc, self._call, self._where, sent=True) from exc
         yield DONE_EVENT
@@ -233,26 +250,46 @@ class LiteLLMUpstream:
             kwargs["api_base"] = call.base_url.removesuffix("/v1").removesuffix("/")
         return kwargs
 
+    def _checked_kwargs(
+        self, litellm: ModuleType, call: UpstreamCall
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """litellm's arguments less the hint fields the provider has no place for, and the
+        header that says which were dropped; a field that would change the reply is a 400."""
+        kwargs = self._kwargs(call)
+        target = f"{call.route.provider} model {call.route.model}"
+        taken = _taken(litellm, call, kwargs)
+        dropped = param_support.fields_to_drop(call.parsed, taken, target)
+        for name in param_support.not_taken(call.parsed, taken):  # `n: 1` asks for nothing
+            kwargs.pop(name, None)
+        if not dropped:
+            return kwargs, {}
+        log.info("%s: %s does not take %s; dropped", call.alias, target, ", ".join(dropped))
+        return kwargs, {param_support.DROPPED_HEADER: ",".join(dropped)}
+
     async def complete(self, call: UpstreamCall) -> UpstreamReply:
         litellm = await self._litellm()
+        kwargs, notice = self._checked_kwargs(litellm, call)
         where = failures.describe_upstream(call.alias, call.base_url or call.route.provider)
         with _watching_send() as mark, _own_fields(call):
             try:
-                response = await litellm.acompletion(**self._kwargs(call))
-                payload = _clean(response.model_dump())
+                response = await litellm.acompletion(**kwargs)
+                payload = _clean_reply(response.model_dump())
             except Exception as exc:
                 raise _translate(exc, call, where, mark.sent) from exc
-        return UpstreamReply(200, orjson.dumps(payload), payload=payload)
+        return UpstreamReply(200, orjson.dumps(payload), notice, payload)
 
     async def open_stream(self, call: UpstreamCall) -> LiteLLMStream:
         litellm = await self._litellm()
+        kwargs, notice = self._checked_kwargs(litellm, call)
         where = failures.describe_upstream(call.alias, call.base_url or call.route.provider)
         with _watching_send() as mark, _own_fields(call):
             try:
-                wrapper = await litellm.acompletion(**self._kwargs(call))
+                wrapper = await litellm.acompletion(**kwargs)
             except Exception as exc:
                 raise _translate(exc, call, where, mark.sent) from exc
-        return LiteLLMStream(wrapper, call, where)
+        stream = LiteLLMStream(wrapper, call, where)
+        stream.headers.update(notice)
+        return stream
 
     async def aclose(self) -> None:
         """Nothing of its own to close: requests went through the gateway's client."""

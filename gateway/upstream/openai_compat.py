@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import httpx
 
 from gateway.errors import UpstreamProtocolError
-from gateway.upstream import failures, replies
+from gateway.upstream import conform, failures, replies
 from gateway.upstream.base import UpstreamCall, UpstreamReply
 from gateway.upstream.sse import iter_events
 
@@ -123,6 +123,7 @@ class OpenAICompatUpstream:
                 f"upstream {where} sent a reply over {MAX_REPLY_BYTES} bytes (decoded)"
             )
         payload = replies.reply_object(body, where)
+        body, payload = conform.conformed_reply_bytes(body, payload)  # vLLM's nulls
         return UpstreamReply(response.status_code, body, dict(response.headers), payload)
 
     async def open_stream(self, call: UpstreamCall) -> OpenAIStream:

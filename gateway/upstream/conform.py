@@ -1,0 +1,105 @@
+"""Bring a reply or stream chunk to OpenAI's published schema, changing only what breaks it.
+
+OpenAI's OpenAPI document requires some fields even when they are null (a reply's
+`choices[].logprobs`, `message.content` and `message.refusal`; a chunk's
+`choices[].finish_reason`) and forbids null in others (`system_fingerprint`,
+`message.annotations`, `function_call`, `tool_calls`). vLLM and SGLang send the second
+kind as null; litellm's objects, once dumped, carry nulls everywhere. Pure functions: the
+adapters call them, `tests/conformance` checks the result against the vendored schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from gateway.rawjson import RawJsonError, patch_object
+
+# Per level: fields that must be present (null when the upstream had nothing), and
+# fields OpenAI's schema types without null (dropped when null).
+REPLY_CHOICE_REQUIRED = ("logprobs",)
+MESSAGE_REQUIRED = ("content", "refusal")
+MESSAGE_NOT_NULL = ("role", "annotations", "function_call", "tool_calls")
+CHUNK_CHOICE_REQUIRED = ("finish_reason",)
+DELTA_NOT_NULL = ("role", "function_call", "tool_calls")
+REPLY_NOT_NULL = ("system_fingerprint", "usage")
+CHUNK_NOT_NULL = ("system_fingerprint", "obfuscation")
+
+
+def without_nulls(payload: Any, drop_keys: Iterable[str] = ()) -> Any:
+    """`payload` with every null member, and every member named in `drop_keys`, removed."""
+    drop = frozenset(drop_keys)
+    if isinstance(payload, dict):
+        return {
+            k: without_nulls(v, drop) for k, v in payload.items() if v is not None and k not in drop
+        }
+    if isinstance(payload, list):
+        return [without_nulls(v, drop) for v in payload]
+    return payload
+
+
+def conforming_reply(payload: dict[str, Any]) -> dict[str, Any]:
+    """A whole `chat.completion` reply as OpenAI's schema has it."""
+    reply = _drop_null(payload, REPLY_NOT_NULL)
+    choices = reply.get("choices")
+    if isinstance(choices, list):
+        reply["choices"] = [_reply_choice(c) if isinstance(c, dict) else c for c in choices]
+    return reply
+
+
+def conforming_chunk(payload: dict[str, Any]) -> dict[str, Any]:
+    """A `chat.completion.chunk` as OpenAI's schema has it."""
+    chunk = _drop_null(payload, CHUNK_NOT_NULL)
+    choices = chunk.get("choices")
+    if isinstance(choices, list):
+        chunk["choices"] = [_chunk_choice(c) if isinstance(c, dict) else c for c in choices]
+    return chunk
+
+
+def conformed_reply_bytes(body: bytes, payload: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
+    """A relayed reply's bytes and payload, with only the fields that break the schema changed."""
+    fixed = conforming_reply(payload)
+    if fixed == payload:
+        return body, payload
+    set_fields, remove = top_level_edits(payload, fixed)
+    try:
+        return patch_object(body, set_fields, remove), fixed
+    except RawJsonError:  # parsed, yet not patchable: render it whole
+        return orjson.dumps(fixed), fixed
+
+
+def top_level_edits(
+    before: dict[str, Any], after: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """The top-level fields to set and to remove that turn `before` into `after`."""
+    changed = {k: v for k, v in after.items() if k not in before or before[k] != v}
+    return changed, [k for k in before if k not in after]
+
+
+def _reply_choice(choice: dict[str, Any]) -> dict[str, Any]:
+    fixed = _with_keys(choice, REPLY_CHOICE_REQUIRED)
+    message = fixed.get("message")
+    if isinstance(message, dict):
+        fixed["message"] = _with_keys(_drop_null(message, MESSAGE_NOT_NULL), MESSAGE_REQUIRED)
+    return fixed
+
+
+def _chunk_choice(choice: dict[str, Any]) -> dict[str, Any]:
+    fixed = _with_keys(choice, CHUNK_CHOICE_REQUIRED)
+    delta = fixed.get("delta")
+    if isinstance(delta, dict):
+        fixed["delta"] = _drop_null(delta, DELTA_NOT_NULL)
+    return fixed
+
+
+def _with_keys(obj: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """`obj` with each of `keys` present, null where it was missing."""
+    return {**obj, **{k: None for k in keys if k not in obj}}
+
+
+def _drop_null(obj: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """`obj` without those of `keys` whose value is null."""
+    names = frozenset(keys)
+    return {k: v for k, v in obj.items() if not (k in names and v is None)}

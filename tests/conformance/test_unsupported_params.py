@@ -1,0 +1,98 @@
+"""A field the backend cannot honour is refused (naming it) or dropped and said so, never silently.
+
+Before, litellm's `drop_params` turned `n: 2` on an Anthropic route into one choice with
+status 200 and `logprobs: true` into a reply without logprobs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.conformance.wire import nonconforming, post_chat, write_config
+from tests.conftest import SimControl
+from tests.e2e.conftest import Gateway, GatewayFactory
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+DROPPED = "x-farebox-dropped-params"
+
+
+@pytest.fixture
+def gateway(make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path) -> Gateway:
+    return make_gateway(config=write_config(tmp_path, sim.url))
+
+
+def _received(sim: SimControl) -> list[dict[str, object]]:
+    """The bodies the simulator's Anthropic endpoint received, as it received them."""
+    return [
+        json.loads(base64.b64decode(str(record["body_b64"])))
+        for record in sim.requests()
+        if str(record["path"]).endswith("/messages")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("n", 2), ("logprobs", True), ("top_logprobs", 3), ("modalities", ["text", "audio"])],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_field_that_would_change_the_reply_is_refused(
+    gateway: Gateway, sim: SimControl, field: str, value: object, stream: bool
+) -> None:
+    body = {"model": "claude", "messages": MESSAGES, field: value, "stream": stream}
+    exchange = post_chat(gateway.base_url, body)
+    assert exchange.status == 400, exchange.objects
+    assert nonconforming(exchange) == []
+    error = exchange.objects[0]["error"]
+    assert (error["param"], error["code"]) == (field, "unsupported_parameter")
+    assert "anthropic model claude-sim" in error["message"]
+    assert _received(sim) == []  # nothing was sent, nothing billed
+
+
+def test_the_sdk_sees_the_parameter_named(gateway: Gateway) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        gateway.sdk().chat.completions.create(model="claude", messages=MESSAGES, n=2)  # type: ignore[arg-type]
+    assert caught.value.param == "n" and caught.value.code == "unsupported_parameter"
+    assert caught.value.request_id == caught.value.response.headers["x-request-id"]
+
+
+def test_a_default_value_asks_for_nothing_and_passes(gateway: Gateway, sim: SimControl) -> None:
+    body = {"model": "claude", "messages": MESSAGES, "n": 1, "logprobs": False}
+    exchange = post_chat(gateway.base_url, body)
+    assert exchange.status == 200, exchange.objects
+    assert DROPPED not in exchange.headers
+    assert len(_received(sim)) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_hint_is_dropped_and_the_response_says_so(
+    gateway: Gateway, sim: SimControl, stream: bool
+) -> None:
+    body = {
+        "model": "claude",
+        "messages": MESSAGES,
+        "seed": 7,
+        "presence_penalty": 0.5,
+        "stream": stream,
+    }
+    exchange = post_chat(gateway.base_url, body)
+    assert exchange.status == 200, exchange.objects
+    assert exchange.headers[DROPPED] == "seed,presence_penalty"
+    assert nonconforming(exchange) == []
+    (received,) = _received(sim)
+    assert "seed" not in received and "presence_penalty" not in received
+
+
+def test_an_openai_compatible_backend_gets_the_field_and_answers_itself(
+    gateway: Gateway, sim: SimControl
+) -> None:
+    # The simulator, like a vLLM deployment that refuses it, answers n=2 with its own 400.
+    exchange = post_chat(gateway.base_url, {"model": "vllm-chat", "messages": MESSAGES, "n": 2})
+    assert exchange.status == 400
+    assert exchange.objects[0]["error"]["param"] == "n"
+    assert nonconforming(exchange) == []
+    assert DROPPED not in exchange.headers
