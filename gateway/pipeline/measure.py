@@ -77,6 +77,8 @@ class Meter:
             if isinstance(usage.get("speed"), str):  # Anthropic's fast mode, via litellm
                 self.speed = usage["speed"]
         tier = payload.get("service_tier")
+        if not isinstance(tier, str) and isinstance(usage, dict):
+            tier = usage.get("service_tier")  # Anthropic's `usage.service_tier`, via litellm
         if isinstance(tier, str):
             self.service_tier = tier
 

@@ -27,6 +27,7 @@ from gateway.ledger.models import MONEY_SCALE
 from gateway.pipeline.context import RequestContext
 from gateway.settings import Settings
 from tests.conftest import SimControl
+from tests.hostile_upstream import HostileUpstream, ask, hostile_upstream
 from tests.servers import ServerThread
 
 ANTHROPIC_KEY = "sk-ant-test-0123456789abcdef"
@@ -37,13 +38,15 @@ CLAUDE_IN, CLAUDE_OUT = Decimal(5), Decimal(25)
 MULTIPLIERS = {"standard": Decimal(1), "flex": Decimal("0.5"), "priority": Decimal(2)}
 
 
-def _config(sim_url: str) -> dict[str, Any]:
+def _config(sim_url: str, quiet_url: str) -> dict[str, Any]:
     claude = {"provider": "anthropic", "model": "claude-sim", "base_url": sim_url}
     return {
         "models": {
             "gpt": {"model": "sim-chat", "base_url": f"{sim_url}/v1", "family": "openai"},
             "claude": {**claude, "api_key_env": "FAREBOX_TEST_ANTHROPIC_KEY"},
             "local": {"model": "sim-chat", "base_url": f"{sim_url}/v1", "family": "vllm"},
+            # An OpenAI-compatible upstream that never says which tier served it.
+            "quiet": {"base_url": quiet_url, "model": "quiet", "family": "openai"},
             "local-batch": {"model": "sim-thinker", "base_url": f"{sim_url}/v1", "family": "vllm"},
         },
         "prices": {
@@ -58,6 +61,7 @@ def _config(sim_url: str) -> dict[str, Any]:
                 "tiers": {"fast": {"multiplier": 2}},
             },
             "local": {"input": 1, "output": 1, "tiers": {"batch": {"multiplier": "0.5"}}},
+            "quiet": {"input": 1, "output": 1, "tiers": {"flex": {"multiplier": "0.5"}}},
         },
         "rules": [
             {"name": "no-priority", "match": {"team": "cheap"}, "tier": {"forbid": ["priority"]}},
@@ -75,11 +79,11 @@ def _config(sim_url: str) -> dict[str, Any]:
 class TierGateway:
     """A gateway on the tier test configuration, its ledger, and the simulator behind it."""
 
-    def __init__(self, sim: SimControl, data_dir: Path) -> None:
+    def __init__(self, sim: SimControl, quiet: HostileUpstream, data_dir: Path) -> None:
         self.sim = sim
         self.seen: list[RequestContext] = []
         self.settings = Settings(data_dir=data_dir)
-        config = GatewayConfig.model_validate(_config(sim.url))
+        config = GatewayConfig.model_validate(_config(sim.url, quiet.base_url))
         app = create_app(self.settings, config, observers=[self.seen.append])
         self.server = ServerThread(app, self.settings).start()
         self.sdk = openai.OpenAI(
@@ -89,11 +93,12 @@ class TierGateway:
     def create(
         self, team: str = "default", headers: dict[str, str] | None = None, **body: Any
     ) -> Any:
-        """A whole chat completion through the SDK, with its raw response (headers)."""
-        extra = {"X-Farebox-Team": team, "X-Task-Id": f"t-{time.monotonic_ns()}", **(headers or {})}
+        """A chat completion through the SDK, with its raw response (headers)."""
+        extra = {"X-Farebox-Team": team, "X-Task-Id": f"t-{time.monotonic_ns()}"}
         body.setdefault("model", "gpt")
+        body.setdefault("messages", MESSAGES)
         return self.sdk.chat.completions.with_raw_response.create(
-            messages=MESSAGES, extra_headers=extra, **body
+            extra_headers={**extra, **(headers or {})}, **body
         )
 
     def received(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -125,12 +130,18 @@ class TierGateway:
         self.server.stop()
 
 
+@pytest.fixture(scope="module")
+def quiet() -> Iterator[HostileUpstream]:
+    with hostile_upstream() as server:
+        yield server
+
+
 @pytest.fixture
 def tiers(
-    sim: SimControl, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sim: SimControl, quiet: HostileUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[TierGateway]:
     monkeypatch.setenv("FAREBOX_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY)
-    gateway = TierGateway(sim, tmp_path)
+    gateway = TierGateway(sim, quiet, tmp_path)
     yield gateway
     gateway.stop()
 
@@ -250,3 +261,50 @@ def test_batch_routes_where_offered_and_is_refused_elsewhere(tiers: TierGateway)
         tiers.create(model="gpt", headers={"X-Speed-Tier": "batch"})
     assert isinstance(caught.value.body, dict) and caught.value.body.get("param") == "X-Speed-Tier"
     assert "batch" in str(caught.value.body.get("message"))
+
+
+def test_an_upstream_that_says_nothing_is_billed_as_asked_and_flagged(tiers: TierGateway) -> None:
+    raw = tiers.create(model="quiet", messages=ask("ok"), headers={"X-Speed-Tier": "flex"})
+    completion = raw.parse()
+    row = tiers.row(_task(raw))
+    views = _three_views({}, {"service_tier": completion.service_tier}, row)
+    assert completion.service_tier is None, views
+    assert (row["tier_served"], row["tier_confirmed"]) == ("flex", 0), views
+    assert raw.headers["x-farebox-tier-confirmed"] == "false"
+    assert _money(row) == _cost(completion.usage, Decimal(1), Decimal(1), Decimal("0.5"))
+    metrics = httpx.get(f"{tiers.server.url}/metrics", timeout=10).text
+    assert 'farebox_tier_unconfirmed_total{model="quiet",tier="flex"} 1.0' in metrics
+
+
+def test_anthropic_reports_its_service_tier_so_standard_is_confirmed(tiers: TierGateway) -> None:
+    raw = tiers.create(model="claude")
+    row = tiers.row(_task(raw))
+    assert (row["tier_served"], row["tier_confirmed"]) == ("standard", 1), row
+    assert raw.headers["x-farebox-tier-confirmed"] == "true"
+
+
+@pytest.mark.parametrize(("model", "tier"), [("gpt", "priority"), ("claude", "fast")])
+def test_a_stream_says_the_tier_in_its_last_usage_chunk(
+    tiers: TierGateway, model: str, tier: str
+) -> None:
+    stream = tiers.sdk.chat.completions.create(
+        model=model,
+        messages=MESSAGES,  # type: ignore[arg-type]
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={"X-Speed-Tier": tier, "X-Task-Id": f"s-{model}"},
+    )
+    chunks = list(stream)
+    usage = chunks[-1].usage
+    assert usage is not None and usage.model_extra is not None
+    cost = usage.model_extra["cost"]
+    sent, record = tiers.received()
+    row = tiers.row(f"s-{model}")
+    views = _three_views(sent, cost, row)
+    assert (cost["tier"], cost["tier_confirmed"]) == (tier, True), views
+    assert (row["tier_served"], row["tier_confirmed"], row["streamed"]) == (tier, 1, 1), views
+    if model == "claude":
+        assert sent["speed"] == "fast" and record["speed"] == "fast", views
+    else:
+        assert sent["service_tier"] == "priority", views
+        assert all(c.service_tier == "priority" for c in chunks), views

@@ -162,3 +162,63 @@ def test_withdrawn_native_tier() -> None:
         {"tiers": {"flex": {"enabled": False}, "fast": {"alias": "x"}}}
     )
     assert offered_tiers("openai", route, {}) == ("standard", "priority", "fast")
+
+
+@pytest.mark.parametrize("asked", ["priority", "scale", "fast", "PRIORITY"])
+def test_a_forbidden_body_service_tier_is_rewritten_not_forwarded(
+    make_plan: Planner, asked: str
+) -> None:
+    decision = make_plan(tier(forbid=["priority"]), user_body(service_tier=asked), "openai")
+    assert (decision.tier, decision.tier_requested) == ("standard", "priority")
+    assert decision.set_fields == {"service_tier": "default"}
+    assert any("forbidden" in note for note in decision.notes)
+
+
+def test_a_strict_rule_refuses_a_forbidden_body_service_tier(make_plan: Planner) -> None:
+    policy = {"defaults": {"strict": True, "tier": {"forbid": ["priority"]}}}
+    decision = make_plan(policy, user_body(service_tier="priority"), "openai")
+    assert decision.rejection is not None and decision.rejection.field == "service_tier"
+
+
+def test_auto_passes_unless_the_rule_forbids_what_it_may_pick(make_plan: Planner) -> None:
+    assert make_plan({}, user_body(service_tier="auto"), "openai").set_fields == {}
+    forbids = make_plan(tier(forbid=["priority"]), user_body(service_tier="auto"), "openai")
+    assert forbids.set_fields == {"service_tier": "default"}
+
+
+def test_an_unknown_body_service_tier_is_not_forwarded(make_plan: Planner) -> None:
+    decision = make_plan({}, user_body(service_tier="turbo"), "openai")
+    assert decision.set_fields == {"service_tier": "default"}
+    strict = make_plan({"defaults": {"strict": True}}, user_body(service_tier="turbo"), "openai")
+    assert strict.rejection is not None and strict.rejection.field == "service_tier"
+
+
+def test_self_hosted_pools_drop_the_clients_tier_fields(make_plan: Planner) -> None:
+    decision = make_plan({}, user_body(service_tier="priority", speed="fast"), "vllm")
+    assert decision.tier == "standard"
+    assert decision.remove == frozenset({"service_tier", "speed"})
+
+
+def test_speed_reaches_only_anthropic(make_plan: Planner) -> None:
+    decision = make_plan({}, user_body(speed="fast"), "openai")
+    assert "speed" in decision.remove and decision.tier == "standard"
+    fast = make_plan({}, user_body(speed="fast"), "anthropic")
+    assert fast.tier == "fast" and fast.headers["anthropic-beta"] == ANTHROPIC_FAST_BETA
+
+
+@pytest.mark.parametrize("asked", ["batch", "ultrafast"])
+def test_batch_and_ultrafast_are_refused_where_not_offered(make_plan: Planner, asked: str) -> None:
+    decision = make_plan({}, user_body(), "openai", headers={"X-Speed-Tier": asked})
+    assert decision.rejection is not None and decision.rejection.field == "X-Speed-Tier"
+    assert asked in decision.rejection.message
+
+
+def test_batch_routes_to_its_pool_and_ultrafast_where_the_map_prices_it(
+    make_plan: Planner,
+) -> None:
+    routing = {"routing": {"m": {"tiers": {"batch": {"alias": "m-batch"}}}}}
+    batch = make_plan(routing, user_body(), "vllm", headers={"X-Speed-Tier": "batch"})
+    assert (batch.tier, batch.alias, batch.rejection) == ("batch", "m-batch", None)
+    priced = {"input_cost_per_token_ultrafast": 6e-6}
+    ultra = make_plan({}, user_body(), "openai", priced, headers={"X-Speed-Tier": "ultrafast"})
+    assert ultra.tier == "ultrafast" and ultra.set_fields == {"service_tier": "ultrafast"}
