@@ -6,11 +6,16 @@ sent once, first-seen, and the longest lag of the gateway's loop (`gateway.loopw
 5 ms sleep that wakes late by as much as something held the loop) is printed per input.
 The target is 20 ms; the dev box has 2 shared cores and the client, gateway and simulator
 share one interpreter here, so numbers are noisy upper bounds: run it twice.
+
+Also printed: the longest pause of Python's cyclic garbage collector meanwhile (any
+thread). A collection holds the interpreter lock throughout, and a full one walks every
+tracked object of the process, so it stalls the loop whichever thread triggered it.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import socket
 import subprocess
@@ -132,6 +137,28 @@ def config(sim_url: str) -> GatewayConfig:
     return GatewayConfig.model_validate({"models": {"chat": route, "long": long}, "prices": prices})
 
 
+class GcPauses:
+    """The longest pause of the cyclic garbage collector, in any thread, since `take`."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.longest = max(self.longest, time.perf_counter() - self._started)
+
+    def take(self) -> float:
+        longest, self.longest = self.longest, 0.0
+        return longest
+
+
+GC_PAUSES = GcPauses()
+
+
 @dataclass(frozen=True, slots=True)
 class Stall:
     """One request's effect on the gateway's loop."""
@@ -140,10 +167,11 @@ class Stall:
     lag: float  # the longest wall-clock lateness of the loop meanwhile
     cpu: float  # the longest CPU burst of the loop's own thread meanwhile
     elapsed: float  # the request's wall time
+    gc_pause: float = 0.0  # the longest garbage collection in the process meanwhile
 
     def row(self, name: str) -> str:
         """A Markdown table row."""
-        ms = f"{self.lag * 1000:.1f} ms | {self.cpu * 1000:.1f} ms"
+        ms = f"{self.lag * 1000:.1f} ms | {self.cpu * 1000:.1f} ms | {self.gc_pause * 1000:.0f} ms"
         return f"| {name} | {self.status} | {ms} | {self.elapsed * 1000:.0f} ms |"
 
 
@@ -154,12 +182,13 @@ def send(
     payload = body if isinstance(body, bytes) else orjson.dumps(body)
     time.sleep(0.05)  # let the loop settle, then start from a clean slate
     watch.take_longest()
+    GC_PAUSES.take()
     started = time.perf_counter()
     reply = httpx.post(f"{base_url}{path}", content=payload, timeout=120)
     elapsed = time.perf_counter() - started
     time.sleep(0.05)  # the ledger row and the history write happen just after the reply
     lag, cpu = watch.take_longest()
-    return Stall(reply.status_code, lag, cpu, elapsed)
+    return Stall(reply.status_code, lag, cpu, elapsed, GC_PAUSES.take())
 
 
 SIM_CONFIG = """
@@ -214,8 +243,9 @@ def main() -> None:
     args = parser.parse_args()
     chosen = {n: f for n, f in INPUTS.items() if args.only is None or args.only in n}
     target = f"target {TARGET_S * 1000:.0f} ms"
-    print(f"| input | status | longest loop lag | its CPU on the loop ({target}) | wall time |")
-    print("|---|---|---|---|---|")
+    head = f"longest loop lag | its CPU on the loop ({target}) | longest GC pause"
+    print(f"| input | status | {head} | wall time |")
+    print("|---|---|---|---|---|---|")
     with (
         tempfile.TemporaryDirectory() as tmp,
         simulator(Path(tmp)) as sim_url,
@@ -223,7 +253,10 @@ def main() -> None:
     ):
         print(send(url, watch, _turns([])).row("small request (warm-up)"))
         for name, build in chosen.items():
-            print(send(url, watch, build(seed=time.time_ns())).row(name))
+            body = build(seed=time.time_ns())
+            payload = body if isinstance(body, bytes) else orjson.dumps(body)
+            del body  # the client's own objects are not the gateway's to collect
+            print(send(url, watch, payload).row(name))
         if args.only is None or "lint" in args.only:
             body = timestamped_log(2 * MiB, seed=time.time_ns())
             print(send(url, watch, body, "/prefix/lint").row("lint: 2 MiB log, every line a hit"))

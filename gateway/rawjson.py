@@ -35,16 +35,17 @@ import orjson
 ValueEnd = Callable[[bytes, int, int], int]
 Splice = Callable[[bytes, list[tuple[int, int, bytes]]], bytes]
 SpaceEnd = Callable[[bytes, int], int]
+Children = Callable[[bytes, int], tuple[bytes, int, int]]
 
 
-def _load() -> tuple[ValueEnd | None, Splice | None, SpaceEnd]:
+def _load() -> tuple[ValueEnd | None, Splice | None, SpaceEnd, Children | None]:
     if os.environ.get("FAREBOX_RAWJSON_NATIVE", "1") == "0":
-        return None, None, _regex_space_end
+        return None, None, _regex_space_end, None
     try:
         from gateway import _rawjson  # type: ignore[attr-defined]
     except ImportError:  # built without a C compiler: the str scan, same output
-        return None, None, _regex_space_end
-    return _rawjson.value_end, _rawjson.splice, _rawjson.space_end
+        return None, None, _regex_space_end, None
+    return _rawjson.value_end, _rawjson.splice, _rawjson.space_end, _rawjson.children
 
 
 def _regex_space_end(raw: bytes, pos: int) -> int:
@@ -58,7 +59,7 @@ _DECODER = json.JSONDecoder()
 _FILLER = re.compile(r'(?:[ \t\n\r,:.+\-0-9eEtrufalsn]|"(?:[^"\\\x00-\x1f]|\\.)*")*')
 _CLOSERS = {"{": "}", "[": "]"}
 
-_native_end, _native_splice, _skip_ws_bytes = _load()
+_native_end, _native_splice, _skip_ws_bytes, _native_children = _load()
 
 NATIVE: bool = _native_end is not None
 
@@ -177,6 +178,29 @@ def _byte_offsets(text: str, members: list[Member], close: int) -> tuple[list[Me
         Member(m.key, to_byte[m.start], to_byte[m.value_start], to_byte[m.end]) for m in members
     ]
     return moved, to_byte[close]
+
+
+def children(raw: bytes, pos: int) -> tuple[memoryview, int, int]:
+    """Where each child of the object or array at `pos` lies, walked natively.
+
+    Returns a flat int64 view of (start, value start, end) triples (start is the key's
+    quote for an object member; a view, since a list of millions of ints is itself a long
+    hold of the interpreter), the deepest nesting of any child (0 for a scalar) and the
+    offset just past the container. Raises
+    `RawJsonError` on malformed input, `RuntimeError` without the native walker.
+    """
+    if _native_children is None:
+        raise RuntimeError("the native JSON walker is not built")
+    try:
+        triples, deepest, end = _native_children(raw, pos)
+    except ValueError as exc:
+        raise RawJsonError(f"bad value at offset {pos}: {str(exc)[:80]}") from None
+    return memoryview(triples).cast("q"), deepest, end
+
+
+def space_end(raw: bytes, pos: int) -> int:
+    """The first offset from `pos` that is not JSON whitespace."""
+    return _skip_ws_bytes(raw, pos)
 
 
 def _walk(value_end: ValueEnd, raw: bytes, pos: int) -> int:

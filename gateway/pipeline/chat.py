@@ -29,7 +29,7 @@ from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.offload import sized
-from gateway.pipeline.parse import parse
+from gateway.pipeline.parse import parse_request
 from gateway.pipeline.policy import apply_policy, capabilities
 from gateway.pipeline.prefix import check_prefix, rule_for_route
 from gateway.pipeline.relay import Relay, RelayResponse
@@ -47,7 +47,7 @@ from gateway.upstream.param_support import notice_headers
 async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     """Run the pipeline for one request and return the response to send."""
     services = services.for_request()  # one configuration, from parsing to the ledger row
-    await sized(len(ctx.raw_body), parse, ctx)  # megabytes are parsed beside the loop
+    await parse_request(ctx)  # megabytes are parsed a slice at a time
     identify(ctx)
     decide(ctx, services.config)
     base_edits = copy.deepcopy(ctx.edits)

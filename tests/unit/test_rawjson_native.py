@@ -164,3 +164,27 @@ def test_a_large_body_is_patched_in_place() -> None:
 def test_malformed_input_names_the_offset() -> None:
     with pytest.raises(RawJsonError, match="offset 14"):
         patch_object(b'{"a": [1, 2, "\xff"]}', {"model": "x"})
+
+
+def test_children_locates_each_member_and_element() -> None:
+    raw = b' {"a" : [1, {"x":[2]}, "s"], "b":{} } '
+    spans, deepest, end = rawjson.children(raw, 1)
+    triples = [tuple(spans[i : i + 3]) for i in range(0, len(spans), 3)]
+    assert [raw[s:e] for s, _, e in triples] == [b'"a" : [1, {"x":[2]}, "s"]', b'"b":{}']
+    assert [raw[v:e] for _, v, e in triples] == [b'[1, {"x":[2]}, "s"]', b"{}"]
+    assert (deepest, raw[end - 1 : end]) == (3, b"}")
+    spans, deepest, end = rawjson.children(raw, triples[0][1])
+    assert [raw[v:e] for v, e in zip(spans[1::3], spans[2::3], strict=True)] == [
+        b"1",
+        b'{"x":[2]}',
+        b'"s"',
+    ]
+    assert (deepest, end) == (2, triples[0][2])
+
+
+@pytest.mark.parametrize(
+    "raw", [b'{"a":1,}', b"[1 2]", b'{"a" 1}', b"[", b"5", b'{"a":"\xff"}', b"[tru]"]
+)
+def test_children_refuses_what_is_not_json(raw: bytes) -> None:
+    with pytest.raises(RawJsonError):
+        rawjson.children(raw, 0)
