@@ -53,8 +53,12 @@ def client_budget(family: Family, body: Mapping[str, Any]) -> int | None:
     if family in ("vllm", "other"):
         value = body.get("thinking_token_budget")
     elif family == "sglang":
-        kwargs = body.get("chat_template_kwargs")
-        value = kwargs.get("thinking_budget") if isinstance(kwargs, dict) else None
+        # Strict thinking's hard budget first, else the chat-template hint.
+        for holder in ("custom_params", "chat_template_kwargs"):
+            fields = body.get(holder)
+            value = fields.get("thinking_budget") if isinstance(fields, dict) else None
+            if value is not None:
+                break
     elif family == "anthropic":
         thinking = body.get("thinking")
         value = thinking.get("budget_tokens") if isinstance(thinking, dict) else None

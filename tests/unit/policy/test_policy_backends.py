@@ -148,3 +148,11 @@ def test_explain_says_who_holds_the_budget(make_plan: Planner) -> None:
     text = captured.get()
     assert "thinking cap     hint: asked for only" in text
     assert "stream enforcement" not in text
+
+
+def test_a_clients_strict_sglang_budget_is_clamped_in_the_open(make_plan: Planner) -> None:
+    body = user_body(custom_params={"thinking_budget": 9000, "seed_hint": 1})
+    caps = {"supports_thinking_budget": True}
+    decision = make_plan({"defaults": {"thinking_budget": 512}}, body, "sglang", caps)
+    assert decision.set_fields["custom_params"] == {"thinking_budget": 512, "seed_hint": 1}
+    assert [(c.original, c.new) for c in decision.clamps] == [(9000, 512)]
