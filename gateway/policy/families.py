@@ -80,7 +80,7 @@ def derive_family(
 ) -> FamilyFinding:
     """The backend family of a `models:` entry, with whether it was guessed."""
     if family in FAMILIES:
-        return FamilyFinding(FAMILIES[FAMILIES.index(family)])  # type: ignore[arg-type]
+        return FamilyFinding(FAMILIES[FAMILIES.index(family)])
     name = (provider or "openai").strip().lower()
     if name == "anthropic":
         return FamilyFinding("anthropic")

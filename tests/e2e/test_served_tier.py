@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig
@@ -31,7 +32,9 @@ from tests.hostile_upstream import HostileUpstream, ask, hostile_upstream
 from tests.servers import ServerThread
 
 ANTHROPIC_KEY = "sk-ant-test-0123456789abcdef"
-MESSAGES = [{"role": "user", "content": "Summarise the quarterly report."}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Summarise the quarterly report."}
+]
 # USD per million tokens; flex halves, priority doubles, Claude's fast mode doubles.
 GPT_IN, GPT_OUT = Decimal(2), Decimal(8)
 CLAUDE_IN, CLAUDE_OUT = Decimal(5), Decimal(25)
@@ -289,7 +292,7 @@ def test_a_stream_says_the_tier_in_its_last_usage_chunk(
 ) -> None:
     stream = tiers.sdk.chat.completions.create(
         model=model,
-        messages=MESSAGES,  # type: ignore[arg-type]
+        messages=MESSAGES,
         stream=True,
         stream_options={"include_usage": True},
         extra_headers={"X-Speed-Tier": tier, "X-Task-Id": f"s-{model}"},
