@@ -26,6 +26,8 @@ CHUNK_CHOICE_REQUIRED = ("finish_reason",)
 DELTA_NOT_NULL = ("role", "function_call", "tool_calls")
 REPLY_NOT_NULL = ("system_fingerprint", "usage")
 CHUNK_NOT_NULL = ("system_fingerprint", "obfuscation")
+# Anthropic's `usage.service_tier` values in OpenAI's `service_tier` vocabulary.
+ANTHROPIC_TIER_NAMES = {"standard": "default", "priority": "priority"}
 
 
 def without_nulls(payload: Any, drop_keys: Iterable[str] = ()) -> Any:
@@ -47,6 +49,20 @@ def conforming_reply(payload: dict[str, Any]) -> dict[str, Any]:
     if isinstance(choices, list):
         reply["choices"] = [_reply_choice(c) if isinstance(c, dict) else c for c in choices]
     return reply
+
+
+def with_tier_echo(reply: dict[str, Any]) -> dict[str, Any]:
+    """`reply` with OpenAI's `service_tier` echo, from Anthropic's `usage.service_tier`.
+
+    OpenAI's reply names the tier that served a request that set `service_tier`; a
+    Messages API reply says it only in `usage`. A tier OpenAI has no name for is not echoed.
+    """
+    usage = reply.get("usage")
+    served = usage.get("service_tier") if isinstance(usage, dict) else None
+    echo = ANTHROPIC_TIER_NAMES.get(served) if isinstance(served, str) else None
+    if echo is None or isinstance(reply.get("service_tier"), str):
+        return reply
+    return {**reply, "service_tier": echo}
 
 
 def conforming_chunk(payload: dict[str, Any]) -> dict[str, Any]:

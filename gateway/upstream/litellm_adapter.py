@@ -73,9 +73,11 @@ def _import_litellm() -> ModuleType:
     return module
 
 
-def _clean_reply(payload: dict[str, Any]) -> dict[str, Any]:
-    """A litellm reply in OpenAI's shape: its own keys and nulls out, required nulls kept."""
-    return conform.conforming_reply(conform.without_nulls(payload, LITELLM_ONLY_FIELDS))
+def _clean_reply(payload: dict[str, Any], tier_asked: bool) -> dict[str, Any]:
+    """A litellm reply in OpenAI's shape: its own keys and nulls out, required nulls kept,
+    and the tier that served echoed when the request set `service_tier`."""
+    reply = conform.conforming_reply(conform.without_nulls(payload, LITELLM_ONLY_FIELDS))
+    return conform.with_tier_echo(reply) if tier_asked else reply
 
 
 def _clean_chunk(payload: dict[str, Any]) -> dict[str, Any]:
@@ -273,7 +275,7 @@ class LiteLLMUpstream:
         with _watching_send() as mark, _own_fields(call):
             try:
                 response = await litellm.acompletion(**kwargs)
-                payload = _clean_reply(response.model_dump())
+                payload = _clean_reply(response.model_dump(), "service_tier" in call.parsed)
             except Exception as exc:
                 raise _translate(exc, call, where, mark.sent) from exc
         return UpstreamReply(200, orjson.dumps(payload), notice, payload)

@@ -163,3 +163,33 @@ def test_sdk_not_found_has_a_request_id(gateway: Gateway) -> None:
 def test_sdk_reply_request_id_is_the_ledger_id(gateway: Gateway) -> None:
     reply = gateway.sdk().chat.completions.create(model="claude", messages=MESSAGES)  # type: ignore[arg-type]
     assert reply._request_id == gateway.last().request_id
+
+
+def _raw_answer(port: int, request: bytes) -> tuple[str, dict[str, object]]:
+    """Send raw bytes, read the answer until the server closes; (head, JSON body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).decode().partition("\r\n\r\n")
+    return head, httpx.Response(200, content=body).json()
+
+
+def test_header_timeout_is_answered_with_an_id(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    gateway = make_gateway(config=write_config(tmp_path, sim.url), header_timeout_s=0.5)
+    head, body = _raw_answer(gateway.server.port, b"GET /v1/models HTTP/1.1\r\nhost: x\r\n")
+    assert head.startswith("HTTP/1.1 408") and "x-request-id: req-" in head
+    assert violations(ERROR, body) == []
+
+
+def test_a_connection_over_the_cap_is_answered_with_an_id(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    gateway = make_gateway(config=write_config(tmp_path, sim.url), max_connections=1)
+    with socket.create_connection(("127.0.0.1", gateway.server.port)):
+        head, body = _raw_answer(gateway.server.port, b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert head.startswith("HTTP/1.1 503") and "x-request-id: req-" in head
+    assert violations(ERROR, body) == []

@@ -96,3 +96,15 @@ def test_an_openai_compatible_backend_gets_the_field_and_answers_itself(
     assert exchange.objects[0]["error"]["param"] == "n"
     assert nonconforming(exchange) == []
     assert DROPPED not in exchange.headers
+
+
+@pytest.mark.parametrize("tier", ["auto", "default"])
+def test_a_requested_tier_is_echoed_like_openai_does(gateway: Gateway, tier: str) -> None:
+    body = {"model": "claude", "messages": MESSAGES, "service_tier": tier}
+    exchange = post_chat(gateway.base_url, body)
+    assert exchange.status == 200, exchange.objects
+    assert exchange.objects[0]["service_tier"] == "default"  # Anthropic said "standard"
+    assert exchange.headers["x-farebox-tier"] == "standard"
+    assert nonconforming(exchange) == []
+    plain = post_chat(gateway.base_url, {"model": "claude", "messages": MESSAGES})
+    assert "service_tier" not in plain.objects[0]

@@ -119,3 +119,12 @@ def test_hints_are_dropped_and_defaults_ask_for_nothing() -> None:
         "x-farebox-dropped-params": "seed"
     }
     assert param_support.notice_headers({"x-other": "1"}) == {}
+
+
+def test_anthropic_tier_is_echoed_in_openai_words_when_it_has_one() -> None:
+    reply = {"choices": [], "usage": {"service_tier": "standard"}}
+    assert conform.with_tier_echo(reply)["service_tier"] == "default"
+    batch = {"choices": [], "usage": {"service_tier": "batch"}}
+    assert "service_tier" not in conform.with_tier_echo(batch)
+    echoed = {"choices": [], "service_tier": "flex", "usage": {"service_tier": "standard"}}
+    assert conform.with_tier_echo(echoed)["service_tier"] == "flex"
