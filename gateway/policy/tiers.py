@@ -75,12 +75,25 @@ def _map_prices(capabilities: Mapping[str, Any], tier: str) -> bool:
     return any(key.endswith(f"_{tier}") for key in capabilities)
 
 
+def _fast_mode(capabilities: Mapping[str, Any]) -> bool:
+    """Whether an Anthropic model has fast mode: its map entry (or route) says so.
+
+    litellm's map marks the fast-capable models `supports_speed: true` and says nothing of
+    the others (Anthropic refuses `speed` there); a model the map does not know at all
+    gets the benefit of the doubt, and its reply says whether fast mode ran.
+    """
+    said = capabilities.get("supports_speed")
+    if said is not None:
+        return bool(said)
+    return "litellm_provider" not in capabilities
+
+
 def offered_tiers(
     family: Family, route: RouteSettings, capabilities: Mapping[str, Any]
 ) -> tuple[Tier, ...]:
     """The tiers an alias serves: the family's native ones and configured ones, less withdrawn."""
     native = set(NATIVE_TIERS[family])
-    if family == "anthropic" and capabilities.get("supports_speed") is False:
+    if family == "anthropic" and not _fast_mode(capabilities):
         native.discard("fast")
     if family == "openai" and _map_prices(capabilities, "ultrafast"):
         native.add("ultrafast")

@@ -47,6 +47,7 @@ def _config(sim_url: str, quiet_url: str) -> dict[str, Any]:
         "models": {
             "gpt": {"model": "sim-chat", "base_url": f"{sim_url}/v1", "family": "openai"},
             "claude": {**claude, "api_key_env": "FAREBOX_TEST_ANTHROPIC_KEY"},
+            "claude-no-fast": {**claude, "api_key_env": "FAREBOX_TEST_ANTHROPIC_KEY"},
             "local": {"model": "sim-chat", "base_url": f"{sim_url}/v1", "family": "vllm"},
             # An OpenAI-compatible upstream that never says which tier served it.
             "quiet": {"base_url": quiet_url, "model": "quiet", "family": "openai"},
@@ -75,7 +76,10 @@ def _config(sim_url: str, quiet_url: str) -> dict[str, Any]:
                 "tier": {"forbid": ["priority"]},
             },
         ],
-        "routing": {"local": {"tiers": {"batch": {"alias": "local-batch"}}}},
+        "routing": {
+            "local": {"tiers": {"batch": {"alias": "local-batch"}}},
+            "claude-no-fast": {"capabilities": {"supports_speed": False}},
+        },
     }
 
 
@@ -311,3 +315,20 @@ def test_a_stream_says_the_tier_in_its_last_usage_chunk(
     else:
         assert sent["service_tier"] == "priority", views
         assert all(c.service_tier == "priority" for c in chunks), views
+
+
+def test_fast_where_the_model_has_none_is_neither_sent_nor_billed(tiers: TierGateway) -> None:
+    raw = tiers.create(model="claude-no-fast", headers={"X-Speed-Tier": "fast"})
+    completion = raw.parse()
+    sent, record = tiers.received()
+    row = tiers.row(_task(raw))
+    views = _three_views(sent, {"usage": completion.usage.model_dump()}, row)
+    assert "speed" not in sent and record["speed"] == "standard", views
+    assert "fast-mode" not in record["headers"].get("anthropic-beta", ""), views
+    assert (row["tier_requested"], row["tier_served"], row["tier_confirmed"]) == (
+        "fast",
+        "standard",
+        1,
+    ), views
+    assert raw.headers["x-farebox-tier"] == "standard"
+    assert raw.headers["x-farebox-tier-requested"] == "fast"

@@ -222,3 +222,13 @@ def test_batch_routes_to_its_pool_and_ultrafast_where_the_map_prices_it(
     priced = {"input_cost_per_token_ultrafast": 6e-6}
     ultra = make_plan({}, user_body(), "openai", priced, headers={"X-Speed-Tier": "ultrafast"})
     assert ultra.tier == "ultrafast" and ultra.set_fields == {"service_tier": "ultrafast"}
+
+
+def test_fast_is_offered_where_the_map_says_so_or_does_not_know_the_model() -> None:
+    route = RouteSettings()
+    listed = {"litellm_provider": "anthropic", "supports_speed": True}
+    unlisted = {"litellm_provider": "anthropic"}  # a map entry without fast mode
+    assert "fast" in offered_tiers("anthropic", route, listed)
+    assert "fast" not in offered_tiers("anthropic", route, unlisted)
+    assert "fast" in offered_tiers("anthropic", route, {})  # unknown to the map
+    assert "fast" not in offered_tiers("anthropic", route, {"supports_speed": False})
