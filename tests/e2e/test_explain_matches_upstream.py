@@ -6,7 +6,8 @@ and tiers) through a gateway on the simulator. For OpenAI-compatible routes the 
 simulator received must equal explain's `body` (parsed JSON). For Anthropic routes litellm
 turns that body into a Messages API request, so the fields the planner decides must
 arrive as planned: `max_tokens`, `thinking`, the sampling fields thinking touches, and
-never a top-level `reasoning_effort`. A mismatch fails with the views side by side.
+never a top-level `reasoning_effort`. The ledger row books the step kind, the clamp flag
+and the thinking enforcement explain planned. A mismatch fails with the views side by side.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ CORPUS: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     ("free plan", {"X-Plan": "free"}, {"messages": USER}),
     ("paid reasoning", {"X-Plan": "pro", "X-Farebox-Tags": "reason"}, {"messages": USER}),
     ("paid, priority asked", {"X-Plan": "pro", "X-Speed-Tier": "priority"}, {"messages": USER}),
+    ("interactive step (fast mode)", {"X-Farebox-Tags": "interactive"}, {"messages": USER}),
     ("deadline job", {"X-Farebox-Tags": "deadline"}, {"messages": TOOL, "tools": TOOLS}),
     ("ci project", {"X-Farebox-Project": "ci-nightly"}, {"messages": USER, "max_tokens": 900}),
     ("evals, over the cap", {"X-Farebox-Team": "evals"}, {"messages": USER, "max_tokens": 9000}),
@@ -92,8 +94,21 @@ def _explain(
     return status, json.loads(capsys.readouterr().out)
 
 
-def _received(sim: SimControl) -> list[dict[str, Any]]:
-    return [json.loads(base64.b64decode(str(r["body_b64"]))) for r in sim.requests()]
+def _received(sim: SimControl) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """Each request the simulator got: its body and its (lower-cased) headers."""
+    return [
+        (json.loads(base64.b64decode(str(r["body_b64"]))), dict(r["headers"]))  # type: ignore[call-overload]
+        for r in sim.requests()
+    ]
+
+
+def _missing_headers(explained: dict[str, Any], headers: dict[str, str]) -> list[str]:
+    """Upstream headers the plan adds (Anthropic's fast-mode beta) that did not arrive."""
+    return [
+        f"header {name}"
+        for name, value in explained["headers"].items()
+        if value not in headers.get(name.lower(), "")
+    ]
 
 
 def _differences(explained: dict[str, Any], received: dict[str, Any]) -> list[str]:
@@ -116,6 +131,36 @@ def _send(gateway_url: str, body: dict[str, Any], headers: dict[str, str]) -> ht
         return reply
 
 
+def _ledger_differences(gateway_url: str, task: str, explained: dict[str, Any]) -> list[str]:
+    """What the ledger row books that explain did not plan."""
+    reply = httpx.get(f"{gateway_url}/tasks/{task}", timeout=30)
+    reply.raise_for_status()
+    (row,) = reply.json()["requests"]
+    booked = (row["thinking_enforcement"], row["step_kind"], row["output_cap_clamped"])
+    planned = (explained["thinking_enforcement"], explained["step_kind"], bool(explained["clamps"]))
+    return [] if booked == planned else [f"ledger {booked} vs explain {planned}"]
+
+
+def _check(
+    case: str, explained: dict[str, Any], reply: httpx.Response, received: list[Any]
+) -> list[str]:
+    """The mismatches of one served request: header, body and upstream headers."""
+    assert reply.status_code == 200, f"{case}: {reply.status_code} {reply.text}"
+    assert len(received) == 1, f"{case}: {len(received)} upstream calls"
+    body_received, headers_received = received[0]
+    problems = _differences(explained, body_received)
+    problems += _missing_headers(explained, headers_received)
+    held = reply.headers.get("x-farebox-thinking-enforcement")
+    if held != explained["thinking_enforcement"]:
+        problems.append(f"header {held} vs explain {explained['thinking_enforcement']}")
+    if not problems:
+        return []
+    return [
+        f"{case}: {problems}\n  explain:  {json.dumps(explained['body'])}\n"
+        f"  received: {json.dumps(body_received)}"
+    ]
+
+
 @pytest.mark.parametrize("name", sorted(p.stem for p in POLICIES.glob("*.yaml")))
 def test_explain_says_what_the_upstream_receives(
     name: str,
@@ -129,34 +174,27 @@ def test_explain_says_what_the_upstream_receives(
     config, aliases = _on_simulator(POLICIES / f"{name}.yaml", sim, tmp_path / f"{name}.yaml")
     gateway = make_gateway(config=config)
     mismatches: list[str] = []
-    compared = 0
+    served: list[tuple[str, str, dict[str, Any]]] = []
     for alias in aliases:
-        for label, headers, fields in CORPUS:
+        for index, (label, headers, fields) in enumerate(CORPUS):
             body = {"model": alias, **fields}
             request = tmp_path / "request.json"
             request.write_text(json.dumps(body))
             status, explained = _explain(request, config, headers, capsys)
             sim.http.delete("/sim/requests").raise_for_status()
-            reply = _send(gateway.base_url, body, headers)
+            task = f"corpus-{name}-{alias}-{index}"  # a task's first step: its effort pins
+            reply = _send(gateway.base_url, body, {**headers, "X-Task-Id": task})
             received = _received(sim)
             case = f"{name} / {alias} / {label}"
             if status != 0:  # a strict rule refused it: so must the gateway, before sending
                 assert explained["rejection"] is not None, case
                 assert reply.status_code == 400 and received == [], case
                 continue
-            assert reply.status_code == 200, f"{case}: {reply.status_code} {reply.text}"
-            assert len(received) == 1, f"{case}: {len(received)} upstream calls"
-            held = reply.headers.get("x-farebox-thinking-enforcement")
-            if held != explained["thinking_enforcement"]:
-                mismatches.append(
-                    f"{case}: header {held} vs explain {explained['thinking_enforcement']}"
-                )
-            differing = _differences(explained, received[0])
-            compared += 1
-            if differing:
-                mismatches.append(
-                    f"{case}: {differing}\n  explain:  {json.dumps(explained['body'])}\n"
-                    f"  received: {json.dumps(received[0])}"
-                )
-    assert compared >= len(aliases) * (len(CORPUS) - 4)
+            mismatches += _check(case, explained, reply, received)
+            served.append((case, task, explained))
+    for case, task, explained in served:
+        mismatches += [
+            f"{case}: {p}" for p in _ledger_differences(gateway.base_url, task, explained)
+        ]
+    assert len(served) >= len(aliases) * (len(CORPUS) - 4)
     assert not mismatches, "\n".join(mismatches)
