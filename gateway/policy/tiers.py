@@ -149,11 +149,16 @@ def choose_tier(
         offers = ", ".join(offered)
         draft.reject(field, f"this model does not offer the {tier} tier (offered: {offers})")
     if tier not in offered:
-        allowed = [t for t in _PREFERENCE if t in offered and t not in rule.forbid]
-        fallback = allowed[0] if allowed else "standard"
-        draft.notes.append(f"this model does not offer the {tier} tier; serving {fallback}")
-        tier = fallback
+        tier = _fallback(draft, tier, rule, offered)
     return tier, True
+
+
+def _fallback(draft: Draft, tier: Tier, rule: TierRule, offered: tuple[Tier, ...]) -> Tier:
+    """The tier served in place of one the model does not offer, noted."""
+    allowed = [t for t in _PREFERENCE if t in offered and t not in rule.forbid]
+    fallback = allowed[0] if allowed else "standard"
+    draft.notes.append(f"this model does not offer the {tier} tier; serving {fallback}")
+    return fallback
 
 
 def _keeps_client_fields(draft: Draft, rule: TierRule) -> bool:

@@ -173,27 +173,61 @@ def _cost(usage: Any, price_in: Decimal, price_out: Decimal, multiplier: Decimal
     return tokens_cost * per_token * multiplier
 
 
-@pytest.mark.parametrize(
-    ("tier", "sent_tier", "echoed"),
-    [("standard", None, "default"), ("flex", "flex", "flex"), ("priority", "priority", "priority")],
-)
-def test_openai_family_bills_the_echoed_tier(
-    tiers: TierGateway, tier: str, sent_tier: str | None, echoed: str
+# (route, tier asked) -> what the simulator must receive, the tier billed, its multiplier.
+# `service_tier` is as the simulator received it: litellm sends OpenAI's `default` to
+# Anthropic as `standard_only`. Anthropic serves `auto` at standard without a priority
+# commitment and says so in `usage.service_tier`, so priority asked there bills standard.
+MATRIX = [
+    ("gpt", "standard", {"service_tier": None, "speed": None}, "standard", "1"),
+    ("gpt", "flex", {"service_tier": "flex", "speed": None}, "flex", "0.5"),
+    ("gpt", "priority", {"service_tier": "priority", "speed": None}, "priority", "2"),
+    ("gpt", "fast", {"service_tier": None, "speed": None}, "standard", "1"),  # not offered
+    ("claude", "standard", {"service_tier": "standard_only", "speed": None}, "standard", "1"),
+    ("claude", "flex", {"service_tier": "standard_only", "speed": None}, "standard", "1"),
+    ("claude", "priority", {"service_tier": "auto", "speed": None}, "standard", "1"),
+    ("claude", "fast", {"service_tier": None, "speed": "fast"}, "fast", "2"),
+]
+PRICES = {"gpt": (GPT_IN, GPT_OUT), "claude": (CLAUDE_IN, CLAUDE_OUT)}
+
+
+@pytest.mark.parametrize(("model", "tier", "sent_fields", "served", "multiplier"), MATRIX)
+def test_plan_upstream_and_ledger_agree_per_route_and_tier(
+    tiers: TierGateway,
+    model: str,
+    tier: str,
+    sent_fields: dict[str, str | None],
+    served: str,
+    multiplier: str,
 ) -> None:
-    raw = tiers.create(headers={"X-Speed-Tier": tier})
+    raw = tiers.create(model=model, headers={"X-Speed-Tier": tier})
     completion = raw.parse()
-    sent, _ = tiers.received()
+    sent, record = tiers.received()
     row = tiers.row(_task(raw))
-    views = _three_views(sent, {"service_tier": completion.service_tier}, row)
-    assert sent.get("service_tier") == sent_tier, views
-    assert completion.service_tier == echoed, views
-    assert (row["tier_requested"], row["tier_served"], row["tier_confirmed"]) == (tier, tier, 1), (
-        views
-    )
-    expected = _cost(completion.usage, GPT_IN, GPT_OUT, MULTIPLIERS[tier])
-    assert _money(row) == expected, views
-    assert raw.headers["x-farebox-tier"] == tier
+    reported = {"service_tier": completion.service_tier, "usage": completion.usage.model_dump()}
+    views = _three_views(sent, reported, row)
+    assert {key: sent.get(key) for key in sent_fields} == sent_fields, views
+    assert (row["tier_requested"], row["tier_served"], row["tier_confirmed"]) == (
+        tier,
+        served,
+        1,
+    ), views
+    price_in, price_out = PRICES[model]
+    assert _money(row) == _cost(completion.usage, price_in, price_out, Decimal(multiplier)), views
+    assert raw.headers["x-farebox-tier"] == served
     assert raw.headers["x-farebox-tier-confirmed"] == "true"
+    assert raw.headers.get("x-farebox-tier-requested") == (None if served == tier else tier)
+    if model == "gpt":
+        assert completion.service_tier == (sent_fields["service_tier"] or "default"), views
+    else:
+        assert record["speed"] == ("fast" if served == "fast" else "standard"), views
+
+
+@pytest.mark.parametrize("model", ["gpt", "claude"])
+def test_batch_is_refused_where_no_route_serves_it(tiers: TierGateway, model: str) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        tiers.create(model=model, headers={"X-Speed-Tier": "batch"})
+    assert isinstance(caught.value.body, dict) and caught.value.body.get("param") == "X-Speed-Tier"
+    assert tiers.sim.requests() == []
 
 
 def test_a_forbidden_client_service_tier_is_rewritten_and_said(tiers: TierGateway) -> None:
