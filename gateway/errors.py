@@ -202,7 +202,11 @@ async def send_error(
     error: FareboxError,
     extra_headers: tuple[tuple[bytes, bytes], ...] = (),
 ) -> None:
-    """Answer `error` on a raw ASGI `send` and close the connection (outside any route)."""
+    """Answer `error` on a raw ASGI `send` and close the connection (outside any route).
+
+    Inside the app, `RequestIdMiddleware` adds `x-request-id`; a caller outside it (the
+    connection cap) passes the header in `extra_headers`.
+    """
     body = error_bytes(error)
     headers = [
         (b"content-type", b"application/json"),
