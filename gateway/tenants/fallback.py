@@ -1,0 +1,188 @@
+"""Redis while it answers; while it does not, each budget's `on_state_outage` decides.
+
+    up   --(`failures` consecutive failed calls)-->  down
+    down --(`retry_s` later, the next call tries Redis again and it answers)-->  up
+
+While down, a reservation whose scopes have any budget or rate limit set to
+`fail_closed` is refused with `StateUnavailable` (503); otherwise it is held by this
+process's `MemoryLimiter` alone, which knows only what this process saw while Redis was
+away (a budget is enforced per replica from zero, and what was spent then is not added to
+Redis afterwards: the ledger has it). A settle or release of a Redis reservation that
+fails is kept and retried after the next call that reaches Redis (settles are idempotent,
+so a retry never counts twice); until then its hold keeps the money reserved in Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import TypeVar
+
+from redis.exceptions import RedisError
+
+from gateway.ledger.records import utcnow
+from gateway.settings import RedisLimits
+from gateway.tenants.base import BudgetUsage
+from gateway.tenants.limits import Period, Scope, ScopeLimits
+from gateway.tenants.memory import MemoryLimiter
+from gateway.tenants.outcome import Refusal, Reservation, Settlement, StateUnavailable
+from gateway.tenants.redis import RedisLimiter
+
+log = logging.getLogger("farebox.tenants")
+T = TypeVar("T")
+REDIS_DOWN = (RedisError, OSError)  # timeouts are OSErrors
+MAX_PENDING = 100_000  # settles waiting for Redis; the oldest go first (their holds expire)
+
+
+class _Unavailable(Exception):
+    """Internal: Redis did not answer this call."""
+
+
+Finish = tuple[Reservation, Decimal | None, int, datetime]  # actual None: a release
+
+
+class FallbackLimiter:
+    """The engine the gateway uses with Redis configured."""
+
+    def __init__(
+        self,
+        redis: RedisLimiter,
+        limits: RedisLimits | None = None,
+        local: MemoryLimiter | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ):
+        self.redis = redis
+        self.local = local or MemoryLimiter(redis.hold_s, clock)
+        self.limits = limits or RedisLimits()
+        self._clock = clock
+        self._failures = 0
+        self._down_until: float | None = None  # monotonic time of the next try
+        self._reason = ""
+        self._pending: OrderedDict[str, Finish] = OrderedDict()
+
+    @property
+    def degraded(self) -> bool:
+        """True while Redis is treated as away."""
+        return self._down_until is not None
+
+    async def reserve(
+        self,
+        scopes: Sequence[ScopeLimits],
+        worst_case_usd: Decimal,
+        tokens: int,
+        now: datetime | None = None,
+    ) -> Reservation | Refusal:
+        now = now or self._clock()
+        try:
+            return await self._call(lambda: self.redis.reserve(scopes, worst_case_usd, tokens, now))
+        except _Unavailable:
+            pass
+        closed = _first_fail_closed(scopes)
+        if closed is not None:
+            return StateUnavailable(closed[0], closed[1], self._reason, self.limits.retry_s)
+        return await self.local.reserve(scopes, worst_case_usd, tokens, now)
+
+    async def settle(
+        self,
+        reservation: Reservation,
+        actual_usd: Decimal,
+        actual_tokens: int,
+        now: datetime | None = None,
+    ) -> Settlement:
+        now = now or self._clock()
+        if reservation.backend == "memory":
+            return await self.local.settle(reservation, actual_usd, actual_tokens, now)
+        try:
+            return await self._call(
+                lambda: self.redis.settle(reservation, actual_usd, actual_tokens, now)
+            )
+        except _Unavailable:
+            self._keep((reservation, actual_usd, actual_tokens, now))
+            return Settlement(True)  # counted once Redis answers again
+
+    async def release(self, reservation: Reservation, now: datetime | None = None) -> bool:
+        now = now or self._clock()
+        if reservation.backend == "memory":
+            return await self.local.release(reservation, now)
+        try:
+            return await self._call(lambda: self.redis.release(reservation, now))
+        except _Unavailable:
+            self._keep((reservation, None, 0, now))
+            return True
+
+    async def usage(self, scope: Scope, period: Period, now: datetime) -> BudgetUsage:
+        try:
+            return await self._call(lambda: self.redis.usage(scope, period, now))
+        except _Unavailable:
+            return await self.local.usage(scope, period, now)
+
+    async def aclose(self) -> None:
+        if self._pending:
+            log.warning("budget state: %d settles never reached Redis", len(self._pending))
+        await self.redis.aclose()
+        await self.local.aclose()
+
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+        """One bounded Redis call (none while down), then the settles waiting for Redis."""
+        if self._down_until is not None and time.monotonic() < self._down_until:
+            raise _Unavailable
+        try:
+            async with asyncio.timeout(self._deadline):
+                result = await call()
+        except REDIS_DOWN as exc:
+            self._failed(exc)
+            raise _Unavailable from exc
+        if self._down_until is not None:
+            log.warning("budget state: Redis answers again; %d settles to send", len(self._pending))
+        self._failures, self._down_until = 0, None
+        await self._send_pending()
+        return result
+
+    @property
+    def _deadline(self) -> float:
+        limits = self.limits
+        return limits.pool_wait_s + limits.connect_timeout_s + limits.timeout_s
+
+    def _failed(self, exc: BaseException) -> None:
+        self._failures += 1
+        self._reason = f"Redis unreachable ({type(exc).__name__})"
+        if self._failures >= self.limits.failures or self._down_until is not None:
+            if self._down_until is None:
+                log.warning("budget state degraded: %s; outage policies apply", self._reason)
+            self._down_until = time.monotonic() + self.limits.retry_s
+
+    def _keep(self, finish: Finish) -> None:
+        self._pending[finish[0].id] = finish
+        while len(self._pending) > MAX_PENDING:
+            self._pending.popitem(last=False)
+
+    async def _send_pending(self) -> None:
+        """Send the settles kept while Redis was away, oldest first, until one fails."""
+        while self._pending:
+            rid, (reservation, actual, tokens, now) = next(iter(self._pending.items()))
+            try:
+                async with asyncio.timeout(self._deadline):
+                    if actual is None:
+                        await self.redis.release(reservation, now)
+                    else:
+                        await self.redis.settle(reservation, actual, tokens, now)
+            except REDIS_DOWN as exc:
+                self._failed(exc)
+                return
+            self._pending.pop(rid, None)
+
+
+def _first_fail_closed(scopes: Sequence[ScopeLimits]) -> tuple[Scope, str] | None:
+    """The first budget or rate limit that refuses while its state cannot be reached."""
+    for limits in scopes:
+        for budget in limits.budgets:
+            if budget.on_state_outage == "fail_closed":
+                return limits.scope, f"{budget.period} budget"
+        if limits.rate is not None and limits.rate.on_state_outage == "fail_closed":
+            return limits.scope, "rate limit"
+    return None

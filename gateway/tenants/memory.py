@@ -1,0 +1,173 @@
+"""The engine in one process: the embedded default, and the fallback while Redis is away.
+
+Same semantics as `RedisLimiter` step for step (the same tests run against both): expired
+holds are dropped when their budget is next touched, counters are integer 1e-10 USD.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from gateway.ledger.records import utcnow
+from gateway.state.base import from_units, to_units
+from gateway.tenants.base import (
+    DEFAULT_HOLD_S,
+    SETTLED_KEEP_S,
+    BudgetUsage,
+    budget_refusal,
+    held,
+    rate_delta,
+    rate_refusal,
+    soft_crossed,
+)
+from gateway.tenants.limits import Budget, Period, Scope, ScopeLimits
+from gateway.tenants.outcome import Refusal, Reservation, Settlement, SoftLimitCrossed
+from gateway.tenants.plan import BudgetCheck, gcra, plan
+
+PRUNE_EVERY = 1024  # reserves between sweeps for windows and markers past their time
+
+
+@dataclass
+class _Bucket:
+    used: int = 0  # spent + held
+    spent: int = 0
+    holds: dict[str, tuple[int, float]] = field(default_factory=dict)  # id: (units, deadline)
+    keep_until_ms: float | None = None
+
+
+class MemoryLimiter:
+    """Budgets and rate limits of this process only."""
+
+    def __init__(self, hold_s: float = DEFAULT_HOLD_S, clock: Callable[[], datetime] = utcnow):
+        self.hold_s = hold_s
+        self._clock = clock
+        self._buckets: dict[str, _Bucket] = {}
+        self._tats: dict[str, float] = {}
+        self._settled: dict[str, float] = {}  # reservation id: kept until (ms)
+        self._reserves = 0
+
+    async def reserve(
+        self,
+        scopes: Sequence[ScopeLimits],
+        worst_case_usd: Decimal,
+        tokens: int,
+        now: datetime | None = None,
+    ) -> Reservation | Refusal:
+        now = now or self._clock()
+        now_ms = epoch_ms(now)
+        checks = plan(scopes, worst_case_usd, tokens, now)
+        self._prune(now_ms)
+        buckets = [self._bucket(check, now_ms) for check in checks.budgets]
+        for check, bucket in zip(checks.budgets, buckets, strict=True):
+            if bucket.used + check.amount > check.limit:
+                return budget_refusal(check, bucket.used, bucket.spent)
+        tats = []
+        for rate in checks.rates:
+            tat, over = gcra(self._tats.get(rate.name, 0.0), now_ms, rate.cost, rate.ms_per_unit)
+            if over > 0:
+                return rate_refusal(rate, over)
+            tats.append(tat)
+        rid = uuid.uuid4().hex
+        deadline = now_ms + round(self.hold_s * 1000)
+        for check, bucket in zip(checks.budgets, buckets, strict=True):
+            bucket.used += check.amount
+            bucket.holds[rid] = (check.amount, deadline)
+        self._tats.update((rate.name, tat) for rate, tat in zip(checks.rates, tats, strict=True))
+        expires = now + timedelta(seconds=self.hold_s)
+        return held(rid, "memory", checks, worst_case_usd, tokens, expires)
+
+    async def settle(
+        self,
+        reservation: Reservation,
+        actual_usd: Decimal,
+        actual_tokens: int,
+        now: datetime | None = None,
+    ) -> Settlement:
+        now = now or self._clock()
+        if not self._mark_settled(reservation.id, epoch_ms(now)):
+            return Settlement(False)
+        actual = to_units(actual_usd)
+        crossed: list[SoftLimitCrossed] = []
+        for check in reservation.budgets:
+            bucket = self._unhold(check, reservation.id, epoch_ms(now))
+            before = bucket.spent
+            bucket.used += actual
+            bucket.spent += actual
+            if check.soft is not None and before < check.soft <= bucket.spent:
+                crossed.append(soft_crossed(check, bucket.spent))
+        if now < reservation.expires_at:  # a hold long expired has left its window
+            for rate in reservation.rates:
+                delta = rate_delta(rate, actual, actual_tokens)
+                self._move_tat(rate.name, delta * rate.ms_per_unit)
+        return Settlement(True, tuple(crossed))
+
+    async def release(self, reservation: Reservation, now: datetime | None = None) -> bool:
+        now = now or self._clock()
+        if not self._mark_settled(reservation.id, epoch_ms(now)):
+            return False
+        for check in reservation.budgets:
+            self._unhold(check, reservation.id, epoch_ms(now))
+        if now < reservation.expires_at:
+            for rate in reservation.rates:
+                self._move_tat(rate.name, rate_delta(rate, 0, 0) * rate.ms_per_unit)
+        return True
+
+    async def usage(self, scope: Scope, period: Period, now: datetime) -> BudgetUsage:
+        checks = plan([ScopeLimits(scope, (Budget(period, Decimal(0)),))], Decimal(0), 0, now)
+        bucket = self._bucket(checks.budgets[0], epoch_ms(now))
+        return BudgetUsage(from_units(bucket.spent), from_units(bucket.used - bucket.spent))
+
+    async def aclose(self) -> None:
+        self._buckets.clear()
+        self._tats.clear()
+        self._settled.clear()
+
+    def _bucket(self, check: BudgetCheck, now_ms: float) -> _Bucket:
+        """The window's counters, with holds past their deadline given back."""
+        bucket = self._buckets.setdefault(check.name, _Bucket())
+        if check.keep_s is not None:
+            bucket.keep_until_ms = now_ms + check.keep_s * 1000
+        for rid, (units, deadline) in list(bucket.holds.items()):
+            if deadline <= now_ms:
+                bucket.used -= units
+                del bucket.holds[rid]
+        return bucket
+
+    def _unhold(self, check: BudgetCheck, rid: str, now_ms: float) -> _Bucket:
+        bucket = self._bucket(check, now_ms)
+        units, _ = bucket.holds.pop(rid, (0, 0.0))
+        bucket.used -= units
+        return bucket
+
+    def _move_tat(self, name: str, delta_ms: float) -> None:
+        if delta_ms and name in self._tats:
+            self._tats[name] += delta_ms
+
+    def _mark_settled(self, rid: str, now_ms: float) -> bool:
+        """Remember a settle or release; False if this reservation already had one."""
+        if self._settled.get(rid, 0.0) > now_ms:
+            return False
+        self._settled[rid] = now_ms + SETTLED_KEEP_S * 1000
+        return True
+
+    def _prune(self, now_ms: float) -> None:
+        """Now and then forget windows, rates and markers past their time (bounded memory)."""
+        self._reserves += 1
+        if self._reserves % PRUNE_EVERY:
+            return
+        for name, bucket in list(self._buckets.items()):
+            if bucket.keep_until_ms is not None and bucket.keep_until_ms <= now_ms:
+                del self._buckets[name]
+        self._tats = {name: tat for name, tat in self._tats.items() if tat > now_ms}
+        self._settled = {rid: until for rid, until in self._settled.items() if until > now_ms}
+
+
+def epoch_ms(now: datetime) -> int:
+    """Whole milliseconds since the epoch: what both engines compare deadlines in."""
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (use datetime.now(UTC))")
+    return int(now.astimezone(UTC).timestamp() * 1000)
