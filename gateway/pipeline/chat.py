@@ -162,7 +162,8 @@ def _thinking_cap(
         follow_up.timeouts, follow_up.extra_headers = call.timeouts, call.extra_headers
         return await services.upstreams.adapter(call.route).open_stream(follow_up)
 
-    return ThinkingCap(ctx.thinking_cap, dict(call.parsed), open_continuation)
+    closes = ctx.thinking_cap_closes
+    return ThinkingCap(ctx.thinking_cap, dict(call.parsed), open_continuation, close_only=closes)
 
 
 async def _first_event(

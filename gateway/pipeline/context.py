@@ -92,6 +92,7 @@ class RequestContext:
     upstream_headers: dict[str, str] = field(default_factory=dict)
     clamped: bool = False
     thinking_cap: int | None = None
+    thinking_cap_closes: bool = False  # at the cap the stream ends, not continued
     attempt: int = 0
     status_code: int | None = None
     error_type: str | None = None

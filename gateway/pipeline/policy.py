@@ -96,6 +96,7 @@ def _record(ctx: RequestContext, config: GatewayConfig, decision: Decision) -> N
     ctx.clamped = bool(decision.clamps)
     enforce = decision.thinking_enforcement == "stream"
     ctx.thinking_cap = decision.thinking_budget if enforce else None
+    ctx.thinking_cap_closes = decision.closes_at_budget
     ctx.response_headers["x-farebox-rule"] = decision.rule
     if decision.thinking_enforcement is not None:
         ctx.response_headers[ENFORCEMENT_HEADER] = decision.thinking_enforcement

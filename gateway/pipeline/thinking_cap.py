@@ -2,14 +2,18 @@
 
 When the reasoning passes the budget, the upstream generation is stopped and continued
 with the reasoning so far plus the end-of-thinking marker as an assistant prefix (vLLM's
-`continue_final_message`), so the model answers at once. The client sees one
+and SGLang's `continue_final_message`), so the model answers at once. The client sees one
 uninterrupted stream; the usage it is shown covers both upstream calls.
+
+A backend that cannot continue (`close_only`, from a route's `thinking_overrun: cut`) has
+its stream ended cleanly at the budget instead: a last chunk with `finish_reason:
+length`, the usage of the cut call (counted from the stream), and `[DONE]`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +21,7 @@ from gateway import tokens
 from gateway.pipeline.measure import reasoning_text
 from gateway.policy.stream import continuation_request
 from gateway.upstream.base import UpstreamStream
+from gateway.upstream.sse import DONE_EVENT, data_event
 from gateway.usage import Usage
 
 OpenContinuation = Callable[[dict[str, Any]], Awaitable[UpstreamStream]]
@@ -29,15 +34,18 @@ class ThinkingCap:
     budget: int
     body: dict[str, Any]
     open_continuation: OpenContinuation
+    close_only: bool = False
     reasoning_chunks: int = 0
     cut: bool = False
     first_call: Usage | None = None
     parts: list[str] = field(default_factory=list)
+    last_chunk: dict[str, Any] = field(default_factory=dict)
 
     def passes_budget(self, chunk: dict[str, Any]) -> bool:
         """Count a reasoning delta; True once the reasoning has used up the budget."""
         if self.cut:
             return False
+        self.last_chunk = chunk
         for choice in chunk.get("choices") or ():
             thought = reasoning_text(choice.get("delta") or {})
             if thought:
@@ -59,11 +67,39 @@ class ThinkingCap:
             reasoning_tokens=self.reasoning_chunks,
             estimated=True,
         )
+        if self.close_only:
+            return ClosingStream(self.last_chunk)
         return await self.open_continuation(follow_up)
 
     def combined(self, second: Usage) -> Usage:
         """Usage of both calls: the cut one (counted) and the continuation (reported)."""
         return second if self.first_call is None else self.first_call + second
+
+
+class ClosingStream:
+    """The end of a stream cut at its thinking budget: `length`, empty usage, `[DONE]`.
+
+    The relay adds the cut call's usage to the empty one, as it does for a continuation.
+    """
+
+    def __init__(self, last: dict[str, Any]) -> None:
+        self.headers: dict[str, str] = {}
+        self._envelope = {
+            "id": last.get("id") or "chatcmpl-farebox-cut",
+            "object": "chat.completion.chunk",
+            "created": last.get("created") or 0,
+            "model": last.get("model") or "",
+        }
+
+    async def events(self) -> AsyncIterator[bytes]:
+        choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        yield data_event({**self._envelope, "choices": [choice]})
+        yield data_event({**self._envelope, "choices": [], "usage": usage})
+        yield DONE_EVENT
+
+    async def aclose(self) -> None:
+        return None
 
 
 def _prompt_tokens(body: dict[str, Any]) -> int:

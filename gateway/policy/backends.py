@@ -26,8 +26,10 @@ hint that a template may ignore. A route says it runs strict thinking with
 Where the backend holds no budget, the gateway can still hold it on a stream when the
 backend continues a final assistant message (`supports_continue_final_message`, vLLM and
 SGLang both can): it cuts the reasoning at the budget and asks for the answer
-(`gateway/pipeline/thinking_cap.py`). Anywhere else the budget is only a hint, and Farebox
-says so (`thinking_enforcement: hint`) instead of claiming it.
+(`gateway/pipeline/thinking_cap.py`). A route with `thinking_overrun: cut` has a stream it
+cannot continue ended at the budget instead (no answer, `finish_reason: length`).
+Anywhere else the budget is only a hint, and Farebox says so (`thinking_enforcement:
+hint`) instead of claiming it.
 """
 
 from __future__ import annotations
@@ -73,19 +75,32 @@ def stream_can_hold_budget(family: Family, caps: Mapping[str, Any]) -> bool:
     return family in ("vllm", "sglang") and bool(caps.get("supports_continue_final_message"))
 
 
+def stream_can_cut_budget(family: Family) -> bool:
+    """Whether the backend streams its reasoning visibly, so the gateway can count and cut it."""
+    return family in ("vllm", "sglang", "anthropic")
+
+
 def thinking_enforcement(
-    family: Family, caps: Mapping[str, Any], budget: int | None, *, streamed: bool
+    family: Family,
+    caps: Mapping[str, Any],
+    budget: int | None,
+    *,
+    streamed: bool,
+    cut: bool = False,
 ) -> Enforcement | None:
     """How the budget in force is held for this request; None when there is no budget.
 
     A whole (non-streamed) request on a backend without a hard cap is a hint: the gateway
-    only cuts what it relays as a stream.
+    only cuts what it relays as a stream. With `cut` (a route's `thinking_overrun: cut`) a
+    stream the backend cannot continue is ended at the budget instead.
     """
     if budget is None:
         return None
     if backend_holds_budget(family, caps):
         return "backend"
     if streamed and stream_can_hold_budget(family, caps):
+        return "stream"
+    if streamed and cut and stream_can_cut_budget(family):
         return "stream"
     return "hint"
 

@@ -111,6 +111,15 @@ class Decision:
     def rejected(self) -> bool:
         return self.rejection is not None
 
+    @property
+    def closes_at_budget(self) -> bool:
+        """Whether a stream cut at the budget ends there (`thinking_overrun: cut`).
+
+        Otherwise a cut stream is continued for the answer (`continue_final_message`).
+        """
+        continues = self.family in ("vllm", "sglang") and self.can_continue
+        return self.thinking_enforcement == "stream" and not continues
+
     def apply(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Return `body` with this decision's top-level edits (for display and tests)."""
         edited = {key: value for key, value in body.items() if key not in self.remove}

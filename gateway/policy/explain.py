@@ -26,6 +26,7 @@ def explain(decision: Decision, body: Mapping[str, Any] | None = None) -> dict[s
         "max_output_tokens": decision.max_output_tokens,
         "thinking_enforcement": decision.thinking_enforcement,
         "stream_enforcement": decision.thinking_enforcement == "stream",
+        "closes_at_budget": decision.closes_at_budget,
         "can_continue": decision.can_continue,
         "edits": {"set": dict(decision.set_fields), "remove": sorted(decision.remove)},
         "headers": dict(decision.headers),
@@ -57,7 +58,11 @@ ENFORCEMENT_TEXT = {
 
 def _enforcement_text(decision: Decision) -> str:
     held = decision.thinking_enforcement
-    return "-" if held is None else f"{held}: {ENFORCEMENT_TEXT[held]}"
+    if held is None:
+        return "-"
+    if decision.closes_at_budget:
+        return f"{held}: held by Farebox on the stream (cut; the reply ends there)"
+    return f"{held}: {ENFORCEMENT_TEXT[held]}"
 
 
 def _summary(decision: Decision) -> Table:

@@ -77,7 +77,8 @@ def _decision(
     rejected = draft.rejection is not None
     supports_budget = bool(given.caps.get("supports_thinking_budget"))
     streamed = draft.body.get("stream") is True
-    enforcement = thinking_enforcement(given.family, given.caps, held, streamed=streamed)
+    cut = given.route.thinking_overrun == "cut"
+    enforcement = thinking_enforcement(given.family, given.caps, held, streamed=streamed, cut=cut)
     return Decision(
         rule=given.label,
         step_kind=step,

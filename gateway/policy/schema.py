@@ -240,6 +240,12 @@ class RouteSettings(_Section):
     capabilities: dict[str, Any] = Field(
         default_factory=dict, description="Over litellm's model-map entry for this alias."
     )
+    thinking_overrun: Literal["hint", "cut"] = Field(
+        default="hint",
+        description="A thinking budget this backend neither holds nor can continue after: "
+        "`hint` sends it and says so; `cut` ends a streamed reply at the budget "
+        "(finish_reason length, no answer).",
+    )
 
 
 class Policy(_Section):

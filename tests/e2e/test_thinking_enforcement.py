@@ -23,6 +23,7 @@ models:
   sglang: {{provider: openai, model: sim-sglang-thinker, base_url: "{sim}/v1", family: sglang}}
   capped: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
   thinker: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
+  sglang-cut: {{provider: openai, model: sim-sglang-thinker, base_url: "{sim}/v1", family: sglang}}
 defaults:
   thinking_budget: 8
 routing:
@@ -32,6 +33,9 @@ routing:
     capabilities: {{supports_continue_final_message: true}}
   thinker:
     capabilities: {{supports_thinking_budget: true}}
+  sglang-cut:
+    capabilities: {{supports_reasoning: true}}
+    thinking_overrun: cut            # no continuation: end the stream at the budget
 """
 QUESTION = [{"role": "user", "content": "Plan the migration."}]
 HEADER = "x-farebox-thinking-enforcement"
@@ -125,3 +129,41 @@ def test_held_budgets_say_who_held_them(
     # thinker: held by vLLM at 8; capped streamed: cut at 8 and continued (the cut call
     # is counted by the gateway, the continuation thinks no more); capped whole: all 40.
     assert reasoning[0] == 8 and reasoning[-1] == 40
+
+
+def test_cut_without_continuation_ends_the_stream_at_the_budget(
+    make_gateway: GatewayFactory,
+    config_file: Path,
+    sim: SimControl,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    body: dict[str, object] = {"model": "sglang-cut", "messages": QUESTION, "stream": True}
+    explained = _explained(tmp_path, config_file, body, capsys)
+    assert explained["thinking_enforcement"] == "stream" and explained["closes_at_budget"]
+    gateway = make_gateway(config=config_file)
+    raw = gateway.sdk().chat.completions.with_raw_response.create(  # type: ignore[call-overload]
+        model="sglang-cut",
+        messages=QUESTION,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={"X-Task-Id": "task-cut"},
+    )
+    assert raw.headers[HEADER] == "stream"
+    chunks = list(raw.parse())
+    deltas = [c.choices[0] for c in chunks if c.choices]
+    reasoning = [d for d in deltas if (d.delta.model_extra or {}).get("reasoning_content")]
+    assert len(reasoning) == 8  # cut at the budget; the model would think for 40
+    assert deltas[-1].finish_reason == "length"
+    assert not "".join(d.delta.content or "" for d in deltas)  # no answer after a cut
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 8
+    (received,) = sim.requests()  # one upstream call, never a continuation
+    assert "continue_final_message" not in json.loads(base64.b64decode(str(received["body_b64"])))
+    gateway.last()
+    row = _row(gateway.base_url, "task-cut")
+    assert row["thinking_enforcement"] == "stream" and row["reasoning_tokens"] == 8
+    assert row["status_code"] == 200
+    whole = dict(body, stream=False)
+    assert _explained(tmp_path, config_file, whole, capsys)["thinking_enforcement"] == "hint"

@@ -156,3 +156,19 @@ def test_a_clients_strict_sglang_budget_is_clamped_in_the_open(make_plan: Planne
     decision = make_plan({"defaults": {"thinking_budget": 512}}, body, "sglang", caps)
     assert decision.set_fields["custom_params"] == {"thinking_budget": 512, "seed_hint": 1}
     assert [(c.original, c.new) for c in decision.clamps] == [(9000, 512)]
+
+
+def test_cut_without_continuation_is_stream_only_on_streams(make_plan: Planner) -> None:
+    policy = {
+        "defaults": {"thinking_budget": 8},
+        "routing": {"m": {"thinking_overrun": "cut"}},
+    }
+    streamed = make_plan(policy, user_body(stream=True), "sglang", {"supports_reasoning": True})
+    assert streamed.thinking_enforcement == "stream" and streamed.closes_at_budget
+    whole = make_plan(policy, user_body(), "sglang", {"supports_reasoning": True})
+    assert whole.thinking_enforcement == "hint" and not whole.closes_at_budget
+    caps = {"supports_continue_final_message": True}
+    continued = make_plan(policy, user_body(stream=True), "vllm", caps)
+    assert continued.thinking_enforcement == "stream" and not continued.closes_at_budget
+    hidden = make_plan(policy, user_body(stream=True), "openai", {"supports_reasoning": True})
+    assert hidden.thinking_enforcement == "hint"  # OpenAI's reasoning is not streamed
