@@ -8,7 +8,7 @@ While down, a reservation whose scopes have any budget or rate limit set to
 process's `MemoryLimiter` alone, which knows only what this process saw while Redis was
 away (a budget is enforced per replica from zero, and what was spent then is not added to
 Redis afterwards: the ledger has it). A settle or release of a Redis reservation that
-fails is kept and retried after the next call that reaches Redis (settles are idempotent,
+fails is kept and sent before the next call that reaches Redis (settles are idempotent,
 so a retry never counts twice); until then its hold keeps the money reserved in Redis.
 """
 
@@ -128,19 +128,19 @@ class FallbackLimiter:
         await self.local.aclose()
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
-        """One bounded Redis call (none while down), then the settles waiting for Redis."""
+        """The settles waiting for Redis, then one bounded call (none while down)."""
         if self._down_until is not None and time.monotonic() < self._down_until:
             raise _Unavailable
         try:
+            await self._send_pending()
             async with asyncio.timeout(self._deadline):
                 result = await call()
         except REDIS_DOWN as exc:
             self._failed(exc)
             raise _Unavailable from exc
         if self._down_until is not None:
-            log.warning("budget state: Redis answers again; %d settles to send", len(self._pending))
+            log.warning("budget state: Redis answers again")
         self._failures, self._down_until = 0, None
-        await self._send_pending()
         return result
 
     @property
@@ -162,18 +162,14 @@ class FallbackLimiter:
             self._pending.popitem(last=False)
 
     async def _send_pending(self) -> None:
-        """Send the settles kept while Redis was away, oldest first, until one fails."""
+        """Send the settles kept while Redis was away, oldest first; raise if one fails."""
         while self._pending:
             rid, (reservation, actual, tokens, now) = next(iter(self._pending.items()))
-            try:
-                async with asyncio.timeout(self._deadline):
-                    if actual is None:
-                        await self.redis.release(reservation, now)
-                    else:
-                        await self.redis.settle(reservation, actual, tokens, now)
-            except REDIS_DOWN as exc:
-                self._failed(exc)
-                return
+            async with asyncio.timeout(self._deadline):
+                if actual is None:
+                    await self.redis.release(reservation, now)
+                else:
+                    await self.redis.settle(reservation, actual, tokens, now)
             self._pending.pop(rid, None)
 
 
