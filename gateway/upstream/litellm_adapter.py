@@ -30,6 +30,7 @@ from gateway.upstream.base import UpstreamCall, UpstreamReply
 from gateway.upstream.litellm_errors import translate_litellm_error
 from gateway.upstream.litellm_warmup import rehearse
 from gateway.upstream.sse import DONE_EVENT, data_event
+from gateway.upstream.stream_tier import StreamTierReport, watch_response
 
 # OpenAI request fields litellm translates for other providers; others are dropped,
 # since a non-OpenAI wire format has nowhere to put them.
@@ -124,6 +125,19 @@ def _own_fields(call: UpstreamCall) -> Iterator[None]:
         _OWN_FIELDS.reset(token)
 
 
+# Where a stream's `message_start` tier report is kept (`gateway/upstream/stream_tier.py`).
+_STREAM_TIER: ContextVar[StreamTierReport | None] = ContextVar("farebox_tier", default=None)
+
+
+@contextmanager
+def _stream_tier(report: StreamTierReport) -> Iterator[None]:
+    token = _STREAM_TIER.set(report)
+    try:
+        yield
+    finally:
+        _STREAM_TIER.reset(token)
+
+
 def _with_own_fields(kwargs: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
     """The handler's post arguments with `fields` written into the JSON body."""
     if isinstance(kwargs.get("json"), dict):
@@ -148,7 +162,11 @@ def _handler_class() -> type:
             fields = _OWN_FIELDS.get()
             if fields:
                 kwargs = _with_own_fields(kwargs, fields)
-            return await super().post(*args, **kwargs)
+            response = await super().post(*args, **kwargs)
+            report = _STREAM_TIER.get()
+            if report is not None and kwargs.get("stream"):
+                watch_response(response, report)  # the tier litellm's chunks drop
+            return response
 
     return SendMarkingHandler
 
@@ -176,16 +194,19 @@ def _translate(exc: BaseException, call: UpstreamCall, where: str, sent: bool) -
 class LiteLLMStream:
     """A litellm stream rendered as OpenAI SSE events."""
 
-    def __init__(self, wrapper: Any, call: UpstreamCall, where: str):
+    def __init__(
+        self, wrapper: Any, call: UpstreamCall, where: str, report: StreamTierReport | None = None
+    ):
         self._wrapper = wrapper
         self._call = call
         self._where = where
+        self._report = report or StreamTierReport()
         self.headers: dict[str, str] = {}
 
     async def events(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._wrapper:
-                yield data_event(_clean_chunk(chunk.model_dump()))
+                yield data_event(self._report.annotate(_clean_chunk(chunk.model_dump())))
         except Exception as exc:  # the request went out: whatever fails is the reply's
             raise _translate(exc, self._call, self._where, sent=True) from exc
         yield DONE_EVENT
@@ -284,12 +305,13 @@ class LiteLLMUpstream:
         litellm = await self._litellm()
         kwargs, notice = self._checked_kwargs(litellm, call)
         where = failures.describe_upstream(call.alias, call.base_url or call.route.provider)
-        with _watching_send() as mark, _own_fields(call):
+        report = StreamTierReport()
+        with _watching_send() as mark, _own_fields(call), _stream_tier(report):
             try:
                 wrapper = await litellm.acompletion(**kwargs)
             except Exception as exc:
                 raise _translate(exc, call, where, mark.sent) from exc
-        stream = LiteLLMStream(wrapper, call, where)
+        stream = LiteLLMStream(wrapper, call, where, report)
         stream.headers.update(notice)
         return stream
 

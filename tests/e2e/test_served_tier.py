@@ -324,7 +324,9 @@ def test_anthropic_reports_its_service_tier_so_standard_is_confirmed(tiers: Tier
     assert raw.headers["x-farebox-tier-confirmed"] == "true"
 
 
-@pytest.mark.parametrize(("model", "tier"), [("gpt", "priority"), ("claude", "fast")])
+@pytest.mark.parametrize(
+    ("model", "tier"), [("gpt", "priority"), ("claude", "fast"), ("claude", "standard")]
+)
 def test_a_stream_says_the_tier_in_its_last_usage_chunk(
     tiers: TierGateway, model: str, tier: str
 ) -> None:
@@ -333,19 +335,23 @@ def test_a_stream_says_the_tier_in_its_last_usage_chunk(
         messages=MESSAGES,
         stream=True,
         stream_options={"include_usage": True},
-        extra_headers={"X-Speed-Tier": tier, "X-Task-Id": f"s-{model}"},
+        extra_headers={"X-Speed-Tier": tier, "X-Task-Id": f"s-{model}-{tier}"},
     )
     chunks = list(stream)
     usage = chunks[-1].usage
     assert usage is not None and usage.model_extra is not None
     cost = usage.model_extra["cost"]
     sent, record = tiers.received()
-    row = tiers.row(f"s-{model}")
+    row = tiers.row(f"s-{model}-{tier}")
     views = _three_views(sent, cost, row)
     assert (cost["tier"], cost["tier_confirmed"]) == (tier, True), views
     assert (row["tier_served"], row["tier_confirmed"], row["streamed"]) == (tier, 1, 1), views
     if model == "claude":
-        assert sent["speed"] == "fast" and record["speed"] == "fast", views
+        # Anthropic said it in message_start; litellm's chunks drop it, the relay keeps it.
+        assert usage.model_extra["service_tier"] == "standard", views
+        fast = tier == "fast"
+        assert sent.get("speed") == ("fast" if fast else None), views
+        assert record["speed"] == ("fast" if fast else "standard"), views
     else:
         assert sent["service_tier"] == "priority", views
         assert all(c.service_tier == "priority" for c in chunks), views
