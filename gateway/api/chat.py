@@ -52,4 +52,5 @@ async def chat_completions(request: Request, services: ServicesDep) -> Response:
 async def _release(ctx: RequestContext) -> None:
     """Free a large request's parsed messages beside the loop."""
     messages = ctx.request.messages if ctx.request is not None else None
-    await release(len(ctx.raw_body), ctx.body.get("messages"), messages)
+    prefix, ctx.prefix = [ctx.prefix], None  # its segments too: one per message
+    await release(len(ctx.raw_body), ctx.body.get("messages"), messages, prefix)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import weakref
+from dataclasses import dataclass
 
 from gateway.config import ModelRoute
 from gateway.pipeline.context import RequestContext, TaskRef
-from gateway.pipeline.offload import OFF_LOOP_BYTES, release, sized
+from gateway.pipeline.offload import OFF_LOOP_BYTES, _take_apart, release, sized
 from gateway.pipeline.prefix import MAX_REMEMBERED_SEGMENTS, check_prefix, remember
 from gateway.prefix import PrefixChecker, rule_for
 from gateway.state.memory import MemoryState
@@ -48,3 +50,37 @@ async def test_a_large_body_is_freed_beside_the_loop_and_a_small_one_left_alone(
     small = [{"role": "user", "content": "hi"}]
     await release(OFF_LOOP_BYTES, small)
     assert small == [{"role": "user", "content": "hi"}]
+
+
+class _Part:
+    """One of many small objects a result holds (weakly referenceable, unlike a tuple)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Holder:
+    parts: tuple[_Part, ...]
+
+
+async def test_an_object_holding_a_big_sequence_is_freed_a_slice_at_a_time() -> None:
+    # A real prefix check of 5,000 messages, as the pipeline keeps it until the request ends.
+    ctx = _ctx(5000, "task-free")
+    outcome = await check_prefix(ctx, PrefixChecker(), MemoryState(), rule_for("openai"))
+    parts = [_Part() for _ in range(5000)]
+    holder = _Holder(tuple(parts))
+    watched = [weakref.ref(part) for part in parts]
+    assert len(outcome.check.request.segments) > 5000  # one per message, and the header
+    del parts
+    held = [outcome, holder]
+    del outcome, holder
+    await release(OFF_LOOP_BYTES + 1, held)
+    assert held == [] and all(ref() is None for ref in watched)
+
+
+def test_taking_apart_frees_the_holder_first_and_keeps_its_items_for_the_slices() -> None:
+    parts = [_Part() for _ in range(3000)]
+    watched = weakref.ref(parts[0])
+    held: list[object] = [_Holder(tuple(parts)), "kept as is"]
+    del parts
+    _take_apart(held)
+    # The holder is gone; its 3,000 items are now the list's own, to be freed in slices.
+    assert held[0] == "kept as is" and len(held) == 3001 and watched() is held[1]
