@@ -123,9 +123,15 @@ def typical_request(tag: str) -> list[ScopeLimits]:
     ]
 
 
-async def reserve_settle_us(engine: Limiter, samples: int) -> dict[str, float]:
+def one_key(tag: str) -> list[ScopeLimits]:
+    """The least a virtual key brings: its own daily budget."""
+    return [ScopeLimits(Scope("key", f"{tag}-key"), (Budget("day", Decimal(10**6)),))]
+
+
+async def reserve_settle_us(
+    engine: Limiter, samples: int, scopes: list[ScopeLimits]
+) -> dict[str, float]:
     """p50 and p99 of one reserve + settle, in microseconds, one client alone."""
-    scopes = typical_request(uuid.uuid4().hex)
     timings = []
     for _ in range(samples):
         started = time.perf_counter()
@@ -152,8 +158,11 @@ async def main(args: argparse.Namespace) -> int:
             for seed in range(args.runs)
         ]
         latency = {
-            "memory": await reserve_settle_us(MemoryLimiter(), args.samples),
-            "redis": await reserve_settle_us(replicas[0], args.samples),
+            f"{where}, {shape.__name__}": await reserve_settle_us(
+                engine, args.samples, shape(uuid.uuid4().hex)
+            )
+            for where, engine in (("memory", MemoryLimiter()), ("redis", replicas[0]))
+            for shape in (one_key, typical_request)
         }
     finally:
         async for key in replicas[0].client.scan_iter(match=f"{{{namespace}:tenants}}:*"):

@@ -12,7 +12,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Literal, NamedTuple, Protocol
 
-from gateway.state.base import from_units
+from gateway.ledger.records import MONEY_LIMIT
+from gateway.state.base import from_units, to_units
 from gateway.tenants.limits import Period, Scope, ScopeLimits
 from gateway.tenants.outcome import (
     BudgetExceeded,
@@ -81,6 +82,15 @@ def held(
     return Reservation(
         rid, backend, checks.budgets, checks.rates, worst_case_usd, tokens, expires_at
     )
+
+
+def actual_units(actual_usd: Decimal, actual_tokens: int) -> int:
+    """The settled cost in units, refusing what no call can cost."""
+    if not isinstance(actual_usd, Decimal) or not 0 <= actual_usd < MONEY_LIMIT:
+        raise ValueError(f"actual_usd must be a Decimal from 0 to under {MONEY_LIMIT}")
+    if actual_tokens < 0:
+        raise ValueError("actual_tokens must not be negative")
+    return to_units(actual_usd)
 
 
 def budget_refusal(check: BudgetCheck, used: int, spent: int) -> BudgetExceeded:

@@ -13,11 +13,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gateway.ledger.records import utcnow
-from gateway.state.base import from_units, to_units
+from gateway.state.base import from_units
 from gateway.tenants.base import (
     DEFAULT_HOLD_S,
     SETTLED_KEEP_S,
     BudgetUsage,
+    actual_units,
     budget_refusal,
     held,
     rate_delta,
@@ -88,9 +89,9 @@ class MemoryLimiter:
         now: datetime | None = None,
     ) -> Settlement:
         now = now or self._clock()
+        actual = actual_units(actual_usd, actual_tokens)
         if not self._mark_settled(reservation.id, epoch_ms(now)):
             return Settlement(False)
-        actual = to_units(actual_usd)
         crossed: list[SoftLimitCrossed] = []
         for check in reservation.budgets:
             bucket = self._unhold(check, reservation.id, epoch_ms(now))

@@ -29,11 +29,12 @@ from redis.backoff import NoBackoff
 
 from gateway.ledger.records import utcnow
 from gateway.settings import RedisLimits
-from gateway.state.base import from_units, to_units
+from gateway.state.base import from_units
 from gateway.tenants.base import (
     DEFAULT_HOLD_S,
     SETTLED_KEEP_S,
     BudgetUsage,
+    actual_units,
     budget_refusal,
     held,
     rate_delta,
@@ -120,7 +121,7 @@ class RedisLimiter:
         now: datetime | None = None,
     ) -> Settlement:
         now = now or self._clock()
-        actual = to_units(actual_usd)
+        actual = actual_units(actual_usd, actual_tokens)
         reply = await self._finish(reservation, actual, actual_tokens, now)
         if int(reply[0]) == 0:
             return Settlement(False)
