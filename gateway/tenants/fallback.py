@@ -6,10 +6,12 @@
 While down, a reservation whose scopes have any budget or rate limit set to
 `fail_closed` is refused with `StateUnavailable` (503); otherwise it is held by this
 process's `MemoryLimiter` alone, which knows only what this process saw while Redis was
-away (a budget is enforced per replica from zero, and what was spent then is not added to
-Redis afterwards: the ledger has it). A settle or release of a Redis reservation that
-fails is kept and sent before the next call that reaches Redis (settles are idempotent,
-so a retry never counts twice); until then its hold keeps the money reserved in Redis.
+away (each replica enforces the budget on its own). What such reservations settle is
+added to the Redis windows once Redis answers again (at least once: a push whose reply
+was lost is sent again, so a window may count it twice, never zero times). A settle or
+release of a Redis reservation that fails is kept and sent before the next call that
+reaches Redis (settles are idempotent, so a retry never counts twice); until then its
+hold keeps the money reserved in Redis.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from redis.exceptions import RedisError
 
 from gateway.ledger.records import utcnow
 from gateway.settings import RedisLimits
+from gateway.state.base import to_units
 from gateway.tenants.base import BudgetUsage
 from gateway.tenants.limits import Period, Scope, ScopeLimits
 from gateway.tenants.memory import MemoryLimiter
 from gateway.tenants.outcome import Refusal, Reservation, Settlement, StateUnavailable
+from gateway.tenants.plan import BudgetCheck
 from gateway.tenants.redis import RedisLimiter
 
 log = logging.getLogger("farebox.tenants")
@@ -64,6 +68,7 @@ class FallbackLimiter:
         self._down_until: float | None = None  # monotonic time of the next try
         self._reason = ""
         self._pending: OrderedDict[str, Finish] = OrderedDict()
+        self._unpushed: dict[str, tuple[BudgetCheck, int]] = {}  # spent here, not in Redis
 
     @property
     def degraded(self) -> bool:
@@ -96,7 +101,10 @@ class FallbackLimiter:
     ) -> Settlement:
         now = now or self._clock()
         if reservation.backend == "memory":
-            return await self.local.settle(reservation, actual_usd, actual_tokens, now)
+            settlement = await self.local.settle(reservation, actual_usd, actual_tokens, now)
+            if settlement.applied:
+                self._count_locally(reservation, to_units(actual_usd))
+            return settlement
         try:
             return await self._call(
                 lambda: self.redis.settle(reservation, actual_usd, actual_tokens, now)
@@ -122,8 +130,12 @@ class FallbackLimiter:
             return await self.local.usage(scope, period, now)
 
     async def aclose(self) -> None:
-        if self._pending:
-            log.warning("budget state: %d settles never reached Redis", len(self._pending))
+        if self._pending or self._unpushed:
+            log.warning(
+                "budget state: %d settles and %d windows' local spend never reached Redis",
+                len(self._pending),
+                len(self._unpushed),
+            )
         await self.redis.aclose()
         await self.local.aclose()
 
@@ -133,6 +145,7 @@ class FallbackLimiter:
             raise _Unavailable
         try:
             await self._send_pending()
+            await self._push_spent()
             async with asyncio.timeout(self._deadline):
                 result = await call()
         except REDIS_DOWN as exc:
@@ -171,6 +184,27 @@ class FallbackLimiter:
                 else:
                     await self.redis.settle(reservation, actual, tokens, now)
             self._pending.pop(rid, None)
+
+    def _count_locally(self, reservation: Reservation, units: int) -> None:
+        for check in reservation.budgets:
+            self._add_unpushed(check, units)
+
+    def _add_unpushed(self, check: BudgetCheck, units: int) -> None:
+        _, before = self._unpushed.get(check.name, (check, 0))
+        self._unpushed[check.name] = (check, before + units)
+
+    async def _push_spent(self) -> None:
+        """Add what reservations held here spent to the Redis windows; raise if it fails."""
+        if not self._unpushed:
+            return
+        spent, self._unpushed = self._unpushed, {}
+        try:
+            async with asyncio.timeout(self._deadline):
+                await self.redis.add_spent(list(spent.values()))
+        except BaseException:
+            for check, units in spent.values():  # kept for the next try
+                self._add_unpushed(check, units)
+            raise
 
 
 def _first_fail_closed(scopes: Sequence[ScopeLimits]) -> tuple[Scope, str] | None:

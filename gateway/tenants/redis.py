@@ -44,8 +44,8 @@ from gateway.tenants.base import (
 from gateway.tenants.limits import Budget, Period, Scope, ScopeLimits
 from gateway.tenants.memory import epoch_ms
 from gateway.tenants.outcome import Refusal, Reservation, Settlement
-from gateway.tenants.plan import Plan, plan
-from gateway.tenants.scripts import RESERVE, SETTLE, USAGE
+from gateway.tenants.plan import BudgetCheck, Plan, plan
+from gateway.tenants.scripts import ADD_SPENT, RESERVE, SETTLE, USAGE
 
 
 class RedisLimiter:
@@ -67,6 +67,7 @@ class RedisLimiter:
         self._reserve = client.register_script(RESERVE)
         self._settle = client.register_script(SETTLE)
         self._usage = client.register_script(USAGE)
+        self._add_spent = client.register_script(ADD_SPENT)
 
     @classmethod
     def from_url(
@@ -140,6 +141,13 @@ class RedisLimiter:
         key = self.prefix + checks.budgets[0].name
         used, spent = await self._usage(keys=[key, f"{key}:holds"], args=[epoch_ms(now)])
         return BudgetUsage(from_units(int(spent)), from_units(int(used) - int(spent)))
+
+    async def add_spent(self, spent: Sequence[tuple[BudgetCheck, int]]) -> None:
+        """Add spend counted elsewhere to each check's window (no hold, no soft-limit event)."""
+        if spent:
+            keys = [self.prefix + check.name for check, _ in spent]
+            args = [value for check, units in spent for value in (units, check.keep_s or 0)]
+            await self._add_spent(keys=keys, args=args)
 
     async def aclose(self) -> None:
         if self._own_pool is not None:

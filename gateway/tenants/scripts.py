@@ -138,3 +138,17 @@ sweep(KEYS[1], KEYS[2], tonumber(ARGV[1]))
 return {redis.call('HGET', KEYS[1], 'used') or '0', redis.call('HGET', KEYS[1], 'spent') or '0'}
 """
 )
+
+# KEYS: B1 ... Bn; ARGV: per budget (units, keep_s). Adds spend counted elsewhere (in a
+# process while Redis was away) to each window.
+ADD_SPENT = (
+    _HELPERS
+    + """
+for i, b in ipairs(KEYS) do
+  redis.call('HINCRBY', b, 'used', ARGV[2 * i - 1])
+  redis.call('HINCRBY', b, 'spent', ARGV[2 * i - 1])
+  keep(b, ARGV[2 * i])
+end
+return #KEYS
+"""
+)

@@ -1,5 +1,6 @@
 """Redis away: fail_closed budgets refuse (503), fail_open ones count in process; settles
-made meanwhile reach Redis once it answers. The outage is a real TCP proxy cut."""
+and local spend made meanwhile reach Redis once it answers. The outage is a real TCP
+proxy cut."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from decimal import Decimal
 import pytest
 
 from gateway.settings import RedisLimits
-from gateway.tenants import Budget, RateLimit, Reservation, Scope, ScopeLimits, StateUnavailable
+from gateway.tenants import (
+    Budget,
+    BudgetExceeded,
+    RateLimit,
+    Reservation,
+    Scope,
+    ScopeLimits,
+    StateUnavailable,
+)
 from gateway.tenants.fallback import FallbackLimiter
 from gateway.tenants.redis import RedisLimiter
 from tests.ledger.ledger_proxy import TcpProxy
@@ -83,6 +92,12 @@ async def test_a_fail_open_budget_counts_in_process_while_redis_is_away(
     )
     await engine.settle(local, Decimal("0.5"), 0, NOW)
     assert await engine.local.usage(TEAM, "day", NOW) == (Decimal("0.5"), 0)
+    await proxy.start()
+    await asyncio.sleep(QUICK.retry_s)
+    # Once Redis answers, what this process spent meanwhile is added to the shared window.
+    assert await engine.usage(TEAM, "day", NOW) == (Decimal("0.5"), 0)
+    shared = await engine.reserve(team("fail_open"), Decimal("0.6"), 0, NOW)
+    assert isinstance(shared, BudgetExceeded) and shared.spent_usd == Decimal("0.5")
 
 
 async def test_a_rate_limit_set_to_fail_closed_refuses_too(
