@@ -26,6 +26,7 @@ from gateway.policy.decision import Decision
 from gateway.policy.facts import RequestFacts
 from gateway.policy.plan import plan
 from gateway.policy.recovery import Target
+from gateway.policy.tier_prices import refuse_unpriced
 from gateway.pricing import catalog
 
 
@@ -65,4 +66,5 @@ def plan_route(
     route = config.models[target.alias if target is not None else facts.alias]
     capabilities = route_capabilities(route, model_map)
     decision = plan(config.policy, facts, body, route.wire_family, capabilities, target=target)
+    decision = refuse_unpriced(decision, config, model_map, facts.alias)  # batch, ultrafast
     return _gateway_edits(decision, config, body)

@@ -49,6 +49,7 @@ def _config(sim_url: str, quiet_url: str) -> dict[str, Any]:
             "claude": {**claude, "api_key_env": "FAREBOX_TEST_ANTHROPIC_KEY"},
             "claude-no-fast": {**claude, "api_key_env": "FAREBOX_TEST_ANTHROPIC_KEY"},
             "local": {"model": "sim-chat", "base_url": f"{sim_url}/v1", "family": "vllm"},
+            "local-unpriced": {"model": "sim-chat", "base_url": f"{sim_url}/v1", "family": "vllm"},
             # An OpenAI-compatible upstream that never says which tier served it.
             "quiet": {"base_url": quiet_url, "model": "quiet", "family": "openai"},
             "local-batch": {"model": "sim-thinker", "base_url": f"{sim_url}/v1", "family": "vllm"},
@@ -78,6 +79,7 @@ def _config(sim_url: str, quiet_url: str) -> dict[str, Any]:
         ],
         "routing": {
             "local": {"tiers": {"batch": {"alias": "local-batch"}}},
+            "local-unpriced": {"tiers": {"batch": {"alias": "local-batch"}}},
             "claude-no-fast": {"capabilities": {"supports_speed": False}},
         },
     }
@@ -302,6 +304,12 @@ def test_batch_routes_where_offered_and_is_refused_elsewhere(tiers: TierGateway)
         tiers.create(model="gpt", headers={"X-Speed-Tier": "batch"})
     assert isinstance(caught.value.body, dict) and caught.value.body.get("param") == "X-Speed-Tier"
     assert "batch" in str(caught.value.body.get("message"))
+
+    with pytest.raises(openai.BadRequestError) as unpriced:
+        tiers.create(model="local-unpriced", headers={"X-Speed-Tier": "batch"})
+    body = unpriced.value.body
+    assert isinstance(body, dict) and body.get("param") == "X-Speed-Tier"
+    assert "add prices.local-unpriced.tiers.batch" in str(body.get("message"))
 
 
 def test_an_upstream_that_says_nothing_is_billed_as_asked_and_flagged(tiers: TierGateway) -> None:
