@@ -135,6 +135,11 @@ class GatewayConfig(BaseModel):
     def uses_simulator(self) -> bool:
         return any(route.uses_simulator for route in self.models.values())
 
+    def family_warnings(self) -> list[str]:
+        """One line per model whose backend family had to be guessed (`family:` fixes it)."""
+        found = [route.family_finding.warning(alias) for alias, route in self.models.items()]
+        return [warning for warning in found if warning is not None]
+
 
 def load_config(path: Path) -> GatewayConfig:
     """Read and validate a configuration file; raise ConfigError naming file and line."""

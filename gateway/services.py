@@ -8,6 +8,7 @@ reads only that one until its last byte is booked.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -23,6 +24,8 @@ from gateway.pricing import PriceBook, PricingError
 from gateway.settings import Settings
 from gateway.state import SharedState
 from gateway.upstream.registry import Upstreams
+
+log = logging.getLogger("farebox.config")
 
 Observer = Callable[[RequestContext], None]
 """Called with every finished request context (tests, extensions)."""
@@ -42,6 +45,8 @@ class Snapshot:
         Reading litellm's map and pricing a model from it takes tens of milliseconds: done
         here (at start-up, in a thread, or at reload), never on a request's event loop.
         """
+        for warning in config.family_warnings():
+            log.warning(warning)  # a guessed family decides which fields are sent: say so
         prices = PriceBook.from_sources(config.prices)
         for alias in config.models:
             # An unpriced route is fine (it costs 0); the request path logs it once.

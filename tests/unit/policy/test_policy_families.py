@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
-from gateway.config import ModelRoute
+from gateway.config import GatewayConfig, ModelRoute
 from gateway.policy.cli import family_of, policy_check
 from gateway.policy.families import derive_family
+from gateway.services import Snapshot
 
 
 @pytest.mark.parametrize(
@@ -66,3 +68,23 @@ def test_policy_check_warns_when_it_had_to_guess(
     assert "set `family:`" in warning
     assert policy_check(config, json_output=False) == 0
     assert "family guessed as vllm for model qwen" in capsys.readouterr().out
+
+
+def test_the_gateway_logs_a_guessed_family_when_it_loads_the_configuration(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = GatewayConfig.model_validate(
+        {
+            "models": {
+                "gpt": {"model": "gpt-5", "base_url": "https://api.openai.com/v1"},
+                "qwen": {"model": "q", "base_url": "http://gpu-box:8000/v1"},
+            }
+        }
+    )
+    assert config.family_warnings() == [
+        "family guessed as vllm for model qwen (gpu-box looks self-hosted); "
+        "set `family:` to one of openai, vllm, sglang, anthropic, other"
+    ]
+    with caplog.at_level(logging.WARNING, logger="farebox.config"):
+        Snapshot.build(config)
+    assert "family guessed as vllm for model qwen" in caplog.text
