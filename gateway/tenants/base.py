@@ -26,7 +26,7 @@ from gateway.tenants.outcome import (
 from gateway.tenants.plan import WINDOW_MS, BudgetCheck, Plan, RateCheck
 
 DEFAULT_HOLD_S = 900.0  # longer than any request may take (streams included)
-SETTLED_KEEP_S = 86_400  # a settle retried within this time is recognised as a repeat
+EXPIRED_KEEP_S = 86_400  # a settle up to a day after its hold expired still counts
 
 
 class BudgetUsage(NamedTuple):

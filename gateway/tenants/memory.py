@@ -1,7 +1,8 @@
 """The engine in one process: the embedded default, and the fallback while Redis is away.
 
-Same semantics as `RedisLimiter` step for step (the same tests run against both): expired
-holds are dropped when their budget is next touched, counters are integer 1e-10 USD.
+Same semantics as `RedisLimiter` step for step (the same tests run against both; see
+gateway/tenants/scripts.py for the design): a hold past its deadline is given back when
+its window is next touched and leaves a marker, so that a late settle still counts once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from gateway.ledger.records import utcnow
 from gateway.state.base import from_units
 from gateway.tenants.base import (
     DEFAULT_HOLD_S,
-    SETTLED_KEEP_S,
+    EXPIRED_KEEP_S,
     BudgetUsage,
     actual_units,
     budget_refusal,
@@ -36,8 +37,9 @@ PRUNE_EVERY = 1024  # reserves between sweeps for windows and markers past their
 class _Bucket:
     used: int = 0  # spent + held
     spent: int = 0
-    holds: dict[str, tuple[int, float]] = field(default_factory=dict)  # id: (units, deadline)
-    keep_until_ms: float | None = None
+    holds: dict[str, tuple[int, int]] = field(default_factory=dict)  # id: (units, deadline)
+    expired: dict[str, int] = field(default_factory=dict)  # id: kept until (ms)
+    keep_until_ms: int | None = None
 
 
 class MemoryLimiter:
@@ -48,7 +50,7 @@ class MemoryLimiter:
         self._clock = clock
         self._buckets: dict[str, _Bucket] = {}
         self._tats: dict[str, float] = {}
-        self._settled: dict[str, float] = {}  # reservation id: kept until (ms)
+        self._live: dict[str, int] = {}  # reservations with no budget: id: deadline (ms)
         self._reserves = 0
 
     async def reserve(
@@ -78,6 +80,8 @@ class MemoryLimiter:
             bucket.used += check.amount
             bucket.holds[rid] = (check.amount, deadline)
         self._tats.update((rate.name, tat) for rate, tat in zip(checks.rates, tats, strict=True))
+        if not checks.budgets:
+            self._live[rid] = deadline
         expires = now + timedelta(seconds=self.hold_s)
         return held(rid, "memory", checks, worst_case_usd, tokens, expires)
 
@@ -90,72 +94,85 @@ class MemoryLimiter:
     ) -> Settlement:
         now = now or self._clock()
         actual = actual_units(actual_usd, actual_tokens)
-        if not self._mark_settled(reservation.id, epoch_ms(now)):
-            return Settlement(False)
+        found, first = self._unhold(reservation, epoch_ms(now))
         crossed: list[SoftLimitCrossed] = []
-        for check in reservation.budgets:
-            bucket = self._unhold(check, reservation.id, epoch_ms(now))
+        for check, bucket in found:
             before = bucket.spent
             bucket.used += actual
             bucket.spent += actual
             if check.soft is not None and before < check.soft <= bucket.spent:
                 crossed.append(soft_crossed(check, bucket.spent))
-        if now < reservation.expires_at:  # a hold long expired has left its window
+        if first and now < reservation.expires_at:
             for rate in reservation.rates:
                 delta = rate_delta(rate, actual, actual_tokens)
                 self._move_tat(rate.name, delta * rate.ms_per_unit)
-        return Settlement(True, tuple(crossed))
+        return Settlement(bool(found) or first, tuple(crossed))
 
     async def release(self, reservation: Reservation, now: datetime | None = None) -> bool:
         now = now or self._clock()
-        if not self._mark_settled(reservation.id, epoch_ms(now)):
-            return False
-        for check in reservation.budgets:
-            self._unhold(check, reservation.id, epoch_ms(now))
-        if now < reservation.expires_at:
+        found, first = self._unhold(reservation, epoch_ms(now))
+        if first and now < reservation.expires_at:
             for rate in reservation.rates:
                 self._move_tat(rate.name, rate_delta(rate, 0, 0) * rate.ms_per_unit)
-        return True
+        return bool(found) or first
 
     async def usage(self, scope: Scope, period: Period, now: datetime) -> BudgetUsage:
         checks = plan([ScopeLimits(scope, (Budget(period, Decimal(0)),))], Decimal(0), 0, now)
-        bucket = self._bucket(checks.budgets[0], epoch_ms(now))
+        bucket = self._buckets.get(checks.budgets[0].name)
+        if bucket is None:
+            return BudgetUsage(from_units(0), from_units(0))
+        self._sweep(bucket, epoch_ms(now))
         return BudgetUsage(from_units(bucket.spent), from_units(bucket.used - bucket.spent))
 
     async def aclose(self) -> None:
         self._buckets.clear()
         self._tats.clear()
-        self._settled.clear()
+        self._live.clear()
 
-    def _bucket(self, check: BudgetCheck, now_ms: float) -> _Bucket:
-        """The window's counters, with holds past their deadline given back."""
+    def _unhold(
+        self, reservation: Reservation, now_ms: int
+    ) -> tuple[list[tuple[BudgetCheck, _Bucket]], bool]:
+        """Take the reservation's holds (or expiry markers) away: the windows that still
+        had one, and whether this is the first settle or release while it was held."""
+        found: list[tuple[BudgetCheck, _Bucket]] = []
+        first = False
+        for index, check in enumerate(reservation.budgets):
+            bucket = self._buckets.setdefault(check.name, _Bucket())
+            hold = bucket.holds.pop(reservation.id, None)
+            if hold is not None:
+                bucket.used -= hold[0]
+                first = first or index == 0
+            elif bucket.expired.pop(reservation.id, None) is None:
+                continue  # settled or released already
+            found.append((check, bucket))
+        if not reservation.budgets:
+            first = self._live.pop(reservation.id, 0) > now_ms
+        return found, first
+
+    def _bucket(self, check: BudgetCheck, now_ms: int) -> _Bucket:
+        """The window's counters, kept `keep_s` from now, with expired holds given back."""
         bucket = self._buckets.setdefault(check.name, _Bucket())
         if check.keep_s is not None:
             bucket.keep_until_ms = now_ms + check.keep_s * 1000
+        self._sweep(bucket, now_ms)
+        return bucket
+
+    @staticmethod
+    def _sweep(bucket: _Bucket, now_ms: int) -> None:
+        for rid, until in list(bucket.expired.items()):
+            if until <= now_ms:
+                del bucket.expired[rid]
         for rid, (units, deadline) in list(bucket.holds.items()):
             if deadline <= now_ms:
                 bucket.used -= units
                 del bucket.holds[rid]
-        return bucket
-
-    def _unhold(self, check: BudgetCheck, rid: str, now_ms: float) -> _Bucket:
-        bucket = self._bucket(check, now_ms)
-        units, _ = bucket.holds.pop(rid, (0, 0.0))
-        bucket.used -= units
-        return bucket
+                bucket.expired[rid] = now_ms + EXPIRED_KEEP_S * 1000
 
     def _move_tat(self, name: str, delta_ms: float) -> None:
         if delta_ms and name in self._tats:
             self._tats[name] += delta_ms
 
-    def _mark_settled(self, rid: str, now_ms: float) -> bool:
-        """Remember a settle or release; False if this reservation already had one."""
-        if self._settled.get(rid, 0.0) > now_ms:
-            return False
-        self._settled[rid] = now_ms + SETTLED_KEEP_S * 1000
-        return True
-
-    def _prune(self, now_ms: float) -> None:
+    def _prune(self, now_ms: int) -> None:
         """Now and then forget windows, rates and markers past their time (bounded memory)."""
         self._reserves += 1
         if self._reserves % PRUNE_EVERY:
@@ -164,7 +181,7 @@ class MemoryLimiter:
             if bucket.keep_until_ms is not None and bucket.keep_until_ms <= now_ms:
                 del self._buckets[name]
         self._tats = {name: tat for name, tat in self._tats.items() if tat > now_ms}
-        self._settled = {rid: until for rid, until in self._settled.items() if until > now_ms}
+        self._live = {rid: until for rid, until in self._live.items() if until > now_ms}
 
 
 def epoch_ms(now: datetime) -> int:

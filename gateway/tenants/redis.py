@@ -2,10 +2,10 @@
 
 Keys (namespace `farebox`):
 
-    {farebox:tenants}:budget:<kind>:<id>:day:2026-11-30          hash: used, spent, h:<id>
-    {farebox:tenants}:budget:<kind>:<id>:day:2026-11-30:holds    zset: hold deadlines
-    {farebox:tenants}:rate:<kind>:<id>:<requests|tokens|usd>      the GCRA TAT (ms)
-    {farebox:tenants}:settled:<reservation id>                    a settle happened
+    {farebox:tenants}:budget:<kind>:<id>:day:2026-11-30        hash: used, spent, h:/x:<id>
+    {farebox:tenants}:budget:<kind>:<id>:day:2026-11-30:holds  zset: hold deadlines
+    {farebox:tenants}:rate:<kind>:<id>:<requests|tokens|usd>    the GCRA TAT (ms)
+    {farebox:tenants}:live:<reservation id>    a reservation with no budget, while held
 
 Every key carries one hash tag, so that a script touching a key's, its team's and its
 project's counters runs on one Redis Cluster shard (a script may only touch one slot).
@@ -32,7 +32,7 @@ from gateway.settings import RedisLimits
 from gateway.state.base import from_units
 from gateway.tenants.base import (
     DEFAULT_HOLD_S,
-    SETTLED_KEEP_S,
+    EXPIRED_KEEP_S,
     BudgetUsage,
     actual_units,
     budget_refusal,
@@ -100,13 +100,15 @@ class RedisLimiter:
         checks = plan(scopes, worst_case_usd, tokens, now)
         rid = uuid.uuid4().hex
         now_ms = epoch_ms(now)
-        args: list[str | int] = [now_ms, rid, now_ms + round(self.hold_s * 1000)]
-        args += [len(checks.budgets), len(checks.rates)]
+        hold_ms = round(self.hold_s * 1000)
+        args: list[str | int] = [now_ms, rid, now_ms + hold_ms, len(checks.budgets)]
+        args += [len(checks.rates), hold_ms, EXPIRED_KEEP_S * 1000]
         for check in checks.budgets:
             args += [check.amount, check.limit, check.keep_s or 0]
         for rate in checks.rates:
             args += [rate.cost, repr(rate.ms_per_unit)]
-        reply = await self._reserve(keys=self._keys(checks), args=args)
+        keys = [*self._keys(checks), f"{self.prefix}live:{rid}"]
+        reply = await self._reserve(keys=keys, args=args)
         if int(reply[0]) == 0:
             return budget_refusal(checks.budgets[int(reply[1]) - 1], int(reply[2]), int(reply[3]))
         if int(reply[0]) == 1:
@@ -139,7 +141,8 @@ class RedisLimiter:
     async def usage(self, scope: Scope, period: Period, now: datetime) -> BudgetUsage:
         checks = plan([ScopeLimits(scope, (Budget(period, Decimal(0)),))], Decimal(0), 0, now)
         key = self.prefix + checks.budgets[0].name
-        used, spent = await self._usage(keys=[key, f"{key}:holds"], args=[epoch_ms(now)])
+        args = [epoch_ms(now), EXPIRED_KEEP_S * 1000]
+        used, spent = await self._usage(keys=[key, f"{key}:holds"], args=args)
         return BudgetUsage(from_units(int(spent)), from_units(int(used) - int(spent)))
 
     async def add_spent(self, spent: Sequence[tuple[BudgetCheck, int]]) -> None:
@@ -160,13 +163,13 @@ class RedisLimiter:
         """Settle (actual > 0) or release (actual 0, nothing spent) in one script call."""
         checks = Plan(reservation.budgets, reservation.rates)
         move_rates = 1 if now < reservation.expires_at else 0
-        args: list[str | int] = [reservation.id, epoch_ms(now), SETTLED_KEEP_S, actual]
+        args: list[str | int] = [reservation.id, epoch_ms(now), actual]
         args += [len(checks.budgets), len(checks.rates), move_rates]
         for check in checks.budgets:
             args += ["" if check.soft is None else check.soft, check.keep_s or 0]
         for rate in checks.rates:
             args += [rate_delta(rate, actual, actual_tokens), repr(rate.ms_per_unit)]
-        keys = [f"{self.prefix}settled:{reservation.id}", *self._keys(checks)]
+        keys = [f"{self.prefix}live:{reservation.id}", *self._keys(checks)]
         return list(await self._settle(keys=keys, args=args))
 
     def _keys(self, checks: Plan) -> list[str]:

@@ -3,8 +3,13 @@
 Money counters are integers of 1e-10 USD in hash fields (`used` = spent + held, `spent`),
 changed only with HINCRBY (exact in 64 bits) and compared as decimal strings, because a
 Lua number is a double and would round amounts over 2^53 units (about $900,000).
-Per budget window, B is the counters' hash (`h:<id>` fields are the holds) and E a
-sorted set of hold deadlines, so that holds never settled are given back on next touch.
+
+Per budget window, B is the counters' hash and E a sorted set of deadlines. A hold is the
+field `h:<id>` of B (its deadline in E under `<id>`). When a hold's deadline passes, the
+next script to touch B gives it back and leaves the marker `x:<id>` (kept a day, in E
+under `x:<id>`), so that a settle arriving late still counts its cost once. A settle that
+finds neither has been counted already: idempotency costs nothing per settled request.
+A reservation with no budget keeps a live key L instead, for as long as it may be held.
 """
 
 from __future__ import annotations
@@ -17,16 +22,24 @@ end
 local function sub(key, field, units)
   if units ~= '0' then redis.call('HINCRBY', key, field, '-' .. units) end
 end
-local function sweep(b, e, now)
-  local expired = redis.call('ZRANGEBYSCORE', e, '-inf', now)
-  for _, id in ipairs(expired) do
-    local held = redis.call('HGET', b, 'h:' .. id)
-    if held then
-      sub(b, 'used', held)
-      redis.call('HDEL', b, 'h:' .. id)
+local function sweep(b, e, now, expired_keep_ms)
+  local due = redis.call('ZRANGEBYSCORE', e, '-inf', now)
+  if #due == 0 then return end
+  redis.call('ZREMRANGEBYSCORE', e, '-inf', now)
+  local until_ms = string.format('%.0f', tonumber(now) + tonumber(expired_keep_ms))
+  for _, member in ipairs(due) do
+    if string.sub(member, 1, 2) == 'x:' then
+      redis.call('HDEL', b, member)
+    else
+      local held = redis.call('HGET', b, 'h:' .. member)
+      if held then
+        sub(b, 'used', held)
+        redis.call('HDEL', b, 'h:' .. member)
+        redis.call('HSET', b, 'x:' .. member, '1')
+        redis.call('ZADD', e, until_ms, 'x:' .. member)
+      end
     end
   end
-  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', e, '-inf', now) end
 end
 local function keep(key, seconds)
   if seconds ~= '0' then redis.call('EXPIRE', key, seconds) end
@@ -40,22 +53,22 @@ local function set_tat(key, tat, now)
 end
 """
 
-# KEYS: B1, E1, ... Bn, En, R1 ... Rm (rate TATs)
-# ARGV: now_ms, id, deadline_ms, n, m, then per budget (amount, limit, keep_s),
-#       then per rate (cost, ms_per_unit)
+# KEYS: B1, E1, ... Bn, En, R1 ... Rm (rate TATs), L
+# ARGV: now_ms, id, deadline_ms, n, m, hold_ms, expired_keep_ms,
+#       then per budget (amount, limit, keep_s), then per rate (cost, ms_per_unit)
 # Returns {2} when held, {0, i, used, spent} when budget i refuses,
-#         {1, j, over_ms} when rate j refuses (nothing is changed on a refusal).
+#         {1, j, over_ms} when rate j refuses (nothing is held on a refusal).
 RESERVE = (
     _HELPERS
     + """
-local now, id, deadline = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local n, m = tonumber(ARGV[4]), tonumber(ARGV[5])
+local now, id, deadline = ARGV[1], ARGV[2], ARGV[3]
+local n, m, base = tonumber(ARGV[4]), tonumber(ARGV[5]), 7
 local function undo(upto)
-  for k = 1, upto do sub(KEYS[2 * k - 1], 'used', ARGV[5 + (k - 1) * 3 + 1]) end
+  for k = 1, upto do sub(KEYS[2 * k - 1], 'used', ARGV[base + (k - 1) * 3 + 1]) end
 end
 for i = 1, n do
-  local b, e, at = KEYS[2 * i - 1], KEYS[2 * i], 5 + (i - 1) * 3
-  sweep(b, e, now)
+  local b, e, at = KEYS[2 * i - 1], KEYS[2 * i], base + (i - 1) * 3
+  sweep(b, e, now, ARGV[7])
   redis.call('HINCRBY', b, 'used', ARGV[at + 1])
   local used = redis.call('HGET', b, 'used')
   if gt(used, ARGV[at + 2]) then
@@ -63,63 +76,75 @@ for i = 1, n do
     return {0, i, redis.call('HGET', b, 'used'), redis.call('HGET', b, 'spent') or '0'}
   end
 end
-local tats = {}
+local tats, now_n = {}, tonumber(now)
 for j = 1, m do
-  local at = 5 + n * 3 + (j - 1) * 2
+  local at = base + n * 3 + (j - 1) * 2
   local tat = tonumber(redis.call('GET', KEYS[2 * n + j]) or '0')
-  local new = math.max(tat, now) + tonumber(ARGV[at + 1]) * tonumber(ARGV[at + 2])
-  if new - now > 60000 then
+  local new = math.max(tat, now_n) + tonumber(ARGV[at + 1]) * tonumber(ARGV[at + 2])
+  if new - now_n > 60000 then
     undo(n)
-    return {1, j, string.format('%.3f', new - now - 60000)}
+    return {1, j, string.format('%.3f', new - now_n - 60000)}
   end
   tats[j] = new
 end
 for i = 1, n do
-  local b, e, at = KEYS[2 * i - 1], KEYS[2 * i], 5 + (i - 1) * 3
+  local b, e, at = KEYS[2 * i - 1], KEYS[2 * i], base + (i - 1) * 3
   redis.call('HSET', b, 'h:' .. id, ARGV[at + 1])
   redis.call('ZADD', e, deadline, id)
   keep(b, ARGV[at + 3])
   keep(e, ARGV[at + 3])
 end
-for j = 1, m do set_tat(KEYS[2 * n + j], tats[j], now) end
+for j = 1, m do set_tat(KEYS[2 * n + j], tats[j], now_n) end
+if n == 0 then redis.call('SET', KEYS[2 * n + m + 1], '1', 'PX', ARGV[6]) end
 return {2}
 """
 )
 
-# KEYS: D (the settled marker), B1, E1, ... Bn, En, R1 ... Rm
-# ARGV: id, now_ms, settled_keep_s, actual (units; '0' to release), n, m, move_rates (0|1),
+# KEYS: L, B1, E1, ... Bn, En, R1 ... Rm
+# ARGV: id, now_ms, actual (units; '0' to release), n, m, move_rates (0|1),
 #       then per budget (soft or '', keep_s), then per rate (delta_units, ms_per_unit)
-# Returns {0} for a repeat, else {1, i, spent, ...} for each budget whose soft limit it crossed.
+# Returns {0} when every window had it already, else {1, i, spent, ...} for each budget
+# whose soft limit this settle crossed. Rates move only on the first settle in time.
 SETTLE = (
     _HELPERS
     + """
-local id, now, actual = ARGV[1], tonumber(ARGV[2]), ARGV[4]
-local n, m = tonumber(ARGV[5]), tonumber(ARGV[6])
-if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[3]) then return {0} end
-local reply = {1}
+local id, now, actual = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local n, m, base = tonumber(ARGV[4]), tonumber(ARGV[5]), 6
+local reply, first = {0}, false
 for i = 1, n do
-  local b, e, at = KEYS[2 * i], KEYS[2 * i + 1], 7 + (i - 1) * 2
+  local b, e, at = KEYS[2 * i], KEYS[2 * i + 1], base + (i - 1) * 2
   local held = redis.call('HGET', b, 'h:' .. id)
-  if held then
+  local found = held ~= false
+  if found then
     sub(b, 'used', held)
     redis.call('HDEL', b, 'h:' .. id)
     redis.call('ZREM', e, id)
+    first = first or i == 1
+  elseif redis.call('HDEL', b, 'x:' .. id) == 1 then
+    redis.call('ZREM', e, 'x:' .. id)
+    found = true
   end
-  if actual ~= '0' then
-    local before = redis.call('HGET', b, 'spent') or '0'
-    redis.call('HINCRBY', b, 'used', actual)
-    redis.call('HINCRBY', b, 'spent', actual)
-    local after, soft = redis.call('HGET', b, 'spent'), ARGV[at + 1]
-    if soft ~= '' and gt(soft, before) and not gt(soft, after) then
-      reply[#reply + 1] = i
-      reply[#reply + 1] = after
+  if found then
+    reply[1] = 1
+    if actual ~= '0' then
+      local before = redis.call('HGET', b, 'spent') or '0'
+      redis.call('HINCRBY', b, 'used', actual)
+      redis.call('HINCRBY', b, 'spent', actual)
+      local after, soft = redis.call('HGET', b, 'spent'), ARGV[at + 1]
+      if soft ~= '' and gt(soft, before) and not gt(soft, after) then
+        reply[#reply + 1] = i
+        reply[#reply + 1] = after
+      end
+      keep(b, ARGV[at + 2])
     end
-    keep(b, ARGV[at + 2])
   end
 end
-if ARGV[7] == '1' then
+if n == 0 and redis.call('DEL', KEYS[1]) == 1 then
+  reply[1], first = 1, true
+end
+if first and ARGV[6] == '1' then
   for j = 1, m do
-    local at, key = 7 + n * 2 + (j - 1) * 2, KEYS[2 * n + 1 + j]
+    local at, key = base + n * 2 + (j - 1) * 2, KEYS[2 * n + 1 + j]
     local tat = redis.call('GET', key)
     local delta = tonumber(ARGV[at + 1]) * tonumber(ARGV[at + 2])
     if tat and delta ~= 0 then set_tat(key, tonumber(tat) + delta, now) end
@@ -129,12 +154,12 @@ return reply
 """
 )
 
-# KEYS: B, E; ARGV: now_ms. Returns {used, spent} after giving back expired holds.
+# KEYS: B, E; ARGV: now_ms, expired_keep_ms. Returns {used, spent} after the sweep.
 USAGE = (
     _HELPERS
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'0', '0'} end
-sweep(KEYS[1], KEYS[2], tonumber(ARGV[1]))
+sweep(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 return {redis.call('HGET', KEYS[1], 'used') or '0', redis.call('HGET', KEYS[1], 'spent') or '0'}
 """
 )

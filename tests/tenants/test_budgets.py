@@ -150,6 +150,32 @@ async def test_a_settle_after_the_hold_expired_still_counts_the_cost(limiter: Li
     await held(limiter, team, "0.1", later)  # touches the budget: the old hold is gone
     assert (await limiter.settle(slow, Decimal("0.45"), 0, later)).applied
     assert await limiter.usage(TEAM, "day", later) == (Decimal("0.45"), Decimal("0.1"))
+    assert not (await limiter.settle(slow, Decimal("0.45"), 0, later)).applied  # once
+    assert not await limiter.release(slow, later)
+    assert await limiter.usage(TEAM, "day", later) == (Decimal("0.45"), Decimal("0.1"))
+
+
+async def test_an_expired_hold_released_late_gives_nothing_back_twice(limiter: Limiter) -> None:
+    team = [daily(TEAM, "1")]
+    failed = await held(limiter, team, "0.5")
+    later = NOW + timedelta(seconds=HOLD_S * 2)
+    assert await limiter.usage(TEAM, "day", later) == (0, 0)  # given back at its deadline
+    assert await limiter.release(failed, later)
+    assert not await limiter.release(failed, later)
+    assert await limiter.usage(TEAM, "day", later) == (0, 0)
+
+
+async def test_a_settle_more_than_a_day_after_the_hold_expired_is_dropped(
+    limiter: Limiter,
+) -> None:
+    team = [ScopeLimits(TEAM, (Budget("total", Decimal(1)),))]  # one window throughout
+    lost = await held(limiter, team, "0.5")
+    swept = NOW + timedelta(seconds=HOLD_S)
+    await limiter.usage(TEAM, "total", swept)  # touched at the deadline: the marker is left
+    much_later = swept + timedelta(days=1)
+    await limiter.usage(TEAM, "total", much_later)  # touched a day later: the marker is gone
+    assert not (await limiter.settle(lost, Decimal("0.5"), 0, much_later)).applied
+    assert await limiter.usage(TEAM, "total", much_later) == (0, 0)
 
 
 async def test_crossing_the_soft_limit_is_reported_once(limiter: Limiter) -> None:

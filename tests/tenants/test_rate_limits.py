@@ -64,6 +64,17 @@ async def test_settled_tokens_give_back_what_was_not_used(limiter: Limiter) -> N
     assert isinstance(await reserve(limiter, tokens, 0, tokens=800), Reservation)
 
 
+async def test_a_settle_repeated_moves_the_rate_once(limiter: Limiter) -> None:
+    tokens = limited(tokens_per_min=1000)
+    first = await reserve(limiter, tokens, 0, tokens=1000)
+    assert isinstance(first, Reservation)
+    assert (await limiter.settle(first, Decimal(0), 400, NOW)).applied
+    assert not (await limiter.settle(first, Decimal(0), 400, NOW)).applied
+    assert not await limiter.release(first, NOW)
+    assert isinstance(await reserve(limiter, tokens, 0, tokens=600), Reservation)
+    assert isinstance(await reserve(limiter, tokens, 0, tokens=1), RateLimited)
+
+
 async def test_a_release_gives_tokens_and_dollars_back(limiter: Limiter) -> None:
     both = limited(tokens_per_min=1000, usd_per_min=Decimal("1"))
     failed = await reserve(limiter, both, 0, usd="0.9", tokens=900)

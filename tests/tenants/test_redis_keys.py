@@ -47,15 +47,26 @@ async def test_every_key_shares_one_hash_tag_and_windows_expire(engine: object) 
             f"{tag}budget:team:acme:{day}",
             f"{tag}budget:team:acme:total",
             f"{tag}rate:key:fbx%3Aodd%7Bid%7D:tokens",
-            f"{tag}settled:{reservation.id}",
         ]
-    )  # the settled holds' deadline sets are empty, so Redis dropped them
+    )  # nothing per request is left once it is settled: its holds' deadline sets are empty
     day_ttl = await engine.client.ttl(f"{tag}budget:team:acme:{day}")
     assert 2 * 86_400 < day_ttl <= 3 * 86_400  # until the reset, then two days
     assert await engine.client.ttl(f"{tag}budget:team:acme:total") == -1  # lifetime
     assert 0 < await engine.client.pttl(f"{tag}rate:key:fbx%3Aodd%7Bid%7D:tokens") <= 61_000
-    assert 0 < await engine.client.ttl(f"{tag}settled:{reservation.id}") <= 86_400
     assert await engine.client.hgetall(f"{tag}budget:team:acme:{day}") == {
         b"used": b"1250000000",
         b"spent": b"1250000000",
     }
+
+
+async def test_a_reservation_without_a_budget_keeps_a_live_key_while_held(engine: object) -> None:
+    from gateway.tenants.redis import RedisLimiter
+
+    assert isinstance(engine, RedisLimiter)
+    scopes = [ScopeLimits(Scope("key", "k"), rate=RateLimit(requests_per_min=10))]
+    reservation = await engine.reserve(scopes, Decimal("0.25"), 100, NOW)
+    assert isinstance(reservation, Reservation)
+    live = f"{engine.prefix}live:{reservation.id}"
+    assert 0 < await engine.client.pttl(live) <= 60_000  # the hold time (HOLD_S)
+    assert await engine.release(reservation, NOW)
+    assert await engine.client.exists(live) == 0
