@@ -184,3 +184,33 @@ def test_a_body_of_many_messages_is_built_in_many_slices() -> None:
         parsed, validated = done.value
     assert parsed == body and validated.messages == body["messages"]
     assert yields > 50  # 25 slices to build, 25 to validate, and the walks
+
+
+async def test_the_loop_runs_other_work_between_slices() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": str(i)} for i in range(50)]}
+    ctx = RequestContext(raw_body=orjson.dumps(body), headers={})
+    ticks = 0
+
+    async def other_work() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other_work())
+    await parse_request(ctx)
+    task.cancel()
+    assert ctx.body == body and ctx.request is not None
+    assert ticks >= 50  # 25 slices built, 25 validated, each followed by a turn for others
+
+
+async def test_without_the_native_walker_a_large_body_is_parsed_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(parse_module, "NATIVE", False)
+    raw = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}] * 20})
+    ctx = RequestContext(raw_body=raw, headers={})
+    await parse_request(ctx)
+    assert ctx.request is not None and ctx.body == orjson.loads(raw)
+    with pytest.raises(InvalidRequestError, match="messages"):
+        await parse_request(RequestContext(raw_body=raw.replace(b'"user"', b'"bot"'), headers={}))
