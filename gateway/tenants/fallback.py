@@ -11,7 +11,8 @@ added to the Redis windows once Redis answers again (at least once: a push whose
 was lost is sent again, so a window may count it twice, never zero times). A settle or
 release of a Redis reservation that fails is kept and sent before the next call that
 reaches Redis (settles are idempotent, so a retry never counts twice); until then its
-hold keeps the money reserved in Redis.
+hold keeps the money reserved in Redis. Soft-limit crossings of such deferred settles and
+of pushed local spend are not reported.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import pytest
 
 from gateway.settings import RedisLimits
 from gateway.tenants import Limiter, MemoryLimiter
+from gateway.tenants.fallback import FallbackLimiter
 from gateway.tenants.redis import RedisLimiter
 from tests.redis_service import require_redis
 
@@ -17,16 +18,23 @@ HOLD_S = 60.0
 PATIENT = RedisLimits(timeout_s=5, connect_timeout_s=5, pool_wait_s=10)
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("fallback", marks=pytest.mark.redis),
+    ]
+)
 async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[Limiter]:
-    """A fresh engine: `MemoryLimiter`, or `RedisLimiter` in a namespace of its own."""
+    """A fresh engine: `MemoryLimiter`, `RedisLimiter` in a namespace of its own, or the
+    `FallbackLimiter` the gateway uses with Redis (on a Redis that answers)."""
     if request.param == "memory":
         memory = MemoryLimiter(hold_s=HOLD_S)
         yield memory
         await memory.aclose()
         return
     engine = redis_limiter(require_redis(), f"test-{uuid.uuid4().hex}")
-    yield engine
+    yield engine if request.param == "redis" else FallbackLimiter(engine, PATIENT)
     await drop_keys(engine)
     await engine.aclose()
 

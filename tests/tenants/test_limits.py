@@ -106,3 +106,15 @@ async def test_a_settle_of_a_negative_or_float_cost_is_refused(limiter: Limiter)
     with pytest.raises(ValueError, match="actual_usd must be a Decimal"):
         await limiter.settle(reservation, 0.1, 0, NOW)  # type: ignore[arg-type]
     assert (await limiter.settle(reservation, Decimal("0.1"), 0, NOW)).applied
+
+
+async def test_open_limiter_is_in_process_without_redis_and_shared_with_it() -> None:
+    from gateway.tenants import MemoryLimiter, open_limiter
+    from gateway.tenants.fallback import FallbackLimiter
+
+    embedded = open_limiter(None)
+    assert isinstance(embedded, MemoryLimiter)
+    shared = open_limiter("redis://127.0.0.1:6379/0", namespace="unused")  # connects lazily
+    assert isinstance(shared, FallbackLimiter) and not shared.degraded
+    await shared.aclose()
+    await embedded.aclose()
