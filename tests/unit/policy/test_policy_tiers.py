@@ -232,3 +232,10 @@ def test_fast_is_offered_where_the_map_says_so_or_does_not_know_the_model() -> N
     assert "fast" not in offered_tiers("anthropic", route, unlisted)
     assert "fast" in offered_tiers("anthropic", route, {})  # unknown to the map
     assert "fast" not in offered_tiers("anthropic", route, {"supports_speed": False})
+
+
+def test_a_forbidden_body_speed_is_dropped_on_anthropic(make_plan: Planner) -> None:
+    decision = make_plan(tier(forbid=["fast"]), user_body(speed="fast"), "anthropic")
+    assert (decision.tier, decision.tier_requested) == ("standard", "fast")
+    assert "speed" in decision.remove and "anthropic-beta" not in decision.headers
+    assert decision.set_fields == {"service_tier": "default"}
