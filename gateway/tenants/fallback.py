@@ -42,6 +42,7 @@ log = logging.getLogger("farebox.tenants")
 T = TypeVar("T")
 REDIS_DOWN = (RedisError, OSError)  # timeouts are OSErrors
 MAX_PENDING = 100_000  # settles waiting for Redis; the oldest go first (their holds expire)
+PENDING_PER_CALL = 32  # sent before each call, so that no one request waits for a backlog
 
 
 class _Unavailable(Exception):
@@ -176,8 +177,8 @@ class FallbackLimiter:
             self._pending.popitem(last=False)
 
     async def _send_pending(self) -> None:
-        """Send the settles kept while Redis was away, oldest first; raise if one fails."""
-        while self._pending:
+        """Send some settles kept while Redis was away, oldest first; raise if one fails."""
+        for _ in range(min(PENDING_PER_CALL, len(self._pending))):
             rid, (reservation, actual, tokens, now) = next(iter(self._pending.items()))
             async with asyncio.timeout(self._deadline):
                 if actual is None:
