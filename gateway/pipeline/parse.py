@@ -85,6 +85,8 @@ def parse_steps(raw: bytes) -> Steps[tuple[dict[str, Any], ChatRequest]]:
         rest = ChatRequest.model_validate({**body, "messages": [_PLACEHOLDER]})
     except ValidationError as exc:
         rest_errors = list(exc.errors())
+        if _field_order(rest_errors[0]) < _FIELDS.index("messages"):  # reported first
+            raise invalid_field(rest_errors, body=body) from None
     validated = yield from _validate_messages(messages, body, rest_errors)
     assert rest is not None  # else `_validate_messages` raised the first error
     return body, rest.model_copy(update={"messages": validated})
