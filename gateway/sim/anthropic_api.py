@@ -94,11 +94,12 @@ async def prepare(state: SimState, request: Request, body: bytes) -> MessageJob:
     )
     check_speed(parsed, model, request.headers.get("anthropic-beta", ""))
     fast = parsed.speed == "fast"
+    priority = model.priority_capacity and parsed.service_tier != "standard_only"
     prompt_tokens = len(blocks.token_ids)
     timing = plan_timing(
         state.config,
         model,
-        "fast" if fast else "standard",
+        "fast" if fast else ("priority" if priority else "standard"),
         prompt_tokens - cache.read,
         plan.completion_tokens,
     )
@@ -111,6 +112,7 @@ async def prepare(state: SimState, request: Request, body: bytes) -> MessageJob:
         plan=plan,
         timing=timing,
         fast=fast,
+        service_tier="priority" if priority else "standard",
     )
 
 

@@ -27,6 +27,7 @@ class MessageJob:
     plan: OutputPlan
     timing: Timing
     fast: bool
+    service_tier: str = "standard"  # the capacity that served it: standard or priority
 
     @property
     def input_tokens(self) -> int:
@@ -50,7 +51,7 @@ def usage(job: MessageJob, output_tokens: int | None = None) -> dict[str, Any]:
             "ephemeral_1h_input_tokens": job.cache.write_1h,
         },
         "output_tokens": job.plan.completion_tokens if output_tokens is None else output_tokens,
-        "service_tier": "standard",
+        "service_tier": job.service_tier,
     }
     if job.request.speed is not None:
         body["speed"] = "fast" if job.fast else "standard"

@@ -41,6 +41,9 @@ class SimModel(BaseModel):
     # Anthropic only: prefixes shorter than this are never written to the cache.
     min_cacheable_tokens: int = Field(default=0, ge=0)
     supports_fast_mode: bool = False
+    # Anthropic only: the account has Priority Tier capacity, which `service_tier: auto`
+    # (the default) uses and `standard_only` declines.
+    priority_capacity: bool = False
 
 
 def default_models() -> list[SimModel]:

@@ -63,7 +63,7 @@ def _config(sim_url: str, quiet_url: str) -> dict[str, Any]:
             "claude": {
                 "input": str(CLAUDE_IN),
                 "output": str(CLAUDE_OUT),
-                "tiers": {"fast": {"multiplier": 2}},
+                "tiers": {"fast": {"multiplier": 2}, "priority": {"multiplier": "1.5"}},
             },
             "local": {"input": 1, "output": 1, "tiers": {"batch": {"multiplier": "0.5"}}},
             "quiet": {"input": 1, "output": 1, "tiers": {"flex": {"multiplier": "0.5"}}},
@@ -380,3 +380,27 @@ def test_fast_where_the_model_has_none_is_neither_sent_nor_billed(tiers: TierGat
     ), views
     assert raw.headers["x-farebox-tier"] == "standard"
     assert raw.headers["x-farebox-tier-requested"] == "fast"
+
+
+def test_anthropic_priority_is_billed_where_the_account_has_priority_capacity(
+    tiers: TierGateway,
+) -> None:
+    config = httpx.get(f"{tiers.sim.url}/sim/config", timeout=10).json()
+    models = [
+        {**model, "priority_capacity": model["name"] == "claude-sim"} for model in config["models"]
+    ]
+    httpx.post(f"{tiers.sim.url}/sim/config", json={"models": models}).raise_for_status()
+    for asked, sent_tier, served, multiplier in [
+        ("priority", "auto", "priority", "1.5"),  # auto may use the capacity: it did
+        ("standard", "standard_only", "standard", "1"),  # standard_only declines it
+    ]:
+        raw = tiers.create(model="claude", headers={"X-Speed-Tier": asked})
+        completion = raw.parse()
+        sent, _ = tiers.received()
+        row = tiers.row(_task(raw))
+        views = _three_views(sent, {"usage": completion.usage.model_dump()}, row)
+        assert sent["service_tier"] == sent_tier, views
+        assert completion.usage.model_extra["service_tier"] == served, views
+        assert (row["tier_served"], row["tier_confirmed"]) == (served, 1), views
+        expected = _cost(completion.usage, CLAUDE_IN, CLAUDE_OUT, Decimal(multiplier))
+        assert _money(row) == expected, views
