@@ -8,7 +8,9 @@ is what was settled past the limit; the issue's bound is the largest single wors
 Then, one client alone, the p50/p99 of a reserve + settle for a request with key, team
 and project budgets (day and month each) and rate limits, in process and on Redis.
 
-    .venv/bin/python bench/budget_overshoot.py [--runs 20] [--clients 64] [--json]
+    .venv/bin/python bench/budget_overshoot.py [--runs 20] [--clients 64] [--json] [--no-write]
+
+writes bench/results/budget_overshoot.md unless told not to.
 
 Exits 1 when a run overshoots past the bound (or Redis is unreachable: exit 2).
 """
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import platform
 import random
 import statistics
 import sys
@@ -45,6 +49,7 @@ from gateway.tenants import (
 )
 from gateway.tenants.redis import RedisLimiter
 
+RESULTS = Path(__file__).resolve().parent / "results" / "budget_overshoot.md"
 CENT = Decimal("0.0000000001")
 # A loaded box must not look like an outage: this measures the engine, not timeouts.
 PATIENT = RedisLimits(timeout_s=10, connect_timeout_s=10, pool_wait_s=30, pool_size=64)
@@ -170,6 +175,8 @@ async def main(args: argparse.Namespace) -> int:
         for replica in replicas:
             await replica.aclose()
     report(runs, latency, args.json)
+    if not args.no_write:
+        RESULTS.write_text(results_page(runs, latency, args))
     return 0 if all(run.within_bound for run in runs) else 1
 
 
@@ -191,6 +198,36 @@ def report(runs: list[Run], latency: dict[str, dict[str, float]], as_json: bool)
         print(f"reserve + settle, {name}: p50 {cost['p50_us']} µs, p99 {cost['p99_us']} µs")
 
 
+def results_page(
+    runs: list[Run], latency: dict[str, dict[str, float]], args: argparse.Namespace
+) -> str:
+    """The results file: the command, the machine, the overshoot and the latency tables."""
+    lines = [
+        "# Budget overshoot and reserve + settle cost",
+        "",
+        f"Command: `python bench/budget_overshoot.py --runs {args.runs} --clients "
+        f"{args.clients} --attempts {args.attempts} --samples {args.samples}`",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f} at the end, Python {platform.python_version()},"
+        " Redis on 127.0.0.1",
+        "",
+        f"2 replicas (two Redis clients), {args.clients} concurrent clients, one daily budget "
+        f"of ${args.limit}; settles at most their reservation.",
+        "",
+        "| run | settled USD | engine's spent USD | overshoot USD | bound USD | held | refused |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {n} | {r.settled_usd} | {r.engine_spent_usd} | {r.overshoot_usd} "
+        f"| {r.max_worst_case_usd} | {r.reserved} | {r.refused} |"
+        for n, r in enumerate(runs, 1)
+    ]
+    lines += ["", "| reserve + settle | p50 µs | p99 µs |", "|---|---:|---:|"]
+    lines += [f"| {name} | {c['p50_us']} | {c['p99_us']} |" for name, c in latency.items()]
+    return "\n".join(lines) + "\n"
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -200,6 +237,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=2000, help="latency samples")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-write", action="store_true", help="do not write the results file")
     return parser.parse_args()
 
 

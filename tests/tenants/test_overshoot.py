@@ -5,12 +5,14 @@ budget never settle more past the limit than the largest single worst case (runs
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 import uuid
 from decimal import Decimal
 from pathlib import Path
 from types import ModuleType
 
+import orjson
 import pytest
 
 from tests.redis_service import require_redis
@@ -52,3 +54,23 @@ async def test_two_replicas_and_64_clients_overshoot_at_most_one_worst_case(seed
     # The budget was fought over and spent: a request ends refused only when nothing else
     # is held, so the spend is then within one worst case of the limit.
     assert run.refused > 0 and Decimal(run.settled_usd) >= Decimal(10) - bound
+
+
+def test_the_benchmark_reports_each_run_and_both_paths_as_json() -> None:
+    require_redis()
+    small = ["--runs", "2", "--clients", "8", "--attempts", "5", "--samples", "20"]
+    run = subprocess.run(
+        [sys.executable, str(BENCH), *small, "--json", "--no-write"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = orjson.loads(run.stdout)
+    assert [r["overshoot_usd"] for r in report["runs"]] == ["0", "0"]
+    assert set(report["reserve_settle"]) == {
+        "memory, one_key",
+        "memory, typical_request",
+        "redis, one_key",
+        "redis, typical_request",
+    }
+    assert all(cost["p50_us"] > 0 for cost in report["reserve_settle"].values())
