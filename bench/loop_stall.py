@@ -78,6 +78,14 @@ def long_messages(size: int = 31 * MiB, count: int = 4000, seed: int | None = No
     return _turns([{"role": roles[i % 2], "content": f"{i} {text}"} for i in range(count)])
 
 
+def one_message(size: int = 31 * MiB, seed: int | None = None) -> Body:
+    """A body near the 32 MiB limit in one message: one string orjson builds in one call."""
+    words = ("the", "agent", "pasted", "a", "whole", "log", "file", "here", "again", "and")
+    rng = random.Random(seed)
+    text = " ".join(rng.choice(words) for _ in range(size // 5))
+    return _turns([{"role": "user", "content": text}])
+
+
 def timestamped_log(size: int = MiB, seed: int | None = None) -> Body:
     """A tool output of log lines, each with its own timestamp (every line is a hit)."""
     rng = random.Random(seed)
@@ -120,6 +128,7 @@ INPUTS: dict[str, Callable[..., Body | bytes]] = {
     "first-seen 2 MiB table of two-digit numbers": number_table,
     "31 MiB in 4,000 messages": long_messages,
     "31 MiB in 466,000 short messages": short_messages,
+    "31 MiB in one message": one_message,
     "1 MiB log, a timestamp per line": timestamped_log,
     "tool schema nested 120 deep": nested_json,
     "JSON nested 1000 deep": too_deep_json,
