@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Literal, NamedTuple, Protocol
 
 from gateway.ledger.records import MONEY_LIMIT
-from gateway.state.base import from_units, to_units
+from gateway.state.base import StateHealth, from_units, to_units
 from gateway.tenants.limits import Period, Scope, ScopeLimits
 from gateway.tenants.outcome import (
     BudgetExceeded,
@@ -65,6 +65,10 @@ class Limiter(Protocol):
 
     async def usage(self, scope: Scope, period: Period, now: datetime) -> BudgetUsage:
         """What the window of `period` at `now` has spent and holds, for reports and tests."""
+        ...
+
+    def health(self) -> StateHealth:
+        """Where the counters live now, for /readyz: `degraded` means per-process only."""
         ...
 
     async def aclose(self) -> None: ...

@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from gateway.ledger.records import utcnow
 from gateway.settings import RedisLimits
-from gateway.state.base import to_units
+from gateway.state.base import StateHealth, to_units
 from gateway.tenants.base import BudgetUsage
 from gateway.tenants.limits import Period, Scope, ScopeLimits
 from gateway.tenants.memory import MemoryLimiter
@@ -69,6 +69,7 @@ class FallbackLimiter:
         self._failures = 0
         self._down_until: float | None = None  # monotonic time of the next try
         self._reason = ""
+        self._down_since: float | None = None  # wall-clock time the outage began
         self._pending: OrderedDict[str, Finish] = OrderedDict()
         self._unpushed: dict[str, tuple[BudgetCheck, int]] = {}  # spent here, not in Redis
 
@@ -76,6 +77,10 @@ class FallbackLimiter:
     def degraded(self) -> bool:
         """True while Redis is treated as away."""
         return self._down_until is not None
+
+    def health(self) -> StateHealth:
+        degraded = self._down_until is not None
+        return StateHealth("redis", degraded, self._reason if degraded else None, self._down_since)
 
     async def reserve(
         self,
@@ -155,7 +160,7 @@ class FallbackLimiter:
             raise _Unavailable from exc
         if self._down_until is not None:
             log.warning("budget state: Redis answers again")
-        self._failures, self._down_until = 0, None
+        self._failures, self._down_until, self._down_since = 0, None, None
         return result
 
     @property
@@ -169,6 +174,7 @@ class FallbackLimiter:
         if self._failures >= self.limits.failures or self._down_until is not None:
             if self._down_until is None:
                 log.warning("budget state degraded: %s; outage policies apply", self._reason)
+                self._down_since = time.time()
             self._down_until = time.monotonic() + self.limits.retry_s
 
     def _keep(self, finish: Finish) -> None:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gateway.ledger.records import utcnow
-from gateway.state.base import from_units
+from gateway.state.base import StateHealth, from_units
 from gateway.tenants.base import (
     DEFAULT_HOLD_S,
     EXPIRED_KEEP_S,
@@ -123,6 +123,9 @@ class MemoryLimiter:
             return BudgetUsage(from_units(0), from_units(0))
         self._sweep(bucket, epoch_ms(now))
         return BudgetUsage(from_units(bucket.spent), from_units(bucket.used - bucket.spent))
+
+    def health(self) -> StateHealth:
+        return StateHealth("memory")
 
     async def aclose(self) -> None:
         self._buckets.clear()

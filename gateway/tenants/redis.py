@@ -29,7 +29,7 @@ from redis.backoff import NoBackoff
 
 from gateway.ledger.records import utcnow
 from gateway.settings import RedisLimits
-from gateway.state.base import from_units
+from gateway.state.base import StateHealth, from_units
 from gateway.tenants.base import (
     DEFAULT_HOLD_S,
     EXPIRED_KEEP_S,
@@ -151,6 +151,9 @@ class RedisLimiter:
             keys = [self.prefix + check.name for check, _ in spent]
             args = [value for check, units in spent for value in (units, check.keep_s or 0)]
             await self._add_spent(keys=keys, args=args)
+
+    def health(self) -> StateHealth:
+        return StateHealth("redis")
 
     async def aclose(self) -> None:
         if self._own_pool is not None:

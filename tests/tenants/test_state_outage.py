@@ -13,6 +13,7 @@ from decimal import Decimal
 import pytest
 
 from gateway.settings import RedisLimits
+from gateway.state.base import StateHealth
 from gateway.tenants import (
     Budget,
     BudgetExceeded,
@@ -68,6 +69,9 @@ async def test_a_fail_closed_budget_refuses_while_redis_is_away(
     await proxy.stop()
     refusal = await engine.reserve(team("fail_closed"), Decimal("0.1"), 0, NOW)
     assert isinstance(refusal, StateUnavailable) and engine.degraded
+    health = engine.health()
+    assert (health.backend, health.degraded) == ("redis", True)
+    assert health.reason == refusal.reason and health.since is not None
     assert (refusal.status, refusal.code) == (503, "budget_state_unavailable")
     assert refusal.headers == {"Retry-After": "1"}
     assert refusal.message.startswith(
@@ -78,7 +82,7 @@ async def test_a_fail_closed_budget_refuses_while_redis_is_away(
     assert isinstance(
         await engine.reserve(team("fail_closed"), Decimal("0.1"), 0, NOW), Reservation
     )
-    assert not engine.degraded
+    assert not engine.degraded and engine.health() == StateHealth("redis")
 
 
 async def test_a_fail_open_budget_counts_in_process_while_redis_is_away(
