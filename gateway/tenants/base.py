@@ -7,7 +7,7 @@ process died) is released by the engine once `hold_s` has passed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Literal, NamedTuple, Protocol
@@ -112,12 +112,10 @@ def budget_refusal(check: BudgetCheck, used: int, spent: int) -> BudgetExceeded:
 
 def rate_refusal(check: RateCheck, over_ms: float) -> RateLimited:
     """The 429 for a rate limit the request would pass by `over_ms` of window."""
-    never = check.cost * check.ms_per_unit > WINDOW_MS
-    scale = Decimal(1) if check.dimension != "usd" else None
-    limit = Decimal(check.limit) if scale else from_units(check.limit)
-    requested = Decimal(check.cost) if scale else from_units(check.cost)
+    amount: Callable[[int], Decimal] = from_units if check.dimension == "usd" else Decimal
+    never = check.cost * check.ms_per_unit > WINDOW_MS  # more than the whole minute allows
     retry = None if never else max(over_ms, 0.0) / 1000
-    return RateLimited(check.scope, check.dimension, limit, requested, retry)
+    return RateLimited(check.scope, check.dimension, amount(check.limit), amount(check.cost), retry)
 
 
 def soft_crossed(check: BudgetCheck, spent: int) -> SoftLimitCrossed:
@@ -131,10 +129,10 @@ def soft_crossed(check: BudgetCheck, spent: int) -> SoftLimitCrossed:
     )
 
 
-def rate_delta(check: RateCheck, actual_units: int, actual_tokens: int) -> int:
-    """How much less (negative) or more the request used than it reserved, in the check's units."""
+def rate_delta(check: RateCheck, actual: int, actual_tokens: int) -> int:
+    """What the request used less (negative) or more than it reserved, in the check's units."""
     if check.dimension == "tokens":
         return actual_tokens - check.cost
     if check.dimension == "usd":
-        return actual_units - check.cost
+        return actual - check.cost
     return 0
