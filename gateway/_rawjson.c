@@ -23,13 +23,16 @@
  * with the GIL released when the result is over 64 KiB: slicing or joining a 30 MiB body
  * in Python holds the GIL for the whole memcpy (and its page faults).
  *
- * `children(data, pos)` walks the object or array at `pos` once, without the GIL when
- * the data is longer than 64 KiB, and returns where each member or element lies: a bytes
+ * `children(data, pos, limit=0, object=-1)` walks the object or array at `pos` once,
+ * without the GIL when the data is longer than 64 KiB, and returns where each member or
+ * element lies: a bytes
  * of native int64 triples (start, value start, end); start is the key's quote for an
  * object member and the value's start for an array element. With them a caller can load
  * a large body a slice at a time. Also returned: the deepest nesting of any child (0 for
  * a scalar, 1 for `{}`), so a depth limit is checked without building anything, and
- * the offset just past the container.
+ * the offset just past the container. With a `limit` it returns that many children at
+ * most and where to resume (`object` 0 or 1 then says what it resumes in), so a body of
+ * millions of tiny elements never needs its offsets in memory all at once.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -439,20 +442,34 @@ static int child_value(Walk *w, Py_ssize_t *deepest)
     }
 }
 
-/* Walk the container at w->p: each child's (start, value start, end) into t. */
-static int walk_children(Walk *w, Triples *t, Py_ssize_t *deepest)
+/* Walk the container at w->p, or (object >= 0) resume inside one just after a child:
+ * each child's (start, value start, end) into t. At `limit` children (0: no limit) it
+ * stops (PAUSED) with w->p just after the last child, where a later call resumes. */
+static int walk_children(Walk *w, Triples *t, Py_ssize_t *deepest, Py_ssize_t limit, int object)
 {
     const unsigned char *s = w->s;
-    Py_ssize_t n = w->n;
-    if (w->p >= n || (s[w->p] != '{' && s[w->p] != '['))
-        return fail(w, w->p, "expected an object or an array");
-    int object = s[w->p] == '{';
-    unsigned char closer = object ? '}' : ']';
-    Py_ssize_t p = skip_ws(s, w->p + 1, n);
-    if (p < n && s[p] == closer) {
-        w->p = p + 1;
-        return DONE;
+    Py_ssize_t n = w->n, p;
+    if (object < 0) {
+        if (w->p >= n || (s[w->p] != '{' && s[w->p] != '['))
+            return fail(w, w->p, "expected an object or an array");
+        object = s[w->p] == '{';
+        p = skip_ws(s, w->p + 1, n);
+        if (p < n && s[p] == (object ? '}' : ']')) {
+            w->p = p + 1;
+            return DONE;
+        }
     }
+    else {
+        p = skip_ws(s, w->p, n);
+        if (p < n && s[p] == (object ? '}' : ']')) {
+            w->p = p + 1;
+            return DONE;
+        }
+        if (p >= n || s[p] != ',')
+            return fail(w, p, "expected ',' or a closing bracket");
+        p = skip_ws(s, p + 1, n);
+    }
+    unsigned char closer = object ? '}' : ']';
     for (;;) {
         Py_ssize_t start = p, value_start = p;
         if (object) {
@@ -473,23 +490,32 @@ static int walk_children(Walk *w, Triples *t, Py_ssize_t *deepest)
             w->nomem = 1;
             return fail(w, p, "out of memory");
         }
-        p = skip_ws(s, w->p, n);
+        Py_ssize_t child_end = w->p;
+        p = skip_ws(s, child_end, n);
         if (p < n && s[p] == closer) {
             w->p = p + 1;
             return DONE;
         }
         if (p >= n || s[p] != ',')
             return fail(w, p, "expected ',' or a closing bracket");
+        if (limit > 0 && t->len / 3 >= limit) {
+            w->p = child_end;
+            return PAUSED;
+        }
         p = skip_ws(s, p + 1, n);
     }
 }
 
-/* children(data, pos) -> (bytes of int64 triples, deepest nesting of a child, end). */
+/* children(data, pos, limit=0, object=-1) -> (bytes of int64 triples, deepest nesting of
+ * a child, next offset, done). With object -1, pos is the container's opening bracket;
+ * with 0 (array) or 1 (object), pos is where an earlier call stopped. Done: next is just
+ * past the container; not done (`limit` children returned): next is where to resume. */
 static PyObject *children(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    Py_ssize_t pos;
-    if (!PyArg_ParseTuple(args, "y*n", &view, &pos))
+    Py_ssize_t pos, limit = 0;
+    int object = -1;
+    if (!PyArg_ParseTuple(args, "y*n|ni", &view, &pos, &limit, &object))
         return NULL;
     Walk w = {view.buf, view.len, pos, ST_VALUE, NULL, 0, 0, 0, NULL, 0, 0};
     Triples t = {NULL, 0, 0};
@@ -499,16 +525,16 @@ static PyObject *children(PyObject *self, PyObject *args)
         r = fail(&w, pos, "offset out of range");
     else if (view.len - pos > GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        r = walk_children(&w, &t, &deepest);
+        r = walk_children(&w, &t, &deepest, limit, object);
         Py_END_ALLOW_THREADS
     }
     else
-        r = walk_children(&w, &t, &deepest);
+        r = walk_children(&w, &t, &deepest, limit, object);
     PyObject *result = NULL;
-    if (r == DONE) {
+    if (r == DONE || r == PAUSED) {
         PyObject *triples = PyBytes_FromStringAndSize((const char *)t.items, (Py_ssize_t)(t.len * sizeof(int64_t)));
         if (triples)
-            result = Py_BuildValue("(Nnn)", triples, deepest, w.p);
+            result = Py_BuildValue("(NnnO)", triples, deepest, w.p, r == DONE ? Py_True : Py_False);
     }
     else if (w.nomem)
         PyErr_NoMemory();
@@ -589,7 +615,7 @@ static PyObject *splice(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"children", children, METH_VARARGS,
-     "children(data, pos) -> (int64 (start, value start, end) triples as bytes, deepest child, end)."},
+     "children(data, pos, limit=0, object=-1) -> (int64 triples as bytes, deepest, next, done)."},
     {"space_end", space_end, METH_VARARGS,
      "space_end(data, pos) -> the first offset from pos that is not JSON whitespace."},
     {"splice", splice, METH_VARARGS,

@@ -35,7 +35,7 @@ import orjson
 ValueEnd = Callable[[bytes, int, int], int]
 Splice = Callable[[bytes, list[tuple[int, int, bytes]]], bytes]
 SpaceEnd = Callable[[bytes, int], int]
-Children = Callable[[bytes, int], tuple[bytes, int, int]]
+Children = Callable[[bytes, int, int, int], tuple[bytes, int, int, bool]]
 
 
 def _load() -> tuple[ValueEnd | None, Splice | None, SpaceEnd, Children | None]:
@@ -180,22 +180,28 @@ def _byte_offsets(text: str, members: list[Member], close: int) -> tuple[list[Me
     return moved, to_byte[close]
 
 
-def children(raw: bytes, pos: int) -> tuple[memoryview, int, int]:
+def children(
+    raw: bytes, pos: int, limit: int = 0, resume_in: bool | None = None
+) -> tuple[memoryview, int, int, bool]:
     """Where each child of the object or array at `pos` lies, walked natively.
 
     Returns a flat int64 view of (start, value start, end) triples (start is the key's
     quote for an object member; a view, since a list of millions of ints is itself a long
-    hold of the interpreter), the deepest nesting of any child (0 for a scalar) and the
-    offset just past the container. Raises
+    hold of the interpreter), the deepest nesting of any child (0 for a scalar), the next
+    offset and whether the container is done. Done, the offset is just past it. With a
+    `limit`, at most that many children come back, and the offset is where to resume: call
+    again there with `resume_in` saying whether the container is an object. Raises
     `RawJsonError` on malformed input, `RuntimeError` without the native walker.
     """
     if _native_children is None:
         raise RuntimeError("the native JSON walker is not built")
     try:
-        triples, deepest, end = _native_children(raw, pos)
+        triples, deepest, end, done = _native_children(
+            raw, pos, limit, -1 if resume_in is None else int(resume_in)
+        )
     except ValueError as exc:
         raise RawJsonError(f"bad value at offset {pos}: {str(exc)[:80]}") from None
-    return memoryview(triples).cast("q"), deepest, end
+    return memoryview(triples).cast("q"), deepest, end, done
 
 
 def space_end(raw: bytes, pos: int) -> int:

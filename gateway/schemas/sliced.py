@@ -33,6 +33,9 @@ SPLIT_BYTES = 128 * 1024
 # One slice: at most this many elements or bytes (~0.5-1 ms of orjson, or of validation).
 SLICE_ITEMS = 512
 SLICE_BYTES = 128 * 1024
+# Children located per native walk: their offsets take 24 bytes each, and a body of
+# tiny elements (`[0,0,...]`) has millions of them.
+WINDOW_CHILDREN = 64 * 1024
 # Values nested deeper than this are built whole: each level walks its bytes again, so
 # the walk stays within a few passes over the body whatever its shape.
 SPLIT_LEVELS = 6
@@ -77,9 +80,9 @@ def load_sliced(raw: bytes, max_depth: int) -> Steps[dict[str, Any]]:
     return body
 
 
-def _children(raw: bytes, start: int) -> tuple[memoryview, int, int]:
+def _children(raw: bytes, pos: int, resume_in: bool | None) -> tuple[memoryview, int, int, bool]:
     try:
-        return rawjson.children(raw, start)
+        return rawjson.children(raw, pos, WINDOW_CHILDREN, resume_in)
     except rawjson.RawJsonError:
         raise Unsliceable from None
 
@@ -93,11 +96,24 @@ def _loads(data: bytes | bytearray | memoryview) -> Any:
 
 def _container(raw: bytes, start: int, depth: int, max_depth: int) -> Steps[tuple[Any, int]]:
     """The object or array at `start`, nested `depth` levels deep (the body is 1), and its end."""
-    spans, deepest, end = yield Offload(lambda: _children(raw, start))
-    if depth + deepest > max_depth:
-        raise Unsliceable  # load_object names the limit, or orjson its own
     is_object = raw[start] == ord("{")
     result: Any = {} if is_object else []
+    resume_in: bool | None = None  # the first window starts at the opening bracket
+    pos, done = start, False
+    while not done:
+        window = functools.partial(_children, raw, pos, resume_in)
+        spans, deepest, pos, done = yield Offload(window)
+        if depth + deepest > max_depth:
+            raise Unsliceable  # load_object names the limit, or orjson its own
+        yield from _build(raw, spans, result, is_object, depth, max_depth)
+        resume_in = is_object
+    return result, pos
+
+
+def _build(
+    raw: bytes, spans: memoryview, result: Any, is_object: bool, depth: int, max_depth: int
+) -> Steps[None]:
+    """Add the children at `spans` to `result`, a slice at a time."""
     count = len(spans) // 3
     i = 0
     while i < count:
@@ -118,7 +134,6 @@ def _container(raw: bytes, start: int, depth: int, max_depth: int) -> Steps[tupl
         _add(result, raw, spans[3 * i], spans[3 * j - 1], is_object)
         i = j
         yield None
-    return result, end
 
 
 def _slice_end(spans: memoryview, i: int, count: int) -> int:

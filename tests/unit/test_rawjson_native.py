@@ -168,18 +168,34 @@ def test_malformed_input_names_the_offset() -> None:
 
 def test_children_locates_each_member_and_element() -> None:
     raw = b' {"a" : [1, {"x":[2]}, "s"], "b":{} } '
-    spans, deepest, end = rawjson.children(raw, 1)
+    spans, deepest, end, done = rawjson.children(raw, 1)
+    assert done
     triples = [tuple(spans[i : i + 3]) for i in range(0, len(spans), 3)]
     assert [raw[s:e] for s, _, e in triples] == [b'"a" : [1, {"x":[2]}, "s"]', b'"b":{}']
     assert [raw[v:e] for _, v, e in triples] == [b'[1, {"x":[2]}, "s"]', b"{}"]
     assert (deepest, raw[end - 1 : end]) == (3, b"}")
-    spans, deepest, end = rawjson.children(raw, triples[0][1])
+    spans, deepest, end, done = rawjson.children(raw, triples[0][1])
     assert [raw[v:e] for v, e in zip(spans[1::3], spans[2::3], strict=True)] == [
         b"1",
         b'{"x":[2]}',
         b'"s"',
     ]
-    assert (deepest, end) == (2, triples[0][2])
+    assert (deepest, end, done) == (2, triples[0][2], True)
+
+
+@pytest.mark.parametrize("raw", [b'[1, "a" ,[2],{}, 5 ]', b'{"a":1 , "b":[2],"c":{"d":3}, "e":4}'])
+@pytest.mark.parametrize("limit", [1, 2, 3, 10])
+def test_children_in_windows_gives_what_one_walk_gives(raw: bytes, limit: int) -> None:
+    whole, deepest, end, _ = rawjson.children(raw, 0)
+    seen: list[int] = []
+    deepest_seen, pos, resume_in, done = 0, 0, None, False
+    while not done:
+        spans, window_deepest, pos, done = rawjson.children(raw, pos, limit, resume_in)
+        assert len(spans) <= 3 * limit
+        seen += spans.tolist()
+        deepest_seen = max(deepest_seen, window_deepest)
+        resume_in = raw.startswith(b"{")
+    assert (seen, deepest_seen, pos) == (whole.tolist(), deepest, end)
 
 
 @pytest.mark.parametrize(

@@ -73,6 +73,7 @@ def tiny_slices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(sliced, "SPLIT_BYTES", 4)
     monkeypatch.setattr(sliced, "SLICE_ITEMS", 2)
     monkeypatch.setattr(sliced, "SLICE_BYTES", 24)
+    monkeypatch.setattr(sliced, "WINDOW_CHILDREN", 3)
     yield
 
 
