@@ -125,15 +125,20 @@ def _text_blocks(message: Mapping[str, Any]) -> dict[str, Any]:
     return dict(message)
 
 
-def reported_tier(family: str, record: Mapping[str, Any]) -> str:
+def reported_tier(family: str, record: Mapping[str, Any], priority_capacity: bool) -> str:
     """The tier the simulator said it served, named as Farebox names tiers.
 
-    OpenAI-wire replies echo `service_tier` (absent or `auto` is `default`); Anthropic
-    replies say `speed: fast` for fast mode and `service_tier: standard` otherwise.
+    OpenAI-wire replies echo `service_tier` (absent or `auto` is `default`). Anthropic
+    replies say `speed: fast` for fast mode, else `usage.service_tier`: `priority` where
+    the model has Priority Tier capacity and the request did not decline it with
+    `standard_only`, `standard` otherwise (the simulator logs the request, not its reply's
+    tier, so this reads the same rule off what it received and how it is configured).
     """
-    if family == "anthropic":
-        return "fast" if record.get("speed") == "fast" else "standard"
     asked = received_body(record).get("service_tier")
+    if family == "anthropic":
+        if record.get("speed") == "fast":
+            return "fast"
+        return "priority" if priority_capacity and asked != "standard_only" else "standard"
     echoed = "default" if asked in (None, "auto") else str(asked)
     return SERVED_NAMES.get(echoed, echoed)
 
