@@ -25,6 +25,7 @@ from gateway.config import GatewayConfig, load_config
 from gateway.drain import InFlight, InFlightMiddleware
 from gateway.embedded_sim import start_embedded_sim
 from gateway.errors import FareboxError, error_body
+from gateway.heap import freeze_heap
 from gateway.ledger import LedgerWriter, WriterConfig, migrate
 from gateway.ledger.reads import bounded_engine
 from gateway.loopwatch import LoopWatch
@@ -61,6 +62,8 @@ def create_app(
             app.state.services = services  # for tests and the CLI banner
             # In the background: the port opens now, /readyz says `warming` until it is done.
             services.upstreams.warm(services.config.models.values())
+            if not services.upstreams.warming:
+                freeze_heap()  # else once litellm is loaded (its objects live as long)
             watch = LoopWatch(services.metrics.loop_lag.observe)
             app.state.loop_watch = await stack.enter_async_context(watch)  # and for benches
             reloader = ConfigReloader(services, source, settings.reload_poll_s)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from gateway.config import ModelRoute
+from gateway.heap import freeze_heap
 from gateway.settings import Timeouts
 from gateway.upstream.base import Upstream, UpstreamCall
 from gateway.upstream.openai_compat import OpenAICompatUpstream
@@ -83,6 +84,7 @@ class Upstreams:
                 self._to_warm.clear()
                 return
             self._warmed.add(self._to_warm.pop(0))
+        freeze_heap()  # litellm's modules and maps live as long as the process
 
     def base_url(self, route: ModelRoute) -> str:
         """The route's base URL, with `sim` resolved to the bundled simulator."""
