@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from gateway.prefix.patterns import CANDIDATES
 
@@ -22,17 +23,20 @@ NextCandidate = Callable[[bytes, int, int, int], int]
 FlagCandidates = Callable[[Sequence[bytes]], list[int]]
 
 
-def _load() -> tuple[NextCandidate | None, FlagCandidates | None]:
+UntrackTuples = Callable[[list[Any], object, int], int]
+
+
+def _load() -> tuple[NextCandidate | None, FlagCandidates | None, UntrackTuples | None]:
     if os.environ.get("FAREBOX_PREFIX_NATIVE", "1") == "0":
-        return None, None
+        return None, None, None
     try:
         from gateway.prefix import _locate  # type: ignore[attr-defined]
     except ImportError:  # built without a C compiler: the pure-Python scan, same results
-        return None, None
-    return _locate.next_candidate, _locate.flag_candidates
+        return None, None, None
+    return _locate.next_candidate, _locate.flag_candidates, _locate.untrack_tuples
 
 
-_native, _flag = _load()
+_native, _flag, _untrack = _load()
 
 NATIVE: bool = _native is not None
 
@@ -95,3 +99,13 @@ def _regex_matches(data: bytes, start: int, stop: int, limit: int) -> Iterator[r
         if match.start() >= stop:
             return
         yield match
+
+
+def untrack_tuples(items: list[Any], shared: object, start: int = 0) -> int:
+    """Take the tuples of `items[start:]` made only of atoms (and `shared`) out of cyclic GC.
+
+    Segments are NamedTuples, which CPython never untracks by itself: with hundreds of
+    thousands alive, each full collection walked them all with the interpreter lock held
+    (see `_locate.c`). Without the native module this does nothing and returns 0.
+    """
+    return 0 if _untrack is None else _untrack(items, shared, start)
