@@ -49,6 +49,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python bench/prefix_bench.py
 	$(BIN)/python bench/rawjson_bench.py
 	$(BIN)/python bench/loop_stall.py
+	$(BIN)/python bench/budget_overshoot.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
