@@ -36,8 +36,13 @@ class MemoryState:
         return from_units(units)
 
     async def set_task_cost(self, task_id: str, total: Decimal, ttl_s: float) -> None:
-        """Take a total learned elsewhere (from Redis), so later local adds continue from it."""
-        self._store_cost(task_id, to_units(total), ttl_s)
+        """Take a total learned elsewhere (from Redis), so later local adds continue from it.
+
+        Never lower: two calls of one task answered by Redis in one order can store their
+        totals in the other, and this total is the floor pushed to a Redis that restarted
+        empty; a stale lower one lost a request's cost there.
+        """
+        self._store_cost(task_id, max(to_units(total), self._live(task_id)), ttl_s)
 
     def _store_cost(self, task_id: str, units: int, ttl_s: float) -> None:
         self._costs[task_id] = (units, time.monotonic() + ttl_s)

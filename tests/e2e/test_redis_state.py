@@ -26,6 +26,9 @@ async def test_redis_task_costs_are_exact_atomic_and_expire() -> None:
         adds = [state.add_task_cost("t", Decimal("0.0000000001"), 60) for _ in range(200)]
         await asyncio.gather(*adds)
         assert await state.task_cost("t") == Decimal("0.00000002")
+        # The local view (the floor pushed after an outage) ends at the shared total, in
+        # whatever order the 200 answers came back.
+        assert await state.local.task_cost("t") == Decimal("0.00000002")
         assert await state.add_task_cost("t", Decimal("1.5"), 60) == Decimal("1.50000002")
         await state.add_task_cost("short", Decimal("1"), 1)
         await asyncio.sleep(2.1)
@@ -33,6 +36,14 @@ async def test_redis_task_costs_are_exact_atomic_and_expire() -> None:
     finally:
         await state.redis.client.delete(state.redis._key("t"))
         await state.aclose()
+
+
+async def test_a_total_learned_from_redis_never_lowers_the_local_one() -> None:
+    local = MemoryState()
+    await local.set_task_cost("t", Decimal("0.75"), 60)
+    await local.set_task_cost("t", Decimal("0.5"), 60)  # an older answer, stored late
+    assert await local.task_cost("t") == Decimal("0.75")
+    assert await local.add_task_cost("t", Decimal("0.25"), 60) == Decimal("1")
 
 
 async def test_memory_state_is_the_embedded_default() -> None:
