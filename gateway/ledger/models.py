@@ -130,6 +130,7 @@ class RequestRow(Base):
     tier_confirmed: Mapped[bool | None] = mapped_column()
     prefix_lost_usd: Mapped[Decimal | None] = mapped_column(Money)
     thinking_enforcement: Mapped[str | None] = mapped_column(String)
+    dropped_params: Mapped[str | None] = mapped_column(String)
 
 
 class TaskRow(Base):

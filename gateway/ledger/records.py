@@ -117,6 +117,7 @@ class RequestRecord:
     tier_confirmed: bool | None = None  # did the upstream say which tier it served
     prefix_lost_usd: Decimal | None = None  # what a prefix break cost against the forecast
     thinking_enforcement: str | None = None  # backend | stream | hint
+    dropped_params: str | None = None  # hint fields the backend could not take, dropped
     id: str = field(default_factory=new_row_id)
     created_at: datetime = field(default_factory=utcnow)
 

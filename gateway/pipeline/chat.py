@@ -41,7 +41,7 @@ from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.settings import Timeouts
 from gateway.upstream.base import UpstreamCall, UpstreamStream
-from gateway.upstream.param_support import notice_headers
+from gateway.upstream.param_support import dropped_notice, notice_headers
 
 
 async def handle_chat(ctx: RequestContext, services: Services) -> Response:
@@ -125,9 +125,10 @@ async def _complete(ctx: RequestContext, services: Services) -> Response:
         raise
     reply_json = reply.payload  # parsed and checked by the adapter: a bad reply is a 502
     meter.observe_reply(reply_json)
+    ctx.dropped_params = dropped_notice(call.route.via_litellm, reply.headers)
     await finish(ctx, meter, services)
     body = with_cost(reply_json, reply.body, ctx)
-    headers = _headers(ctx) | cost_headers(ctx) | notice_headers(reply.headers)
+    headers = _headers(ctx) | cost_headers(ctx) | notice_headers(ctx.dropped_params)
     return Response(body, status_code=reply.status, media_type="application/json", headers=headers)
 
 
@@ -144,8 +145,9 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     stream = await adapter.open_stream(call)
     events = stream.events()
     first = await _first_event(stream, events, call)
+    ctx.dropped_params = dropped_notice(call.route.via_litellm, stream.headers)
     body = Relay(ctx, first, events, stream, meter, services, _thinking_cap(ctx, call, services))
-    return RelayResponse(body, headers=_headers(ctx) | notice_headers(stream.headers))
+    return RelayResponse(body, headers=_headers(ctx) | notice_headers(ctx.dropped_params))
 
 
 def _thinking_cap(

@@ -83,6 +83,7 @@ class RequestContext:
     tier_planned: str | None = None  # what the policy sent upstream
     tier_served: str | None = None  # what the upstream says it served (else the planned tier)
     tier_confirmed: bool | None = None  # whether the upstream said so
+    dropped_params: str | None = None  # hint fields the adapter dropped (and says so)
     edits: BodyEdits = field(default_factory=BodyEdits)
     timings: Timings = field(default_factory=Timings)
     usage: Usage | None = None

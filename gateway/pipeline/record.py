@@ -136,6 +136,7 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
         prefix_status=_prefix_status(ctx),
         prefix_lost_usd=ctx.prefix.lost_usd if ctx.prefix is not None else None,
         thinking_enforcement=ctx.response_headers.get("x-farebox-thinking-enforcement"),
+        dropped_params=ctx.dropped_params,
     )
     return record.with_usage(ctx.usage) if ctx.usage is not None else record
 

@@ -86,7 +86,12 @@ def fields_to_drop(body: Mapping[str, Any], supported: Collection[str], target: 
     return names
 
 
-def notice_headers(adapter_headers: Mapping[str, str]) -> dict[str, str]:
-    """The notice an adapter attached to its reply or stream, for the client's response."""
-    value = adapter_headers.get(DROPPED_HEADER)
-    return {DROPPED_HEADER: value} if value else {}
+def dropped_notice(via_litellm: bool, adapter_headers: Mapping[str, str]) -> str | None:
+    """The fields the litellm adapter dropped, from the notice it attached to its reply or
+    stream; an OpenAI-compatible upstream's own headers are not believed."""
+    return (adapter_headers.get(DROPPED_HEADER) or None) if via_litellm else None
+
+
+def notice_headers(dropped: str | None) -> dict[str, str]:
+    """The client's header naming the dropped fields, when there were any."""
+    return {DROPPED_HEADER: dropped} if dropped else {}

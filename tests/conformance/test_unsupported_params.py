@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -24,6 +27,17 @@ DROPPED = "x-farebox-dropped-params"
 @pytest.fixture
 def gateway(make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path) -> Gateway:
     return make_gateway(config=write_config(tmp_path, sim.url))
+
+
+def _task_rows(gateway: Gateway, task: str) -> list[dict[str, Any]]:
+    """The ledger rows of `task`, once the writer has them."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        response = httpx.get(f"{gateway.base_url}/tasks/{task}", timeout=30)
+        if response.status_code == 200:
+            return list(response.json()["requests"])
+        time.sleep(0.05)
+    raise AssertionError(f"task {task} never reached the ledger")
 
 
 def _received(sim: SimControl) -> list[dict[str, object]]:
@@ -85,6 +99,10 @@ def test_a_hint_is_dropped_and_the_response_says_so(
     assert nonconforming(exchange) == []
     (received,) = _received(sim)
     assert "seed" not in received and "presence_penalty" not in received
+    # The ledger says so too: an untasked request's task is named after its request id.
+    task = "task-" + exchange.headers["x-request-id"].removeprefix("req-")
+    (row,) = _task_rows(gateway, task)
+    assert row["dropped_params"] == "seed,presence_penalty"
 
 
 def test_an_openai_compatible_backend_gets_the_field_and_answers_itself(

@@ -14,7 +14,7 @@ from gateway.ledger.engine import alembic_config
 from gateway.ledger.records import RequestRecord
 from gateway.ledger.store import REQUESTS, insert_requests, task_deltas, upsert_tasks
 
-NEW = ("tier_confirmed", "prefix_lost_usd", "thinking_enforcement")
+NEW = ("tier_confirmed", "prefix_lost_usd", "thinking_enforcement", "dropped_params")
 
 
 def _columns(connection: Connection) -> set[str]:
@@ -41,7 +41,7 @@ async def test_0003_upgrades_a_filled_0002_ledger(db_url: str) -> None:
         detail = await get_task(engine, "t3")
         assert detail is not None
         rows = {row.id: row for row in detail.requests}
-        assert [getattr(rows["before"], n) for n in NEW] == [None, None, None]
+        assert [getattr(rows["before"], n) for n in NEW] == [None] * len(NEW)
         assert rows["after"].tier_confirmed is False
         assert rows["after"].prefix_lost_usd == Decimal("0.0123456789")
         assert rows["after"].thinking_enforcement == "hint"

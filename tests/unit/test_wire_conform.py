@@ -115,10 +115,12 @@ def test_hints_are_dropped_and_defaults_ask_for_nothing() -> None:
     body = {"model": "c", "messages": [], "n": 1, "logprobs": False, "seed": 3, "metadata": None}
     assert param_support.fields_to_drop(body, ANTHROPIC, "t") == ["seed"]
     assert param_support.not_taken(body, ANTHROPIC) == ["n", "logprobs", "seed", "metadata"]
-    assert param_support.notice_headers({"x-farebox-dropped-params": "seed"}) == {
-        "x-farebox-dropped-params": "seed"
-    }
-    assert param_support.notice_headers({"x-other": "1"}) == {}
+    notice = {"x-farebox-dropped-params": "seed"}
+    assert param_support.dropped_notice(True, notice) == "seed"
+    assert param_support.dropped_notice(False, notice) is None  # an upstream's own header
+    assert param_support.dropped_notice(True, {"x-other": "1"}) is None
+    assert param_support.notice_headers("seed") == notice
+    assert param_support.notice_headers(None) == {}
 
 
 def test_anthropic_tier_is_echoed_in_openai_words_when_it_has_one() -> None:

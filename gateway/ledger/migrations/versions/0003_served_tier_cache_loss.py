@@ -8,7 +8,9 @@ asked for without confirmation; NULL on rows written before this revision.
 `prefix_lost_usd` is (expected cached - actual cached) x (input - cache-read price) for a
 request whose prefix broke. `thinking_enforcement` says how a thinking budget was held:
 `backend` (the upstream enforces it), `stream` (the gateway cut the stream), `hint` (sent,
-not enforced) or NULL when no budget applied.
+not enforced) or NULL when no budget applied. `dropped_params` lists the request fields
+the backend has no place for that were dropped as hints (comma-separated, as the
+`x-farebox-dropped-params` header says), NULL when none were.
 
 Revision ID: 0003
 Revises: 0002
@@ -33,16 +35,18 @@ money = importlib.import_module("gateway.ledger.migrations.versions.0001_ledger_
 
 
 def upgrade() -> None:
-    """Add the three columns; existing rows keep NULL (not known then)."""
+    """Add the four columns; existing rows keep NULL (not known then)."""
     with op.batch_alter_table("requests") as batch:
         batch.add_column(sa.Column("tier_confirmed", sa.Boolean(), nullable=True))
         batch.add_column(sa.Column("prefix_lost_usd", money(), nullable=True))
         batch.add_column(sa.Column("thinking_enforcement", sa.String(), nullable=True))
+        batch.add_column(sa.Column("dropped_params", sa.String(), nullable=True))
 
 
 def downgrade() -> None:
-    """Drop the three columns."""
+    """Drop the four columns."""
     with op.batch_alter_table("requests") as batch:
+        batch.drop_column("dropped_params")
         batch.drop_column("thinking_enforcement")
         batch.drop_column("prefix_lost_usd")
         batch.drop_column("tier_confirmed")
