@@ -59,10 +59,16 @@ def with_tier_echo(reply: dict[str, Any]) -> dict[str, Any]:
     """
     usage = reply.get("usage")
     served = usage.get("service_tier") if isinstance(usage, dict) else None
+    return echo_tier(reply, served)
+
+
+def echo_tier(payload: dict[str, Any], served: Any) -> dict[str, Any]:
+    """`payload` (a reply or a stream chunk) with `service_tier` in OpenAI's words for
+    Anthropic's `served`, unless it has one already or OpenAI has no name for it."""
     echo = ANTHROPIC_TIER_NAMES.get(served) if isinstance(served, str) else None
-    if echo is None or isinstance(reply.get("service_tier"), str):
-        return reply
-    return {**reply, "service_tier": echo}
+    if echo is None or isinstance(payload.get("service_tier"), str):
+        return payload
+    return {**payload, "service_tier": echo}
 
 
 def conforming_chunk(payload: dict[str, Any]) -> dict[str, Any]:

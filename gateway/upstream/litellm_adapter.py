@@ -204,9 +204,13 @@ class LiteLLMStream:
         self.headers: dict[str, str] = {}
 
     async def events(self) -> AsyncIterator[bytes]:
+        tier_asked = self._call.parsed.get("service_tier") is not None
         try:
             async for chunk in self._wrapper:
-                yield data_event(self._report.annotate(_clean_chunk(chunk.model_dump())))
+                payload = self._report.annotate(_clean_chunk(chunk.model_dump()))
+                if tier_asked:  # every chunk names the tier, as OpenAI's do
+                    payload = conform.echo_tier(payload, self._report.said.get("service_tier"))
+                yield data_event(payload)
         except Exception as exc:  # the request went out: whatever fails is the reply's
             raise _translate(exc, self._call, self._where, sent=True) from exc
         yield DONE_EVENT
@@ -296,7 +300,9 @@ class LiteLLMUpstream:
         with _watching_send() as mark, _own_fields(call):
             try:
                 response = await litellm.acompletion(**kwargs)
-                payload = _clean_reply(response.model_dump(), "service_tier" in call.parsed)
+                payload = _clean_reply(
+                    response.model_dump(), call.parsed.get("service_tier") is not None
+                )
             except Exception as exc:
                 raise _translate(exc, call, where, mark.sent) from exc
         return UpstreamReply(200, orjson.dumps(payload), notice, payload)

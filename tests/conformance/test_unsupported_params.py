@@ -126,3 +126,17 @@ def test_a_requested_tier_is_echoed_like_openai_does(gateway: Gateway, tier: str
     assert nonconforming(exchange) == []
     plain = post_chat(gateway.base_url, {"model": "claude", "messages": MESSAGES})
     assert "service_tier" not in plain.objects[0]
+
+
+def test_a_stream_names_the_tier_in_every_chunk_like_openai_does(gateway: Gateway) -> None:
+    body = {"model": "claude", "messages": MESSAGES, "service_tier": "auto", "stream": True}
+    exchange = post_chat(gateway.base_url, body)
+    assert exchange.status == 200, exchange.objects
+    chunks = exchange.objects[:-1] if exchange.objects[-1] == "[DONE]" else exchange.objects
+    assert chunks and {chunk.get("service_tier") for chunk in chunks} == {"default"}
+    assert nonconforming(exchange) == []
+    for unset in ({"service_tier": None}, {}):  # null is not set, as at OpenAI
+        plain = post_chat(
+            gateway.base_url, {"model": "claude", "messages": MESSAGES, "stream": True} | unset
+        )
+        assert not [chunk for chunk in plain.objects if "service_tier" in chunk]
