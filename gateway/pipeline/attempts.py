@@ -120,9 +120,7 @@ async def call_with_recovery(
         ctx.attempt += 1
 
 
-def report_outcome(
-    ctx: RequestContext, services: Services, error: FareboxError | None
-) -> None:
+def report_outcome(ctx: RequestContext, services: Services, error: FareboxError | None) -> None:
     """Tell the breaker of the upstream that served `ctx` how its stream ended."""
     breaker = services.breakers.find(upstream_key(ctx))
     if breaker is None:

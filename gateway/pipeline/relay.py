@@ -192,7 +192,6 @@ class RelayResponse(StreamingResponse):
                 await self._relay.close()
 
 
-
 def _combined_usage(
     chunk: dict[str, Any], event: bytes, cap: ThinkingCap
 ) -> tuple[dict[str, Any], bytes]:

@@ -93,8 +93,12 @@ def test_a_large_body_is_written_in_pieces_and_arrives_byte_for_byte(
 ) -> None:
     # Over the write-chunk size (and the off-loop size): sent upstream in pieces, with its
     # length declared, never re-encoded as a chunked body.
-    history = [{"role": "user", "content": f"step {n}, café: " + "lorem " * 20} for n in range(3000)]
-    raw = b'{"model": "chat",  "messages": ' + json.dumps(history, ensure_ascii=False).encode() + b"}"
+    history = [
+        {"role": "user", "content": f"step {n}, café: " + "lorem " * 20} for n in range(3000)
+    ]
+    raw = (
+        b'{"model": "chat",  "messages": ' + json.dumps(history, ensure_ascii=False).encode() + b"}"
+    )
     assert len(raw) > 400 * 1024
     response = _post(gateway, raw)
     assert response.status_code == 200, response.text

@@ -113,7 +113,9 @@ def test_meter_recognises_both_reasoning_fields_and_first_answer() -> None:
 def test_policy_matches_the_team_the_ledger_books() -> None:
     # Starlette hands header bytes over as latin-1 text; identify reads them as UTF-8.
     sent = "café-team".encode().decode("latin-1")
-    ctx = _ctx(b'{"model":"m","messages":[{"role":"user","content":"x"}]}', **{"x-farebox-team": sent})
+    ctx = _ctx(
+        b'{"model":"m","messages":[{"role":"user","content":"x"}]}', **{"x-farebox-team": sent}
+    )
     decide(ctx, CONFIG)
     assert ctx.identity.team == "café-team"
     assert facts_of(ctx, "m").team == "café-team"

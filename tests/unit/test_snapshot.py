@@ -16,7 +16,11 @@ def test_every_route_of_the_default_config_is_priced_at_build() -> None:
 
 def test_an_unpriced_route_does_not_stop_the_build() -> None:
     config = GatewayConfig.model_validate(
-        {"models": {"mine": {"model": "no-such-model-anywhere", "base_url": "http://127.0.0.1:9/v1"}}}
+        {
+            "models": {
+                "mine": {"model": "no-such-model-anywhere", "base_url": "http://127.0.0.1:9/v1"}
+            }
+        }
     )
     snapshot = Snapshot.build(config)
     assert not snapshot.prices.knows("no-such-model-anywhere")
