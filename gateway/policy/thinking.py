@@ -166,7 +166,13 @@ def _shape_anthropic(draft: Draft, caps: Mapping[str, Any], thinking: Thinking) 
             return Thinking(effort, thinking.budget, False, thinking.source)
         return Thinking(effort, budget_for_effort(effort), False, "effort")
     if effort is None and not thinking.write_budget:
-        return thinking
+        # A client's own reasoning_effort: this model has no such field (litellm would
+        # pick a budget of its own), so it becomes the budget the effort stands for.
+        asked = client_effort(draft.body)
+        if asked is None or asked == "none" or thinking.budget is not None:
+            return thinking
+        effort = _fit_level(draft, asked, levels)
+        thinking = replace(thinking, source="client")
     budget = thinking.budget or budget_for_effort(effort or "medium")
     if budget < ANTHROPIC_MIN_BUDGET:
         draft.notes.append(f"thinking budget {budget} raised to Anthropic's minimum 1024")

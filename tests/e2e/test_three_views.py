@@ -159,20 +159,8 @@ class Case:
 BODY_TIERS = {"openai": "flex", "anthropic": "fast", "vllm": "priority", "sglang": "flex"}
 
 
-# A product defect this test found, open when its owner stopped: the planner drops a
-# client's `reasoning_effort` on a budgeted Anthropic model (`gateway/policy/dialects.py`
-# `_write_anthropic`: "reasoning_effort not sent: this model takes thinking.budget_tokens")
-# but writes no `thinking` in its place, so the upstream never thinks and nothing says so.
-EFFORT_DROPPED = pytest.mark.xfail(
-    strict=True,
-    reason="planner removes the client's reasoning_effort on a budgeted Anthropic model and "
-    "sends no thinking.budget_tokens instead: 0 reasoning tokens, no header, no 400",
-)
-
-
 def _param(case: Case) -> Any:
-    dropped = case.family == "anthropic" and case.mode == "effort"
-    return pytest.param(case, id=str(case), marks=[EFFORT_DROPPED] if dropped else [])
+    return pytest.param(case, id=str(case))
 
 
 def _cases() -> list[Any]:

@@ -172,3 +172,20 @@ def test_cut_without_continuation_is_stream_only_on_streams(make_plan: Planner) 
     assert continued.thinking_enforcement == "stream" and not continued.closes_at_budget
     hidden = make_plan(policy, user_body(stream=True), "openai", {"supports_reasoning": True})
     assert hidden.thinking_enforcement == "hint"  # OpenAI's reasoning is not streamed
+
+
+@pytest.mark.parametrize("effort", ["low", "medium", "high"])
+def test_a_clients_effort_on_a_budgeted_anthropic_model_becomes_its_budget(
+    make_plan: Planner, effort: str
+) -> None:
+    """It was dropped with a note and nothing written: the upstream never thought."""
+    from gateway.policy.effort import budget_for_effort
+
+    body = user_body(reasoning_effort=effort, max_tokens=32_000)
+    decision = make_plan({}, body, "anthropic", SONNET_45)
+    budget = max(budget_for_effort(effort), ANTHROPIC_MIN_BUDGET)  # type: ignore[arg-type]
+    assert decision.set_fields["thinking"] == {"type": "enabled", "budget_tokens": budget}
+    assert "reasoning_effort" in decision.remove
+    assert decision.thinking_enforcement == "backend"
+    off = make_plan({}, user_body(reasoning_effort="none"), "anthropic", SONNET_45)
+    assert "thinking" not in off.set_fields
