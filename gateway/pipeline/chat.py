@@ -52,24 +52,19 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     decide(ctx, services.config)
     base_edits = copy.deepcopy(ctx.edits)
     assert ctx.alias is not None
-    model_info = capabilities(services.prices, services.config, ctx.alias)  # looked up once
-    decision = await _apply_policy(ctx, services, model_info)
-    rule = rule_for_route(ctx, model_info)
+    decision = await _apply_policy(ctx, services)
+    rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
     ctx.prefix = await check_prefix(ctx, services.prefix_checker, services.state, rule)
     send = _stream if ctx.stream else _complete
     return await call_with_recovery(ctx, services, decision, base_edits, send)
 
 
-async def _apply_policy(
-    ctx: RequestContext, services: Services, model_info: dict[str, Any]
-) -> Decision:
+async def _apply_policy(ctx: RequestContext, services: Services) -> Decision:
     """Plan the request; a task's first effort is pinned when its rule says so."""
     assert ctx.task is not None
     task = ctx.task.task_id
     pinned = None if ctx.task.implicit else await services.state.task_value(task, "effort")
-    decision = apply_policy(
-        ctx, services.config, services.prices, task_effort=pinned, model_info=model_info
-    )
+    decision = apply_policy(ctx, services.config, services.prices, task_effort=pinned)
     if decision.pin_effort and decision.effort and pinned is None and not ctx.task.implicit:
         ttl = services.config.tasks.idle_timeout_s * 2
         await services.state.pin_task_value(task, "effort", decision.effort, ttl)

@@ -54,14 +54,11 @@ def apply_policy(
     prices: PriceBook,
     task_effort: Any = None,
     target: Target | None = None,
-    model_info: dict[str, Any] | None = None,
 ) -> Decision:
     """Plan the request (or a fallback attempt at `target`) and record the edits.
 
-    The plan is `plan_route`'s, the one `farebox policy explain` shows; `model_info` (the
-    price key's entry) is accepted for callers that have it and not used for capabilities.
+    The plan is `plan_route`'s, the one `farebox policy explain` shows.
     """
-    del model_info  # capabilities come from the upstream model's own entry
     assert ctx.alias is not None and ctx.task is not None
     decision = plan_route(
         config,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from urllib.parse import urlsplit, urlunsplit
 
 from gateway.config import ModelRoute
@@ -57,14 +58,17 @@ def _bounded(value: Decimal, name: str) -> Decimal:
 def backend_of(route: ModelRoute) -> str:
     """The backend a ledger row and a metric label both name: the route's base URL
     (`sim` for the bundled simulator), without credentials or query, else its provider."""
-    if not route.base_url:
-        return route.provider
+    return _backend(route.base_url, route.provider) if route.base_url else route.provider
+
+
+@lru_cache(maxsize=1024)  # a handful of routes, asked twice per request
+def _backend(base_url: str, provider: str) -> str:
     try:
-        parts = urlsplit(route.base_url)
+        parts = urlsplit(base_url)
     except ValueError:  # not a URL: the provider still names the backend
-        return route.provider
+        return provider
     netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", "")) or route.provider
+    return urlunsplit((parts.scheme, netloc, parts.path, "", "")) or provider
 
 
 def _ms(value: float | None) -> int | None:
