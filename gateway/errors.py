@@ -7,6 +7,8 @@
     │   ├── BodyTooLargeError   413    body over FAREBOX_MAX_BODY_BYTES (or _API_BODY_BYTES)
     │   ├── RequestTimeoutError 408    headers or body not received in time (slow client)
     │   └── BadHttpError        400    malformed HTTP (answered by the protocol, not the app)
+    ├── AuthenticationError     401    no key, an unknown, revoked or expired key
+    ├── PermissionDeniedError   403    a valid key asking for what it may not (names why)
     ├── OverloadedError         503    over FAREBOX_MAX_CONNECTIONS open connections
     ├── ShuttingDownError       503    cut at the end of the shutdown grace period
     ├── LedgerUnavailableError  503    the ledger database did not answer a read (Retry-After)
@@ -78,6 +80,22 @@ class RequestTimeoutError(InvalidRequestError):
 
 class BadHttpError(InvalidRequestError):
     code = "malformed_http"
+
+
+class AuthenticationError(FareboxError):
+    """No credential, or one that is not (or no longer) valid. Never says which key."""
+
+    status_code = 401
+    error_type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class PermissionDeniedError(FareboxError):
+    """A valid credential asking for what it may not: the message says what and why."""
+
+    status_code = 403
+    error_type = "permission_error"
+    code = "permission_denied"
 
 
 class OverloadedError(FareboxError):
