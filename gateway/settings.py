@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The embedded default lives with the example policies, so ops teams read one place.
@@ -89,6 +89,21 @@ class Settings(BaseSettings):
         "candidate the pattern tries (matched or rejected) counting 4 KiB; the rest waits "
         "for later requests. Default: 2 MiB with the native locator, 64 KiB without.",
     )
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description="The admin key. Unset: open mode (no keys checked, loopback only unless "
+        "allow_open); set: every endpoint but /healthz needs a key (docs/security.md).",
+    )
+    allow_open: bool = Field(
+        default=False, description="Serve in open mode on a non-loopback address anyway."
+    )
+    keys_refresh_s: float = Field(
+        default=2.0, gt=0, description="How often virtual keys are re-read from the database."
+    )
+    metrics_port: int | None = Field(
+        default=None, description="Serve /metrics (no key) on this port of metrics_host too."
+    )
+    metrics_host: str = "127.0.0.1"
     data_dir: Path = Path(".farebox")
     log_level: str = "info"
     timeouts: Timeouts = Field(default_factory=Timeouts)
