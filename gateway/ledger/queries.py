@@ -25,6 +25,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from gateway.ledger.records import ABANDONED, COST_FIELDS, OPEN, TOKEN_FIELDS, RequestRecord
+from gateway.ledger.scope import EVERYTHING, ReadScope, request_rows, task_rows
 from gateway.ledger.store import REQUESTS, TASKS
 
 Database = AsyncEngine | AsyncConnection | AsyncSession
@@ -151,20 +152,23 @@ def _window(
     return statement
 
 
-async def get_task(db: Database, task_id: str) -> TaskDetail | None:
-    """Return a task's aggregates and its request rows, or None if it is unknown."""
-    task_rows = await _fetch(db, select(TASKS).where(TASKS.c.task_id == task_id))
-    if not task_rows:
+async def get_task(
+    db: Database, task_id: str, *, scope: ReadScope = EVERYTHING
+) -> TaskDetail | None:
+    """Return a task's aggregates and its request rows, or None if it is unknown or
+    outside `scope` (the two are told apart by no one)."""
+    found = await _fetch(db, select(TASKS).where(TASKS.c.task_id == task_id, task_rows(scope)))
+    if not found:
         return None
-    request_rows = await _fetch(
+    calls = await _fetch(
         db,
         select(REQUESTS)
-        .where(REQUESTS.c.task_id == task_id)
+        .where(REQUESTS.c.task_id == task_id, request_rows(scope))
         .order_by(REQUESTS.c.created_at, REQUESTS.c.attempt, REQUESTS.c.id),
     )
     return TaskDetail(
-        task=TaskSummary(**task_rows[0]._asdict()),
-        requests=[RequestRecord(**row._asdict()) for row in request_rows],
+        task=TaskSummary(**found[0]._asdict()),
+        requests=[RequestRecord(**row._asdict()) for row in calls],
     )
 
 
@@ -191,11 +195,15 @@ async def spend(
     group_by: str = "team",
     since: datetime | None = None,
     until: datetime | None = None,
+    *,
+    scope: ReadScope = EVERYTHING,
 ) -> list[SpendRow]:
-    """Sum requests, tokens and costs per group (a key of SPEND_GROUPS) in a time window."""
+    """Sum requests, tokens and costs per group (a key of SPEND_GROUPS) in a time window,
+    over the rows `scope` lets the reader see."""
     group = _group_column(SPEND_GROUPS, group_by)
     sums = [func.sum(REQUESTS.c[name]).label(name) for name in (*TOKEN_FIELDS, *COST_FIELDS)]
     statement = select(group.label("group"), func.count().label("request_count"), *sums)
+    statement = statement.where(request_rows(scope))
     statement = _window(statement, REQUESTS.c.created_at, since, until).group_by(group)
     result = [_spend_row(row) for row in await _fetch(db, statement)]
     # Biggest spender first; the group name breaks ties so the order is stable.
@@ -266,6 +274,7 @@ async def task_cost_stats(
     *,
     statuses: Sequence[str] | None = None,
     include_abandoned: bool = False,
+    scope: ReadScope = EVERYTHING,
 ) -> list[TaskCostStats]:
     """Per group: tasks ended in the window (by finished_at) and their cost spread.
 
@@ -285,6 +294,7 @@ async def task_cost_stats(
         _status_filter(statuses, include_abandoned),
         TASKS.c.request_count > 0,
         not_(untasked_task()),
+        task_rows(scope),
     )
     rows = await _fetch(db, _window(statement, TASKS.c.finished_at, since, until))
     by_group: dict[str | None, list[Row[Any]]] = {}
@@ -299,23 +309,30 @@ async def task_outcomes(
     group_by: str = "team",
     since: datetime | None = None,
     until: datetime | None = None,
+    *,
+    scope: ReadScope = EVERYTHING,
 ) -> list[TaskOutcomes]:
     """Per group: finished and abandoned tasks (by finished_at) and untasked requests (by
-    created_at), each counted and costed on its own line."""
+    created_at), each counted and costed on its own line, within `scope`."""
     task_group, abandoned = _group_column(TASK_GROUPS, group_by), TASKS.c.status == ABANDONED
     ended = select(
         task_group.label("group"),
         abandoned.label("abandoned"),
         func.count().label("count"),
         func.sum(TASKS.c.cost_total).label("cost"),
-    ).where(TASKS.c.status != OPEN, TASKS.c.request_count > 0, not_(untasked_task()))
+    ).where(
+        TASKS.c.status != OPEN,
+        TASKS.c.request_count > 0,
+        not_(untasked_task()),
+        task_rows(scope),
+    )
     ended = _window(ended, TASKS.c.finished_at, since, until).group_by(task_group, abandoned)
     request_group = _group_column(SPEND_GROUPS, group_by)
     loose = select(
         request_group.label("group"),
         func.count(REQUESTS.c.request_id.distinct()).label("count"),
         func.sum(REQUESTS.c.cost_total).label("cost"),
-    ).where(untasked_request())
+    ).where(untasked_request(), request_rows(scope))
     loose = _window(loose, REQUESTS.c.created_at, since, until).group_by(request_group)
     totals: dict[str | None, dict[str, Any]] = {}
     for row in await _fetch(db, ended):
@@ -341,8 +358,13 @@ def _add_outcome(
     line[f"{kind}_cost"] += Decimal(0) if cost is None else cost
 
 
+# A spreadsheet runs a cell starting with one of these as a formula (OWASP, CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(value: object) -> str:
-    """Render one CSV cell: Decimals in plain notation, never `1E-10`."""
+    """Render one CSV cell: Decimals in plain notation, never `1E-10`; text that a
+    spreadsheet would run as a formula gets a leading `'` (numbers stay numbers)."""
     if value is None:
         return ""
     if isinstance(value, Decimal):
@@ -351,6 +373,8 @@ def _cell(value: object) -> str:
         return value.isoformat()
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str):
+        return f"'{value}" if value.startswith(FORMULA_STARTS) else value
     return str(value)
 
 
@@ -364,7 +388,9 @@ def export_csv(rows: Sequence[Any], row_type: type | None = None) -> str:
         return ""
     names = [f.name for f in fields(shape)]
     buffer = io.StringIO()
-    out = csv.writer(buffer, lineterminator="\n")
+    # RFC 4180's CRLF: Python's writer quotes a cell holding a character of the line
+    # terminator, so a stray CR (or LF) stays inside its quoted cell instead of ending the row.
+    out = csv.writer(buffer, lineterminator="\r\n")
     out.writerow(names)
     for row in rows:
         out.writerow([_cell(getattr(row, name)) for name in names])
