@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from gateway.auth.principal import OPEN, Principal
 from gateway.config import ModelRoute
 from gateway.pricing import CostBreakdown
 from gateway.schemas.chat import ChatRequest
@@ -73,6 +74,7 @@ class RequestContext:
     raw_body: bytes
     headers: dict[str, str]
     request_id: str = field(default_factory=lambda: f"req-{uuid.uuid4().hex}")
+    principal: Principal = OPEN  # who the auth middleware says is calling
     body: dict[str, Any] = field(default_factory=dict)
     request: ChatRequest | None = None
     identity: Identity = field(default_factory=Identity)

@@ -13,6 +13,7 @@ from typing import Any
 from gateway.config import GatewayConfig
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.entitle import within_key
 from gateway.policy.decision import Decision
 from gateway.policy.facts import RequestFacts
 from gateway.policy.planner import plan_route
@@ -60,13 +61,13 @@ def apply_policy(
     The plan is `plan_route`'s, the one `farebox policy explain` shows.
     """
     assert ctx.alias is not None and ctx.task is not None
-    decision = plan_route(
-        config,
-        prices.model_map,
-        facts_of(ctx, ctx.alias, task_effort),
-        ctx.forwarded_body(),
-        target=target,
-    )
+    alias = ctx.alias
+
+    def plan_at(at: Target | None) -> Decision:
+        facts = facts_of(ctx, alias, task_effort)
+        return plan_route(config, prices.model_map, facts, ctx.forwarded_body(), target=at)
+
+    decision = within_key(ctx, plan_at(target), target, plan_at)  # the key's tiers and cap
     if decision.rejection is not None:
         raise InvalidRequestError(decision.rejection.message, param=decision.rejection.field)
     _record(ctx, config, decision)

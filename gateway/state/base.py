@@ -70,6 +70,14 @@ class SharedState(Protocol):
         """Fix a task setting unless one is already fixed (the first step wins)."""
         ...
 
+    async def claim_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> str:
+        """Fix a task setting unless one is fixed, atomically; return the one now in force.
+
+        The value returned is `value` when this call fixed it (or it was already fixed to
+        it), else the earlier one: how a task id stays with the team that first used it.
+        """
+        ...
+
     def health(self) -> StateHealth:
         """Which backend answers now, and why not Redis when it should."""
         ...

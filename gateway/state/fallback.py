@@ -12,7 +12,10 @@ While down, nothing calls Redis but the probe, and:
   process that exits while Redis is still away loses its deltas; the ledger has them);
 - prefix history is local: a task's next request may look new here, and nothing is pushed
   back (the history is short-lived and only advice);
-- effort pins are local, and pushed with SET NX on recovery (a pin made meanwhile wins).
+- effort pins are local, and pushed with SET NX on recovery (a pin made meanwhile wins);
+- task claims (which team a task id belongs to) answered by Redis are remembered locally,
+  so a task seen before the outage keeps its owner here; a task first used during it is
+  claimed per process and pushed with SET NX on recovery (a claim made meanwhile wins).
 
 Exactly one log line marks each transition; `StateObserver` gets the degraded flag and
 one call per request served locally (the metrics `farebox_state_degraded` and
@@ -144,6 +147,23 @@ class FallbackState:
         if await self.local.task_value(task_id, name) is None:
             self._unsynced_pins[(task_id, name)] = (value, ttl_s)
         await self.local.pin_task_value(task_id, name, value, ttl_s)
+
+    async def claim_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> str:
+        if self._up:
+            try:
+                held = await self._call(
+                    lambda redis: redis.claim_task_value(task_id, name, value, ttl_s)
+                )
+            except _Unavailable:
+                pass
+            else:
+                self.local.set_task_value(task_id, name, held, ttl_s)  # kept through an outage
+                return held
+        self._fell_back("claim_task_value")
+        held = await self.local.claim_task_value(task_id, name, value, ttl_s)
+        if held == value:  # pushed with SET NX on recovery: a claim made in Redis meanwhile wins
+            self._unsynced_pins.setdefault((task_id, name), (value, ttl_s))
+        return held
 
     async def aclose(self) -> None:
         self._closing = True  # no new probe from here on

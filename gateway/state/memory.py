@@ -85,6 +85,28 @@ class MemoryState:
             while len(self._values) > self.max_tasks:
                 self._values.popitem(last=False)
 
+    async def claim_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> str:
+        # No await between the look and the store: atomic on the event loop.
+        held = self._value(task_id, name)
+        if held is not None:
+            return held
+        self.set_task_value(task_id, name, value, ttl_s)
+        return value
+
+    def set_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> None:
+        """Take a value learned elsewhere (Redis), so an outage keeps what was known."""
+        key = f"{task_id}:{name}"
+        self._values[key] = (value, time.monotonic() + ttl_s)
+        self._values.move_to_end(key)
+        while len(self._values) > self.max_tasks:
+            self._values.popitem(last=False)
+
+    def _value(self, task_id: str, name: str) -> str | None:
+        entry = self._values.get(f"{task_id}:{name}")
+        if entry is None or entry[1] < time.monotonic():
+            return None
+        return entry[0]
+
     def health(self) -> StateHealth:
         return StateHealth("memory")
 

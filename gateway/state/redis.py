@@ -165,6 +165,14 @@ class RedisState:
         key = self._pin_key(task_id, name)
         await self.client.set(key, value, ex=max(math.ceil(ttl_s), 1), nx=True)
 
+    async def claim_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> str:
+        # SET NX GET (Redis 7.0+): one atomic command sets ours or returns the earlier value.
+        key = self._pin_key(task_id, name)
+        held = await self.client.set(key, value, ex=max(math.ceil(ttl_s), 1), nx=True, get=True)
+        if held is None:
+            return value
+        return held.decode() if isinstance(held, bytes) else str(held)
+
     def _prefix_key(self, key: str) -> str:
         return f"{self.namespace}:prefix:{key}"
 
