@@ -25,6 +25,7 @@ from gateway.http_headers import safe_headers
 from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.decide import decide
+from gateway.pipeline.entitle import entitle
 from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
@@ -34,6 +35,7 @@ from gateway.pipeline.policy import apply_policy, capabilities
 from gateway.pipeline.prefix import check_prefix, rule_for_route
 from gateway.pipeline.relay import Relay, RelayResponse
 from gateway.pipeline.respond import cost_headers, with_cost
+from gateway.pipeline.task_claim import claim_task
 from gateway.pipeline.thinking_cap import ThinkingCap
 from gateway.pipeline.tier_report import tier_headers
 from gateway.policy.decision import Decision
@@ -50,6 +52,8 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     await parse_request(ctx)  # megabytes are parsed a slice at a time
     identify(ctx)
     decide(ctx, services.config)
+    entitle(ctx)  # the key's models, tiers, n and output cap
+    await claim_task(ctx, services.state)  # a task id belongs to the team that first used it
     base_edits = copy.deepcopy(ctx.edits)
     assert ctx.alias is not None
     decision = await _apply_policy(ctx, services)
