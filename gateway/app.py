@@ -38,6 +38,7 @@ from gateway.schemas.body import invalid_field
 from gateway.services import Observer, Services, Snapshot
 from gateway.settings import Settings
 from gateway.state import open_state
+from gateway.tenants import open_limiter
 from gateway.upstream.registry import Upstreams
 
 log = logging.getLogger("farebox")
@@ -117,6 +118,8 @@ async def _build_services(
     # Redis need not answer yet: shared state starts per-process and picks it up later.
     state = await open_state(settings.redis_url, limits=settings.redis_limits, observer=metrics)
     stack.push_async_callback(state.aclose)
+    limiter = open_limiter(settings.redis_url, limits=settings.redis_limits)
+    stack.push_async_callback(limiter.aclose)
     snapshot = await asyncio.to_thread(Snapshot.build, config)
     return Services(
         settings=settings,
@@ -129,6 +132,7 @@ async def _build_services(
         observers=list(observers),
         sim_base_url=sim_base_url,
         prefix_checker=_prefix_checker(settings),
+        limiter=limiter,
     )
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.policy.families import FamilyFinding, derive_family
 from gateway.policy.schema import Policy, RouteSettings, Rule, RuleActions
 from gateway.pricing.overrides import PriceOverride
+from gateway.tenants.config import TenantLimits
 
 SIM_BASE_URL = "sim"
 """`base_url: sim` means the bundled simulator, started by `farebox serve` on demand."""
@@ -115,6 +116,10 @@ class GatewayConfig(BaseModel):
     rules: list[Rule] = Field(default_factory=list, description="Policy rules; first match wins.")
     routing: dict[str, RouteSettings] = Field(
         default_factory=dict, description="Per alias: tiers, fallbacks, retries, timeouts."
+    )
+    tenants: TenantLimits = Field(
+        default_factory=TenantLimits,
+        description="Budgets and rate limits per team and project (docs/budgets.md).",
     )
 
     @cached_property

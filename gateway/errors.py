@@ -9,6 +9,9 @@
     │   └── BadHttpError        400    malformed HTTP (answered by the protocol, not the app)
     ├── AuthenticationError     401    no key, an unknown, revoked or expired key
     ├── PermissionDeniedError   403    a valid key asking for what it may not (names why)
+    ├── InsufficientQuotaError  429    a budget has no room for the request's worst case
+    ├── RateLimitExceededError  429    over a per-minute limit (Retry-After)
+    ├── BudgetStateUnavailableError 503  a fail_closed budget's Redis is unreachable
     ├── OverloadedError         503    over FAREBOX_MAX_CONNECTIONS open connections
     ├── ShuttingDownError       503    cut at the end of the shutdown grace period
     ├── LedgerUnavailableError  503    the ledger database did not answer a read (Retry-After)
@@ -96,6 +99,42 @@ class PermissionDeniedError(FareboxError):
     status_code = 403
     error_type = "permission_error"
     code = "permission_denied"
+
+
+class InsufficientQuotaError(FareboxError):
+    """A budget of the key, team or project cannot hold the request's worst case.
+
+    OpenAI's own type and code for an exhausted quota; the message names the budget,
+    what is spent and held, and when it resets.
+    """
+
+    status_code = 429
+    error_type = "insufficient_quota"
+    code = "insufficient_quota"
+
+
+class RateLimitExceededError(FareboxError):
+    """Over a per-minute limit: `error_type` is `requests` or `tokens`, as OpenAI's are."""
+
+    status_code = 429
+    error_type = "requests"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, error_type: str, headers: dict[str, str]):
+        super().__init__(message)
+        self.error_type = error_type
+        self.headers = headers
+
+
+class BudgetStateUnavailableError(FareboxError):
+    """Redis cannot be reached and a budget that applies is set to fail closed."""
+
+    status_code = 503
+    code = "budget_state_unavailable"
+
+    def __init__(self, message: str, *, headers: dict[str, str]):
+        super().__init__(message)
+        self.headers = headers
 
 
 class OverloadedError(FareboxError):

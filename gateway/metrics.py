@@ -218,6 +218,13 @@ class Metrics:
             ["operation"],
             registry=r,
         )
+        self.scope_ids = BoundedLabel()  # keys, teams and projects with a budget
+        self.budget_soft_limit = Counter(
+            "farebox_budget_soft_limit_crossed",
+            "Budgets whose spend passed their soft limit (soft_ratio x limit), once per window.",
+            ["scope", "scope_id", "period"],
+            registry=r,
+        )
 
     def observe_ledger(self, stats: LedgerStats) -> None:
         """Copy the ledger writer's counters into gauges, at scrape time."""
@@ -238,6 +245,10 @@ class Metrics:
     def state_fallback(self, operation: str) -> None:
         """One shared-state call answered per-process."""
         self.shared_state_fallbacks.labels(operation=operation).inc()
+
+    def soft_limit(self, scope: str, scope_id: str, period: str) -> None:
+        """A settle took a budget's spend past its soft limit: the alert before the stop."""
+        self.budget_soft_limit.labels(scope, self.scope_ids(scope_id), period).inc()
 
     def observe_task(self, team: str | None, outcome: str, cost: Decimal) -> None:
         """Record one finished task's total cost."""

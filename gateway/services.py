@@ -23,6 +23,7 @@ from gateway.prefix.checker import PrefixChecker
 from gateway.pricing import PriceBook, PricingError
 from gateway.settings import Settings
 from gateway.state import SharedState
+from gateway.tenants import Limiter, MemoryLimiter
 from gateway.upstream.registry import Upstreams
 
 log = logging.getLogger("farebox.config")
@@ -68,6 +69,7 @@ class Services:
     state: SharedState
     prefix_checker: PrefixChecker = field(default_factory=PrefixChecker)
     breakers: BreakerBoard = field(default_factory=BreakerBoard)
+    limiter: Limiter = field(default_factory=MemoryLimiter)  # budgets and rate limits
     observers: list[Observer] = field(default_factory=list)
     sim_base_url: str | None = None
 

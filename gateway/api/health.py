@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from starlette.responses import JSONResponse
 
 from gateway.api.deps import ServicesDep
+from gateway.config import GatewayConfig
 from gateway.state import StateHealth
 
 router = APIRouter()
@@ -38,13 +39,16 @@ async def readyz(services: ServicesDep) -> JSONResponse:
         problems.append(services.upstreams.warm_failure)
     state = services.state.health()
     warming = services.upstreams.warming
-    body: dict[str, Any] = {"status": _status(problems, warming, state.degraded)}
+    budgets = services.limiter.health()
+    degraded = state.degraded or budgets.degraded
+    body: dict[str, Any] = {"status": _status(problems, warming, degraded)}
     if problems:
         body["problems"] = problems
     if warming:
         body["warming"] = "litellm is loading for the routes that need it"
     body["models"] = len(services.config.models)
     body["state"] = _state(state)
+    body["budgets"] = _budgets(budgets, _fail_closed(services.config))
     return JSONResponse(body, status_code=503 if problems or warming else 200)
 
 
@@ -66,4 +70,27 @@ def _state(health: StateHealth) -> dict[str, Any]:
         body["reason"] = health.reason
         since = health.since
         body["since"] = datetime.fromtimestamp(since, UTC).isoformat() if since else None
+    return body
+
+
+def _fail_closed(config: GatewayConfig) -> list[str]:
+    """The configured teams and projects whose budget refuses while its state is away."""
+    found = []
+    for kind, quotas in (("team", config.tenants.teams), ("project", config.tenants.projects)):
+        for name, quota in quotas.items():
+            if quota.budget is not None and quota.budget.on_state_outage == "fail_closed":
+                found.append(f"{kind} '{name}'")
+    return found
+
+
+def _budgets(health: StateHealth, fail_closed: list[str]) -> dict[str, Any]:
+    """Where budget and rate-limit counters live, as of the limiter's last call to Redis."""
+    body = _state(health)
+    if health.degraded:
+        body["fail_closed"] = (
+            "budgets set to fail_closed are refused with 503 budget_state_unavailable "
+            "until Redis answers; fail_open ones are counted by this replica alone"
+        )
+        if fail_closed:
+            body["refusing"] = fail_closed
     return body

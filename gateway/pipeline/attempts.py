@@ -26,6 +26,7 @@ from gateway.errors import (
     UpstreamStatusError,
     UpstreamTimeoutError,
 )
+from gateway.pipeline import quota
 from gateway.pipeline.context import BodyEdits, RequestContext
 from gateway.pipeline.finish import finish
 from gateway.pipeline.measure import Meter
@@ -117,6 +118,7 @@ async def call_with_recovery(
             current = recovery.target
             tried.append(current)
             _replan(ctx, services, base_edits, current)
+        await quota.top_up(ctx, services)  # a dearer fallback holds more first, or is refused
         ctx.attempt += 1
 
 

@@ -1,7 +1,7 @@
 """One chat-completions request, top to bottom.
 
-    parse -> identify -> decide -> apply policy -> check prefix -> call upstream
-          -> measure -> price -> record
+    parse -> identify -> decide -> apply policy -> check prefix -> reserve quota
+          -> call upstream -> measure -> price -> record (and settle the quota)
 
 Each stage is its own module; this one only puts them in order and owns the two ways a
 reply goes back (whole, or streamed through `relay`). Failures before the first byte go
@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from gateway.http_headers import safe_headers
+from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.decide import decide
@@ -59,8 +60,14 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     decision = await _apply_policy(ctx, services)
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
     ctx.prefix = await check_prefix(ctx, services.prefix_checker, services.state, rule)
+    await quota.reserve(ctx, services)  # a refused request is never sent, nor booked
     send = _stream if ctx.stream else _complete
-    return await call_with_recovery(ctx, services, decision, base_edits, send)
+    try:
+        return await call_with_recovery(ctx, services, decision, base_edits, send)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await quota.close(ctx, services)  # no error path keeps a hold
+        raise
 
 
 async def _apply_policy(ctx: RequestContext, services: Services) -> Decision:

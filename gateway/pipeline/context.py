@@ -16,6 +16,7 @@ from gateway.usage import Usage
 
 if TYPE_CHECKING:
     from gateway.pipeline.prefix import PrefixOutcome
+    from gateway.pipeline.quota import QuotaHold
 
 
 @dataclass(slots=True)
@@ -92,6 +93,7 @@ class RequestContext:
     cost: CostBreakdown | None = None
     task_cost: Decimal | None = None
     prefix: PrefixOutcome | None = None
+    quota: QuotaHold | None = None  # the budget and rate-limit hold (pipeline.quota)
     upstream_headers: dict[str, str] = field(default_factory=dict)
     clamped: bool = False
     thinking_cap: int | None = None

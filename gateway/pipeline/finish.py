@@ -6,6 +6,7 @@ import time
 from decimal import Decimal
 
 from gateway.errors import FareboxError, UpstreamError, UpstreamStatusError
+from gateway.pipeline import quota
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.prefix import judge, remember
@@ -86,6 +87,7 @@ async def finish(
         _judge_prefix(ctx, services)
         await remember(ctx.prefix, services.state)
     services.ledger.submit(ledger_record(ctx, booked, attempt=ctx.attempt))
+    await quota.book(ctx, services, booked.total, usage.total_tokens, final)
     observe_metrics(services.metrics, ctx, booked)
     ttl = services.config.tasks.idle_timeout_s * 2
     ctx.task_cost = await services.state.add_task_cost(ctx.task.task_id, booked.total, ttl)

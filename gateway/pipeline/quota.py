@@ -1,0 +1,230 @@
+"""Stage 5: hold the request's worst case against its budgets and rate limits.
+
+Before the upstream call the worst case (its input at the input price plus its clamped
+output cap at the output price, at the tier it will be billed) is reserved against the
+key's, the team's and the project's limits, all or nothing; a refusal is a 429 (or a 503
+for a fail_closed budget whose state is away) and nothing is sent upstream. Each booked
+attempt adds its cost; the last one settles the hold to what the whole request cost,
+fallbacks included. A fallback to a dearer route first tops the hold up, or is refused.
+A request that ends any other way gives its hold back (`close`): the engine's own hold
+expiry is only the last resort for a process that died.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+from gateway.config import GatewayConfig
+from gateway.errors import (
+    BudgetStateUnavailableError,
+    FareboxError,
+    InsufficientQuotaError,
+    RateLimitExceededError,
+)
+from gateway.pipeline.context import RequestContext
+from gateway.pricing import PricingError
+from gateway.services import Services
+from gateway.tenants import (
+    BudgetExceeded,
+    Limiter,
+    RateLimited,
+    Refusal,
+    Reservation,
+    Scope,
+    ScopeLimits,
+    Settlement,
+)
+from gateway.tenants.config import scope_limits
+
+log = logging.getLogger("farebox.quota")
+
+UNCAPPED_OUTPUT_TOKENS = 32_768
+"""An uncapped request on a model whose maximum output the price map does not know."""
+MESSAGE_OVERHEAD_TOKENS = 4  # the role and separators a chat template adds per message
+OUTPUT_CAP_FIELDS = ("max_completion_tokens", "max_tokens")
+
+
+class WorstCase(NamedTuple):
+    """The most a request can cost, and the tokens it can use, as reserved before it."""
+
+    usd: Decimal
+    tokens: int
+
+
+@dataclass(slots=True)
+class QuotaHold:
+    """One request's holds (the first reservation and any top-ups) and what it booked."""
+
+    limiter: Limiter
+    scopes: tuple[ScopeLimits, ...]
+    reservation: Reservation
+    top_ups: list[Reservation] = field(default_factory=list)
+    spent_usd: Decimal = Decimal(0)  # booked by the attempts so far
+    tokens: int = 0
+    closed: bool = False
+
+    @property
+    def held_usd(self) -> Decimal:
+        return self.reservation.worst_case_usd + sum(
+            (hold.worst_case_usd for hold in self.top_ups), Decimal(0)
+        )
+
+
+def scopes_for(ctx: RequestContext, config: GatewayConfig) -> tuple[ScopeLimits, ...]:
+    """The limits that apply: the calling key's, its team's and its project's."""
+    found: list[ScopeLimits | None] = []
+    principal = getattr(ctx, "principal", None)
+    record = getattr(principal, "key", None)
+    if record is not None:
+        attributes = record.attributes
+        found.append(
+            scope_limits(Scope("key", record.id), attributes.budget, attributes.rate_limit)
+        )
+    tenants = config.tenants
+    team, project = ctx.identity.team, ctx.identity.project
+    if team and (quota := tenants.teams.get(team)) is not None:
+        found.append(scope_limits(Scope("team", team), quota.budget, quota.rate_limit))
+    if project and (quota := tenants.projects.get(project)) is not None:
+        found.append(scope_limits(Scope("project", project), quota.budget, quota.rate_limit))
+    return tuple(limits for limits in found if limits is not None)
+
+
+def input_tokens(ctx: RequestContext) -> int:
+    """The prompt's size as the prefix check estimated it (a quarter of its bytes), plus
+    each message's template tokens; never tokenized a second time."""
+    if ctx.prefix is not None:
+        estimate = ctx.prefix.check.record.total_tokens
+    else:
+        estimate = (len(ctx.raw_body) + 3) // 4
+    messages = ctx.request.messages if ctx.request is not None else ()
+    return estimate + MESSAGE_OVERHEAD_TOKENS * (len(messages) + 1)
+
+
+def output_cap(body: dict[str, Any], model_info: dict[str, Any]) -> int:
+    """The output the upstream may produce per choice: the clamped cap as sent, else the
+    model's own maximum, else `UNCAPPED_OUTPUT_TOKENS`."""
+    caps = [body.get(name) for name in OUTPUT_CAP_FIELDS]
+    given = [cap for cap in caps if isinstance(cap, int) and not isinstance(cap, bool)]
+    if given:
+        return max(max(given), 0)
+    for name in ("max_output_tokens", "max_tokens"):
+        known = model_info.get(name)
+        if isinstance(known, int) and known > 0:
+            return known
+    return UNCAPPED_OUTPUT_TOKENS
+
+
+def worst_case(ctx: RequestContext, services: Services) -> WorstCase:
+    """The request's worst case as planned now (after the policy, or a fallback's replan)."""
+    assert ctx.alias is not None
+    body = ctx.forwarded_body()
+    price_key = services.config.price_key(ctx.alias)
+    try:
+        info = services.prices.model_info(price_key) or {}
+    except PricingError:
+        info = {}
+    n = body.get("n")
+    choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+    prompt, output = input_tokens(ctx), output_cap(body, info) * choices
+    try:
+        price = services.prices.price(price_key)
+    except PricingError:
+        return WorstCase(Decimal(0), prompt + output)  # unpriced: booked at 0 as well
+    rates = price.quote(ctx.tier_planned or "standard", prompt).rates
+    input_rate = rates.input
+    if ctx.route is not None and ctx.route.wire_family == "anthropic":
+        # Anthropic bills cache writes above the input price; a 1-hour write only when asked.
+        input_rate = max(input_rate, rates.cache_write)
+        if b'"1h"' in ctx.raw_body:
+            input_rate = max(input_rate, rates.cache_write_1h)
+    output_rate = max(rates.output, rates.reasoning)
+    return WorstCase(prompt * input_rate + output * output_rate, prompt + output)
+
+
+def refusal_error(refusal: Refusal) -> FareboxError:
+    """The OpenAI-shaped error for the engine's refusal."""
+    if isinstance(refusal, BudgetExceeded):
+        return InsufficientQuotaError(refusal.message)
+    if isinstance(refusal, RateLimited):
+        return RateLimitExceededError(
+            refusal.message, error_type=refusal.error_type, headers=refusal.headers
+        )
+    return BudgetStateUnavailableError(refusal.message, headers=refusal.headers)
+
+
+async def reserve(ctx: RequestContext, services: Services) -> None:
+    """Hold the worst case, or raise the refusal; a request no limit applies to passes."""
+    scopes = scopes_for(ctx, services.config)
+    if not scopes:
+        return
+    worst = worst_case(ctx, services)
+    held = await services.limiter.reserve(scopes, worst.usd, worst.tokens)
+    if not isinstance(held, Reservation):
+        raise refusal_error(held)
+    ctx.quota = QuotaHold(services.limiter, scopes, held)
+
+
+async def top_up(ctx: RequestContext, services: Services) -> None:
+    """Before a fallback attempt: hold what its worst case needs beyond the holds, or raise.
+
+    The top-up holds budgets only: the fallback is the same request to a rate limit.
+    """
+    hold = ctx.quota
+    if hold is None or hold.closed:
+        return
+    need = hold.spent_usd + worst_case(ctx, services).usd - hold.held_usd
+    budgets = tuple(ScopeLimits(s.scope, s.budgets) for s in hold.scopes if s.budgets)
+    if need <= 0 or not budgets:
+        return
+    extra = await hold.limiter.reserve(budgets, need, 0)
+    if not isinstance(extra, Reservation):
+        raise refusal_error(extra)
+    hold.top_ups.append(extra)
+
+
+async def book(
+    ctx: RequestContext, services: Services, cost: Decimal, tokens: int, final: bool
+) -> None:
+    """Add an attempt's booked cost; the final attempt settles the hold to the total."""
+    hold = ctx.quota
+    if hold is None or hold.closed:
+        return
+    hold.spent_usd += cost
+    hold.tokens += tokens
+    if final:
+        await _settle(hold, services)
+
+
+async def close(ctx: RequestContext, services: Services) -> None:
+    """The safety net for a request that ended without its final booking: settle what its
+    attempts booked, or give the hold back when nothing was."""
+    hold = ctx.quota
+    if hold is None or hold.closed:
+        return
+    if hold.spent_usd > 0:
+        await _settle(hold, services)
+        return
+    hold.closed = True
+    for reservation in (hold.reservation, *hold.top_ups):
+        await hold.limiter.release(reservation)
+
+
+async def _settle(hold: QuotaHold, services: Services) -> None:
+    """Settle the first hold to the whole cost; the top-ups are then given back."""
+    hold.closed = True
+    settlement = await hold.limiter.settle(hold.reservation, hold.spent_usd, hold.tokens)
+    for reservation in hold.top_ups:
+        await hold.limiter.release(reservation)
+    _count_soft_limits(settlement, services)
+
+
+def _count_soft_limits(settlement: Settlement, services: Services) -> None:
+    for crossed in settlement.soft_limits_crossed:
+        log.warning(
+            "%s passed its soft limit: $%s of $%s %s",
+            crossed.scope, crossed.spent_usd, crossed.limit_usd, crossed.period,
+        )  # fmt: skip
+        services.metrics.soft_limit(crossed.scope.kind, crossed.scope.id, crossed.period)

@@ -1,0 +1,280 @@
+"""Budgets and rate limits on the request path: a real gateway, the simulator, real Redis
+and the real openai SDK. Teams come from `X-Farebox-Team` (open mode: no keys needed),
+their limits from the YAML configuration; each test uses a team name of its own, so the
+shared Redis never mixes two tests' counters."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai.types.chat import ChatCompletion
+from sqlalchemy import func, select
+
+from gateway.ledger import make_engine
+from gateway.ledger.models import RequestRow
+from gateway.settings import RedisLimits
+from gateway.tenants import Scope
+from gateway.tenants.redis import RedisLimiter
+from tests.conftest import SimControl
+from tests.e2e.conftest import Gateway, GatewayFactory
+from tests.redis_service import require_redis
+from tests.servers import free_port
+
+pytestmark = pytest.mark.redis
+
+INPUT_PER_M, OUTPUT_PER_M = Decimal(2), Decimal(10)  # USD per million tokens
+CAP = 200  # max_tokens of every request: its output costs at most $0.002
+MESSAGES = [{"role": "user", "content": "Count the ways a budget can hold."}]
+PATIENT = RedisLimits(timeout_s=2, connect_timeout_s=2, pool_wait_s=5)
+
+
+def _config(sim: SimControl, tenants: str) -> str:
+    return f"""
+models:
+  chat: {{provider: openai, model: sim-chat, base_url: "{sim.base_url}", family: openai}}
+prices:
+  chat:
+    input: {INPUT_PER_M}
+    output: {OUTPUT_PER_M}
+    tiers: {{flex: {{multiplier: 0.5}}}}
+routing:
+  chat:
+    tiers:
+      flex: {{set: {{service_tier: flex}}}}
+    fallbacks:
+      - {{from_tier: flex, statuses: [503], tier: standard}}
+    retry: {{attempts: 0}}
+tenants:
+{tenants}
+"""
+
+
+def _start(
+    make_gateway: GatewayFactory,
+    sim: SimControl,
+    tmp_path: Path,
+    tenants: str,
+    redis_url: str | None = None,
+) -> Gateway:
+    path = tmp_path / "farebox.yaml"
+    path.write_text(_config(sim, tenants))
+    url = redis_url or require_redis()
+    return make_gateway(config=path, redis_url=url, redis_limits=PATIENT)
+
+
+def _team() -> str:
+    return f"team-{uuid.uuid4().hex[:12]}"
+
+
+def _ask(client: openai.OpenAI, team: str, tier: str | None = None) -> ChatCompletion:
+    return client.chat.completions.create(
+        model="chat",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=CAP,
+        extra_headers={"X-Farebox-Team": team},
+        extra_body={"service_tier": tier} if tier else None,
+    )
+
+
+def _usage(team: str) -> tuple[Decimal, Decimal]:
+    """The team's day window in Redis: (spent, held)."""
+
+    async def read() -> tuple[Decimal, Decimal]:
+        limiter = RedisLimiter.from_url(require_redis(), "farebox", PATIENT)
+        try:
+            used = await limiter.usage(Scope("team", team), "day", datetime.now(UTC))
+        finally:
+            await limiter.aclose()
+        return used.spent_usd, used.held_usd
+
+    return asyncio.run(read())
+
+
+def _ledger(gateway: Gateway) -> tuple[int, Decimal]:
+    """Rows in the ledger and their summed cost (after the gateway stopped: all flushed)."""
+
+    async def read() -> tuple[int, Decimal]:
+        engine = make_engine(gateway.settings.ledger_url())
+        try:
+            async with engine.connect() as connection:
+                count = select(func.count(), func.sum(RequestRow.cost_total))
+                rows, total = (await connection.execute(count)).one()
+        finally:
+            await engine.dispose()
+        return int(rows or 0), Decimal(total or 0)
+
+    return asyncio.run(read())
+
+
+def _sent(sim: SimControl) -> list[dict[str, object]]:
+    return [json.loads(base64.b64decode(str(r["body_b64"]))) for r in sim.requests()]
+
+
+def _spend_until_refused(
+    client: openai.OpenAI, team: str, limit: int = 50
+) -> tuple[int, Exception]:
+    for served in range(limit):
+        try:
+            _ask(client, team)
+        except openai.RateLimitError as exc:
+            return served, exc
+    raise AssertionError(f"{limit} requests and no refusal")
+
+
+def test_a_team_budget_refuses_with_insufficient_quota_and_settles_to_the_ledger(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    team = _team()
+    gateway = _start(
+        make_gateway, sim, tmp_path, f"  teams:\n    {team}: {{budget: {{daily_usd: 0.01}}}}"
+    )
+    served, refused = _spend_until_refused(gateway.sdk(), team)
+    assert served >= 3  # each reserves about $0.002 and settles less
+    assert isinstance(refused, openai.RateLimitError)
+    assert refused.status_code == 429 and refused.code == "insufficient_quota"
+    body = refused.body
+    assert isinstance(body, dict) and body["type"] == "insufficient_quota"
+    message = refused.message
+    assert f"team '{team}' may spend $0.01 a day (UTC)" in message
+    assert "is spent and" in message and "held by requests in flight" in message
+    assert "It resets at " in message and "T00:00:00Z" in message
+    # Refused requests reach neither the upstream nor the ledger.
+    assert len(sim.requests()) == served
+    spent, held = _usage(team)
+    assert held == 0
+    gateway.stop()
+    rows, booked = _ledger(gateway)
+    assert rows == served
+    assert spent == booked  # the engine's count is the ledger's, to 1e-10 USD
+    assert Decimal("0.01") - Decimal("0.0021") < spent <= Decimal("0.01")
+
+
+def test_a_rate_limit_answers_429_with_retry_after(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    team = _team()
+    tenants = f"  teams:\n    {team}: {{rate_limit: {{requests_per_min: 2}}}}"
+    gateway = _start(make_gateway, sim, tmp_path, tenants)
+    client = gateway.sdk()
+    _ask(client, team)
+    _ask(client, team)
+    with pytest.raises(openai.RateLimitError) as caught:
+        _ask(client, team)
+    error = caught.value
+    assert error.code == "rate_limit_exceeded"
+    assert isinstance(error.body, dict) and error.body["type"] == "requests"
+    assert f"Rate limit reached for team '{team}' on requests per min" in error.message
+    retry_after = int(error.response.headers["retry-after"])
+    assert 1 <= retry_after <= 60
+    assert len(sim.requests()) == 2
+    # Another team has no limit and is not slowed by this one's.
+    _ask(client, _team())
+
+
+def test_an_upstream_failure_gives_the_hold_back(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    team = _team()
+    gateway = _start(
+        make_gateway, sim, tmp_path, f"  teams:\n    {team}: {{budget: {{daily_usd: 1}}}}"
+    )
+    sim.fault(status=500, count=1)
+    with pytest.raises(openai.InternalServerError):
+        _ask(gateway.sdk(), team)
+    assert _usage(team) == (Decimal(0), Decimal(0))  # nothing billed, nothing held
+
+
+def test_a_fallback_to_a_dearer_tier_tops_up_or_is_refused(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    # On flex a request's worst case is about $0.001; on standard about $0.002.
+    roomy, tight = _team(), _team()
+    tenants = (
+        f"  teams:\n    {roomy}: {{budget: {{daily_usd: 1}}}}\n"
+        f"    {tight}: {{budget: {{daily_usd: 0.0015}}}}"
+    )
+    gateway = _start(make_gateway, sim, tmp_path, tenants)
+    client = gateway.sdk()
+    sim.fault(status=503, count=1, match={"service_tier": "flex"})
+    reply = _ask(client, roomy, tier="flex")
+    assert reply.choices[0].message.content
+    flex, standard = _sent(sim)
+    assert flex["service_tier"] == "flex" and standard.get("service_tier") != "flex"
+    spent, held = _usage(roomy)
+    assert held == 0 and spent > 0
+    sim.reset()
+    sim.fault(status=503, count=1, match={"service_tier": "flex"})
+    with pytest.raises(openai.RateLimitError) as caught:
+        _ask(client, tight, tier="flex")
+    assert caught.value.code == "insufficient_quota"
+    assert len(sim.requests()) == 1  # the flex attempt only: the fallback was never sent
+    assert _usage(tight) == (Decimal(0), Decimal(0))
+    gateway.stop()
+    _, booked = _ledger(gateway)
+    assert booked == spent  # the failed flex attempts cost nothing; the fallback its cost
+
+
+def test_crossing_a_soft_limit_counts_an_alert(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    team = _team()
+    tenants = f"  teams:\n    {team}: {{budget: {{daily_usd: 0.01, soft_ratio: 0.1}}}}"
+    gateway = _start(make_gateway, sim, tmp_path, tenants)
+    client = gateway.sdk()
+    name = "farebox_budget_soft_limit_crossed_total"
+    series = f'{name}{{period="day",scope="team",scope_id="{team}"}}'
+    for _ in range(4):
+        _ask(client, team)
+    metrics = httpx.get(f"{gateway.server.url}/metrics", timeout=10).text
+    assert f"{series} 1.0" in metrics  # once per window, however many settles pass it
+
+
+def test_with_redis_unreachable_fail_closed_refuses_and_fail_open_serves(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    closed, opened = _team(), _team()
+    tenants = (
+        f"  teams:\n    {closed}: {{budget: {{daily_usd: 1}}}}\n"
+        f"    {opened}: {{budget: {{daily_usd: 1, on_state_outage: fail_open}}}}"
+    )
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    gateway = _start(make_gateway, sim, tmp_path, tenants, redis_url=nowhere)
+    client = gateway.sdk()
+    with pytest.raises(openai.InternalServerError) as caught:
+        _ask(client, closed)
+    error = caught.value
+    assert error.status_code == 503 and error.code == "budget_state_unavailable"
+    assert f"The budget of team '{closed}' (day budget) cannot be checked" in error.message
+    assert int(error.response.headers["retry-after"]) >= 1
+    assert _ask(client, opened).choices[0].message.content
+    for _ in range(PATIENT.failures):  # the limiter counts Redis away after this many calls
+        with pytest.raises(openai.InternalServerError):
+            _ask(client, closed)
+    assert len(sim.requests()) == 1
+    ready = httpx.get(f"{gateway.server.url}/readyz", timeout=10).json()
+    assert ready["status"] == "degraded"
+    assert ready["budgets"]["status"] == "degraded"
+    assert ready["budgets"]["refusing"] == [f"team '{closed}'"]
+    assert "fail_closed" in ready["budgets"]["fail_closed"]
+
+
+def test_a_bad_budget_in_the_configuration_is_refused_naming_the_field(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    from gateway.config import ConfigError, parse_config
+
+    text = _config(sim, "  teams:\n    acme: {budget: {daily_usd: -1}}")
+    with pytest.raises(ConfigError, match=r"tenants\.teams\.acme\.budget\.daily_usd"):
+        parse_config(text)
+    text = _config(sim, "  teams:\n    acme: {budget: {dayly_usd: 1}}")
+    with pytest.raises(ConfigError, match=r"tenants\.teams\.acme\.budget\.dayly_usd"):
+        parse_config(text)
