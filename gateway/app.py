@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse
 from gateway import __version__
 from gateway.api import admin, chat, gpu, health, models, prefix, spend, tasks
 from gateway.api import metrics as metrics_api
+from gateway.auth.middleware import AuthMiddleware
 from gateway.body_guard import BodyGuard
 from gateway.config import GatewayConfig, load_config
 from gateway.drain import InFlight, InFlightMiddleware
@@ -93,6 +94,8 @@ def create_app(
         api_limit=settings.max_api_body_bytes,
         timeout_s=settings.body_timeout_s,
     )
+    # Before the body is read: a caller without a valid key never gets to send one.
+    app.add_middleware(AuthMiddleware, admin_key=settings.admin_key)
     # Outermost: a shutdown past its grace period cuts requests here (see gateway.drain).
     app.state.in_flight = InFlight()
     app.add_middleware(InFlightMiddleware, in_flight=app.state.in_flight)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +30,16 @@ def _banner(settings: Settings) -> Callable[[Services], None]:
         out = Console()
         base = f"http://{settings.host}:{settings.port}/v1"
         out.print(f"[bold]Farebox {__version__}[/] serving on {base}")
-        out.print(f'  OpenAI SDK: OpenAI(base_url="{base}", api_key="anything")')
+        if settings.admin_key is None:
+            out.print(f'  OpenAI SDK: OpenAI(base_url="{base}", api_key="anything")')
+            out.print(
+                "  [bold yellow]OPEN MODE[/]: no FAREBOX_ADMIN_KEY, so no key is checked: "
+                "anyone who reaches this port may call every model, read all spend, "
+                "reload the policy and bill any team (docs/security.md)"
+            )
+        else:
+            out.print(f'  OpenAI SDK: OpenAI(base_url="{base}", api_key="<a fbx- key>")')
+            out.print("  auth: keys (every endpoint but /healthz needs one; docs/security.md)")
         out.print(f"  config: {settings.config_path()}")
         out.print(f"  models: {', '.join(services.config.models) or 'none'}")
         if services.sim_base_url:
@@ -41,6 +51,26 @@ def _banner(settings: Settings) -> Callable[[Services], None]:
     return show
 
 
+def open_bind_refusal(settings: Settings, allow_open: bool = False) -> str | None:
+    """Why open mode may not listen on `settings.host`, or None when it may."""
+    if settings.admin_key is not None or allow_open or settings.allow_open:
+        return None
+    if settings.host == "localhost" or _is_loopback(settings.host):
+        return None
+    return (
+        f"refusing to serve in open mode on {settings.host}: without FAREBOX_ADMIN_KEY anyone "
+        "who reaches it may spend every provider key. Set FAREBOX_ADMIN_KEY, listen on "
+        "127.0.0.1, or pass --allow-open (FAREBOX_ALLOW_OPEN=true) to do it anyway."
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost: it may resolve anywhere
+        return False
+
+
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
@@ -48,6 +78,9 @@ def serve(
     config: Annotated[
         Path | None, typer.Option(help="YAML config (default: FAREBOX_CONFIG or the embedded one).")
     ] = None,
+    allow_open: Annotated[
+        bool, typer.Option(help="Serve in open mode (no admin key) on a non-loopback address.")
+    ] = False,
 ) -> None:
     """Start the gateway."""
     from gateway.app import create_app
@@ -56,6 +89,10 @@ def serve(
 
     overrides = {k: v for k, v in {"host": host, "port": port, "config": config}.items() if v}
     settings = Settings(**overrides)  # type: ignore[arg-type]
+    refusal = open_bind_refusal(settings, allow_open)
+    if refusal is not None:
+        err.print(f"[red]farebox: {refusal}[/]")
+        raise typer.Exit(2)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )

@@ -47,6 +47,7 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     if warming:
         body["warming"] = "litellm is loading for the routes that need it"
     body["models"] = len(services.config.models)
+    body["auth"] = "open" if services.settings.admin_key is None else "keys"
     body["state"] = _state(state)
     body["budgets"] = _budgets(budgets, _fail_closed(services.config))
     return JSONResponse(body, status_code=503 if problems or warming else 200)

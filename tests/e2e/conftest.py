@@ -119,10 +119,13 @@ def sim_config(sim_url: str) -> GatewayConfig:
     return GatewayConfig.model_validate({"models": sim_routes(sim_url), "prices": PRICES})
 
 
-def _wait_warm(server: ServerThread, timeout: float = 120) -> None:
+def _wait_warm(server: ServerThread, settings: Settings, timeout: float = 120) -> None:
     """Wait, as a load balancer would, until litellm has loaded for the routes needing it."""
     deadline = time.monotonic() + timeout
-    while httpx.get(f"{server.url}/readyz", timeout=10).json()["status"] == "warming":
+    key = settings.admin_key  # /readyz takes a key when one is configured
+    headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+    url = f"{server.url}/readyz"
+    while httpx.get(url, headers=headers, timeout=10).json()["status"] == "warming":
         assert time.monotonic() < deadline, "the gateway never finished warming up"
         time.sleep(0.05)
 
@@ -146,7 +149,7 @@ def make_gateway(
         app = create_app(gateway_settings, routes, observers=[seen.append])
         gateway = Gateway(ServerThread(app, gateway_settings).start(), seen, gateway_settings)
         started.append(gateway)
-        _wait_warm(gateway.server)
+        _wait_warm(gateway.server, gateway_settings)
         return gateway
 
     yield start

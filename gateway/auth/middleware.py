@@ -1,0 +1,96 @@
+"""Authenticate every request and check the route table before any route runs.
+
+A plain ASGI middleware (it runs on every request: no FastAPI dependency machinery, no
+I/O; the key lookup is an in-memory read of the key cache). It sets
+`scope["farebox.principal"]` (see gateway.auth.principal) on every request but `/healthz`,
+and answers 401 (with `WWW-Authenticate: Bearer`) or 403 in OpenAI's error shape;
+`RequestIdMiddleware` outside it adds `x-request-id`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import SecretStr
+from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.auth.access import RouteClass, refusal, route_class
+from gateway.auth.authenticate import authenticate
+from gateway.auth.credentials import credential_of
+from gateway.auth.principal import OPEN, SCOPE_KEY
+from gateway.errors import AuthenticationError, FareboxError, PermissionDeniedError, error_bytes
+from gateway.keys.model import KeyRecord
+
+
+class AuthMiddleware:
+    """401 for a missing or bad credential, 403 for a route its principal may not call."""
+
+    def __init__(self, app: ASGIApp, *, admin_key: SecretStr | None) -> None:
+        self.app = app
+        self.admin_key = admin_key.get_secret_value().encode() if admin_key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.admin_key is None:  # the open mode
+            scope[SCOPE_KEY] = OPEN
+            await self.app(scope, receive, send)
+            return
+        cls = _class_of(scope)
+        if cls is not RouteClass.PUBLIC:
+            try:
+                principal = authenticate(
+                    credential_of(scope["headers"]),
+                    admin_key=self.admin_key,
+                    lookup=_lookup_of(scope),
+                    now=datetime.now(UTC),
+                )
+            except AuthenticationError as exc:
+                await _answer(send, exc, ((b"www-authenticate", b"Bearer"),))
+                return
+            denied = refusal(cls, principal)
+            if denied is not None:
+                await _answer(send, PermissionDeniedError(denied))
+                return
+            scope[SCOPE_KEY] = principal
+        await self.app(scope, receive, send)
+
+
+def _class_of(scope: Scope) -> RouteClass:
+    """The path's class; a route missing from the table takes the admin key (fail closed)."""
+    path: str = scope["path"]
+    cls = route_class(path)
+    if cls is not None:
+        return cls
+    for route in getattr(scope.get("app"), "routes", ()):
+        if route.matches(scope)[0] is not Match.NONE:  # a route (or a wrong method on it)
+            return RouteClass.ADMIN
+    return RouteClass.UNKNOWN
+
+
+def _no_keys(secret: str) -> KeyRecord | None:
+    return None
+
+
+def _lookup_of(scope: Scope) -> Any:
+    """The key cache's lookup (built in the lifespan); none before the key store exists."""
+    services = getattr(getattr(scope.get("app"), "state", None), "services", None)
+    keys = getattr(services, "keys", None)
+    return keys.lookup if keys is not None else _no_keys
+
+
+async def _answer(
+    send: Send, error: FareboxError, extra: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    """Answer `error` without reading the body (the server discards what is left of it)."""
+    body = error_bytes(error)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *extra,
+    ]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
