@@ -18,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway import __version__
-from gateway.api import admin, chat, gpu, health, models, prefix, spend, tasks
+from gateway.api import admin, admin_keys, chat, gpu, health, models, prefix, spend, tasks
 from gateway.api import metrics as metrics_api
+from gateway.audit import AuditLog
 from gateway.auth.middleware import AuthMiddleware
 from gateway.body_guard import BodyGuard
 from gateway.config import GatewayConfig, load_config
@@ -27,6 +28,8 @@ from gateway.drain import InFlight, InFlightMiddleware
 from gateway.embedded_sim import start_embedded_sim
 from gateway.errors import FareboxError, error_body
 from gateway.heap import freeze_heap
+from gateway.keys.cache import KeyCache
+from gateway.keys.store import KeyStore
 from gateway.ledger import LedgerWriter, WriterConfig, migrate
 from gateway.ledger.reads import bounded_engine
 from gateway.loopwatch import LoopWatch
@@ -84,6 +87,7 @@ def create_app(
         gpu.router,
         prefix.router,
         admin.router,
+        admin_keys.router,
         metrics_api.router,
     ):
         app.include_router(router)
@@ -124,6 +128,8 @@ async def _build_services(
     limiter = open_limiter(settings.redis_url, limits=settings.redis_limits)
     stack.push_async_callback(limiter.aclose)
     snapshot = await asyncio.to_thread(Snapshot.build, config)
+    keys = KeyCache(KeyStore(engine), settings.keys_refresh_s)
+    await stack.enter_async_context(keys)  # loaded now, then polled until shutdown
     return Services(
         settings=settings,
         snapshot=snapshot,
@@ -132,6 +138,8 @@ async def _build_services(
         ledger=ledger,
         engine=engine,
         state=state,
+        keys=keys,
+        audit=AuditLog(engine),
         observers=list(observers),
         sim_base_url=sim_base_url,
         prefix_checker=_prefix_checker(settings),

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.audit import AuditLog
 from gateway.config import GatewayConfig
+from gateway.keys.cache import KeyCache
 from gateway.ledger import LedgerWriter
 from gateway.metrics import Metrics
 from gateway.pipeline.context import RequestContext
@@ -67,6 +69,8 @@ class Services:
     ledger: LedgerWriter
     engine: AsyncEngine  # for ledger reads (bounded timeouts); the writer has its own
     state: SharedState
+    keys: KeyCache  # virtual keys by secret hash: `keys.lookup(secret)`, no I/O
+    audit: AuditLog
     prefix_checker: PrefixChecker = field(default_factory=PrefixChecker)
     breakers: BreakerBoard = field(default_factory=BreakerBoard)
     limiter: Limiter = field(default_factory=MemoryLimiter)  # budgets and rate limits

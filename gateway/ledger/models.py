@@ -164,3 +164,36 @@ class TaskRow(Base):
     cost_reasoning: Mapped[Decimal] = mapped_column(Money)
     cost_total: Mapped[Decimal] = mapped_column(Money)
     first_ttft_ms: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class ApiKeyRow(Base):
+    """A virtual key: its SHA-256, never its secret (see gateway.keys)."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (Index("ix_api_keys_secret_hash", "secret_hash", unique=True),)
+
+    id: Mapped[str] = mapped_column(String, primary_key=True)
+    prefix: Mapped[str] = mapped_column(String)
+    secret_hash: Mapped[str] = mapped_column(String)
+    attributes: Mapped[str] = mapped_column(Text)  # KeyAttributes as JSON
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    rotated_from: Mapped[str | None] = mapped_column(String)
+
+
+class AuditRow(Base):
+    """One admin action or policy reload: who, when, what, accepted or refused."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_at", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    actor: Mapped[str] = mapped_column(String)
+    action: Mapped[str] = mapped_column(String)
+    target: Mapped[str | None] = mapped_column(String)
+    outcome: Mapped[str] = mapped_column(String)
+    detail: Mapped[str | None] = mapped_column(Text)  # JSON
+    content_hash: Mapped[str | None] = mapped_column(String)
