@@ -15,7 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.api.deps import LedgerDep, ServicesDep
 from gateway.api.jsonable import jsonable
+from gateway.api.read_scope import ScopeDep
 from gateway.ledger import spend
+from gateway.ledger.scope import ReadScope
 from gateway.pricing import GpuCost, GpuHourMeter
 
 router = APIRouter()
@@ -26,12 +28,12 @@ def _hour_start(at: datetime) -> datetime:
 
 
 async def _meter(
-    ledger: AsyncEngine, alias: str, gpu: GpuCost, hours: list[datetime]
+    ledger: AsyncEngine, alias: str, gpu: GpuCost, hours: list[datetime], scope: ReadScope
 ) -> GpuHourMeter:
-    """A meter fed with the tokens the ledger recorded for `alias`, hour by hour."""
+    """A meter fed with the tokens the ledger recorded for `alias` within `scope`, hourly."""
     meter = GpuHourMeter(gpu, retain_hours=len(hours) + 1)
     for start in hours:
-        rows = await spend(ledger, "model", start, start + timedelta(hours=1))
+        rows = await spend(ledger, "model", start, start + timedelta(hours=1), scope=scope)
         for row in rows:
             if row.group == alias:
                 meter.record(start, row.prompt_tokens - row.cached_tokens, row.completion_tokens)
@@ -40,16 +42,23 @@ async def _meter(
 
 @router.get("/v1/gpu")
 async def gpu_costs(
-    services: ServicesDep, ledger: LedgerDep, hours: Annotated[int, Query(ge=1, le=168)] = 24
+    services: ServicesDep,
+    ledger: LedgerDep,
+    scope: ScopeDep,
+    hours: Annotated[int, Query(ge=1, le=168)] = 24,
 ) -> dict[str, Any]:
-    """Per GPU-priced model: planned USD per million tokens, and the effective price per hour."""
+    """Per GPU-priced model: planned USD per million tokens, and the effective price per hour.
+
+    A team key's hours count its own team's tokens only: its effective price is what the
+    GPU would cost per token had the team been its only user, and other teams' volume (which
+    the fleet-wide price and utilisation would reveal) stays hidden."""
     now = _hour_start(datetime.now(UTC))
     starts = [now - timedelta(hours=h) for h in range(hours - 1, -1, -1)]
     data = []
     for alias, override in services.config.prices.items():
         if override.gpu is None:
             continue
-        meter = await _meter(ledger, alias, override.gpu, starts)
+        meter = await _meter(ledger, alias, override.gpu, starts, scope)
         hourly = [meter.effective(start) for start in starts]
         data.append(
             {

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from gateway.api.deps import LedgerDep, ServicesDep
 from gateway.api.jsonable import jsonable
 from gateway.api.params import Instant
+from gateway.api.read_scope import FilteredScopeDep
 from gateway.errors import InvalidRequestError
 from gateway.ledger import SpendRow, TaskCostStats, export_csv, spend, task_cost_stats
 from gateway.ledger.queries import TaskOutcomes, task_outcomes
@@ -29,14 +30,16 @@ GroupBy = Literal["team", "project", "model", "backend", "tier", "step", "step_k
 
 @router.get("/v1/spend", response_model=None)
 async def read_spend(
+    scope: FilteredScopeDep,  # a filter the key may not use is a 403 before any read
     ledger: LedgerDep,
     group_by: GroupBy = "team",
     since: Instant | None = None,
     until: Instant | None = None,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> dict[str, Any] | Response:
-    """Requests, tokens and cost by component, grouped, over `since <= t < until`."""
-    rows = await spend(ledger, group_by, since, until)
+    """Requests, tokens and cost by component, grouped, over `since <= t < until`, of the
+    rows the caller may read (its team's, unless it sees all) and `team`/`project` name."""
+    rows = await spend(ledger, group_by, since, until, scope=scope)
     if format == "csv":
         return Response(export_csv(rows, SpendRow), media_type="text/csv")
     return {"object": "list", "group_by": group_by, "data": jsonable(rows)}
@@ -44,6 +47,7 @@ async def read_spend(
 
 @router.get("/v1/spend/tasks", response_model=None)
 async def read_task_costs(
+    scope: FilteredScopeDep,  # a filter the key may not use is a 403 before any read
     ledger: LedgerDep,
     group_by: Literal["team", "project"] = "team",
     since: Instant | None = None,
@@ -57,9 +61,15 @@ async def read_task_costs(
     and per group the finished and abandoned tasks and untasked requests, each on its own."""
     statuses = _statuses(status)
     rows = await task_cost_stats(
-        ledger, group_by, since, until, statuses=statuses, include_abandoned=include_abandoned
+        ledger,
+        group_by,
+        since,
+        until,
+        statuses=statuses,
+        include_abandoned=include_abandoned,
+        scope=scope,
     )
-    outcomes = await task_outcomes(ledger, group_by, since, until)
+    outcomes = await task_outcomes(ledger, group_by, since, until, scope=scope)
     if format == "csv" and table == "outcomes":
         return Response(export_csv(outcomes, TaskOutcomes), media_type="text/csv")
     if format == "csv":
@@ -97,7 +107,9 @@ def _statuses(values: list[str] | None) -> list[str] | None:
 
 @router.post("/v1/cost/estimate")
 async def estimate_cost(body: CostEstimateRequest, services: ServicesDep) -> dict[str, Any]:
-    """Price hypothetical token counts for a model (an alias or a price-map name) and tier."""
+    """Price hypothetical token counts for a model (an alias or a price-map name) and tier.
+
+    Not scoped: it reads the price book, never the ledger, so it shows no one's spend."""
     key = (
         services.config.price_key(body.model)
         if body.model in services.config.models

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.deps import LedgerDep, ServicesDep
 from gateway.api.jsonable import jsonable
+from gateway.api.read_scope import ScopeDep
+from gateway.api.task_owner import check_finisher
 from gateway.errors import FareboxError, InvalidRequestError
 from gateway.ledger import TaskDetail, get_task
 from gateway.ledger.records import ABANDONED, OPEN
@@ -30,10 +32,13 @@ class FinishRequest(BaseModel):
 
 
 @router.post("/v1/tasks/{task_id}/finish")
-async def finish_task(task_id: str, body: FinishRequest, services: ServicesDep) -> dict[str, Any]:
-    """Mark a task finished with an outcome (`success`, `failed`, ...)."""
+async def finish_task(
+    task_id: str, body: FinishRequest, request: Request, services: ServicesDep, ledger: LedgerDep
+) -> dict[str, Any]:
+    """Mark a task finished with an outcome (`success`, `failed`, ...); its own team only."""
     check_identifier(task_id, "task_id", MAX_TASK_ID)
     check_identifier(body.outcome, "outcome", MAX_OUTCOME)
+    await check_finisher(request, task_id, services.state, ledger)
     try:
         services.ledger.finish_task(task_id, body.outcome)
     except ValueError as exc:
@@ -42,10 +47,11 @@ async def finish_task(task_id: str, body: FinishRequest, services: ServicesDep) 
 
 
 @router.get("/v1/tasks/{task_id}")
-async def read_task(task_id: str, ledger: LedgerDep) -> dict[str, Any]:
-    """The task's totals and each upstream call it made."""
+async def read_task(task_id: str, ledger: LedgerDep, scope: ScopeDep) -> dict[str, Any]:
+    """The task's totals and each upstream call it made; another team's task is a 404,
+    word for word the one an unknown task gets."""
     check_identifier(task_id, "task_id", MAX_TASK_ID)
-    detail = await get_task(ledger, task_id)  # caught up with what this process served
+    detail = await get_task(ledger, task_id, scope=scope)  # caught up with this process
     if detail is None:
         raise TaskNotFoundError(f"task '{task_id}' has no recorded requests", param="task_id")
     task = jsonable(detail.task)
