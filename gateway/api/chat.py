@@ -7,6 +7,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from gateway.api.deps import ServicesDep
+from gateway.auth.principal import principal_of
 from gateway.pipeline.chat import handle_chat
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import release
@@ -38,7 +39,9 @@ async def chat_completions(request: Request, services: ServicesDep) -> Response:
     """Forward a chat completion, streamed or whole, through the pipeline."""
     raw = await read_body(request, services.settings.max_body_bytes)
     request_id = request_id_of(request.scope)  # the id the response header and ledger share
-    ctx = RequestContext(raw_body=raw, headers=dict(request.headers), request_id=request_id)
+    principal = principal_of(request.scope)  # set by the auth middleware on every request
+    headers = dict(request.headers)
+    ctx = RequestContext(raw_body=raw, headers=headers, request_id=request_id, principal=principal)
     try:
         response = await handle_chat(ctx, services)
     except Exception:
