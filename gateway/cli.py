@@ -107,7 +107,9 @@ def serve(
 
 
 def _register_commands() -> None:
+    from gateway.commands.audit import audit
     from gateway.commands.cost import cost
+    from gateway.commands.keys import app as keys_app
     from gateway.commands.lint import lint
     from gateway.commands.policy import app as policy_app
     from gateway.commands.report import report
@@ -118,6 +120,8 @@ def _register_commands() -> None:
     app.command("report")(report)
     app.command("lint")(lint)
     app.add_typer(policy_app, name="policy")
+    app.add_typer(keys_app, name="keys")
+    app.command("audit")(audit)
 
 
 _register_commands()
