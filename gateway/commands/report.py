@@ -4,6 +4,10 @@ Finished tasks (closed by the client), abandoned ones (closed by the idle timeou
 untasked requests (sent without a task id) are counted apart; the cost-per-task statistics
 cover finished tasks unless `--include-abandoned` or `--status` says otherwise. Tables fit
 the terminal's width (see `gateway.commands.tables`); `--json` has every exact amount.
+
+Two sources: the ledger database itself (whoever holds its URL sees every team), or, with
+`--url`, a running gateway read with a key (`FAREBOX_API_KEY` or `--api-key`), which shows
+what that key may see: its own team's rows for a team key (gateway.commands.report_remote).
 """
 
 from __future__ import annotations
@@ -12,18 +16,20 @@ import asyncio
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.api.jsonable import jsonable
+from gateway.commands.report_remote import RemoteReadError, query, read_remote
 from gateway.commands.tables import Column, money, percent, print_table
 from gateway.ledger import SpendRow, TaskCostStats, spend, task_cost_stats
 from gateway.ledger.queries import TaskOutcomes, task_outcomes
 from gateway.ledger.reads import LEDGER_DOWN, bounded_engine
 from gateway.ledger.records import ABANDONED, OPEN
+from gateway.ledger.scope import ReadScope
 from gateway.settings import Settings
 
 err = Console(stderr=True)
@@ -47,17 +53,24 @@ async def _read(
     until: datetime | None,
     statuses: list[str] | None,
     include_abandoned: bool,
+    scope: ReadScope,
 ) -> Report:
     # The same time limits as the gateway's reads: a down database is an error, not a hang.
     engine = bounded_engine(
         settings.ledger_url(), settings.ledger_connect_timeout_s, settings.ledger_read_timeout_s
     )
     try:
-        rows = await spend(engine, group_by, since, until)
+        rows = await spend(engine, group_by, since, until, scope=scope)
         stats = await task_cost_stats(
-            engine, "team", since, until, statuses=statuses, include_abandoned=include_abandoned
+            engine,
+            "team",
+            since,
+            until,
+            statuses=statuses,
+            include_abandoned=include_abandoned,
+            scope=scope,
         )
-        outcomes = await task_outcomes(engine, "team", since, until)
+        outcomes = await task_outcomes(engine, "team", since, until, scope=scope)
         return Report(rows, stats, outcomes)
     finally:
         await engine.dispose()
@@ -151,6 +164,16 @@ def report(
     database_url: Annotated[
         str | None, typer.Option(help="Ledger database (default: FAREBOX_DATABASE_URL or SQLite).")
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="Read through this gateway (e.g. http://127.0.0.1:4000) with a key."),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="FAREBOX_API_KEY", show_default=False, help="The key for --url."),
+    ] = None,
+    team: Annotated[str | None, typer.Option(help="Only this team's rows.")] = None,
+    project: Annotated[str | None, typer.Option(help="Only this project's rows.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     include_abandoned: Annotated[
         bool, typer.Option(help="Count tasks the idle timeout closed in the per-task costs.")
@@ -161,19 +184,58 @@ def report(
     ] = None,
 ) -> None:
     """Spend grouped over a time range, cost per finished task (p50, p95, max) per team, and
-    finished tasks, abandoned tasks and untasked requests per team."""
+    finished tasks, abandoned tasks and untasked requests per team: from the ledger database
+    (every team), or with --url from a gateway, as much as the key may see."""
     if group_by not in GROUPS:
         err.print(f"farebox report: --group-by must be one of {', '.join(GROUPS)}")
         raise typer.Exit(2)
     _check_statuses(status)
+    if url is not None and database_url is not None:
+        err.print("farebox report: give --url (a gateway) or --database-url, not both")
+        raise typer.Exit(2)
+    if url is not None:
+        params = query(since, until, team, project) | {"group_by": group_by}
+        tasks = {"status": status or [], "include_abandoned": include_abandoned}
+        found = _from_gateway(url, api_key, params, tasks)
+    else:
+        scope = ReadScope(team=team, project=project)
+        found = _from_database(
+            database_url, group_by, since, until, status, include_abandoned, scope
+        )
+    _print(found, group_by, _selection(status, include_abandoned), json_output)
+
+
+def _from_gateway(
+    url: str, api_key: str | None, params: dict[str, Any], tasks: dict[str, Any]
+) -> Report:
+    try:
+        return Report(*read_remote(url, api_key, params, tasks))
+    except RemoteReadError as exc:
+        err.print(f"farebox report: {exc}", markup=False)
+        raise typer.Exit(2) from exc
+
+
+def _from_database(
+    database_url: str | None,
+    group_by: str,
+    since: datetime | None,
+    until: datetime | None,
+    statuses: list[str] | None,
+    include_abandoned: bool,
+    scope: ReadScope,
+) -> Report:
     settings = Settings(database_url=database_url) if database_url else Settings()
     url = settings.ledger_url()
     try:
-        found = asyncio.run(_read(settings, group_by, since, until, status, include_abandoned))
+        return asyncio.run(
+            _read(settings, group_by, since, until, statuses, include_abandoned, scope)
+        )
     except _READ_FAILURES as exc:
         err.print(f"farebox report: cannot read the ledger at {url.split('@')[-1]}: {exc}")
         raise typer.Exit(2) from exc
-    which = _selection(status, include_abandoned)
+
+
+def _print(found: Report, group_by: str, which: list[str], json_output: bool) -> None:
     if json_output:
         document = {
             "group_by": group_by,
