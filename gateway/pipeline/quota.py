@@ -26,6 +26,7 @@ from gateway.errors import (
 )
 from gateway.pipeline.context import RequestContext
 from gateway.pricing import PricingError
+from gateway.pricing.money import money_str
 from gateway.services import Services
 from gateway.tenants import (
     BudgetExceeded,
@@ -45,6 +46,7 @@ UNCAPPED_OUTPUT_TOKENS = 32_768
 """An uncapped request on a model whose maximum output the price map does not know."""
 MESSAGE_OVERHEAD_TOKENS = 4  # the role and separators a chat template adds per message
 OUTPUT_CAP_FIELDS = ("max_completion_tokens", "max_tokens")
+RESERVED_HEADER = "x-farebox-budget-reserved-usd"
 
 
 class WorstCase(NamedTuple):
@@ -76,8 +78,7 @@ class QuotaHold:
 def scopes_for(ctx: RequestContext, config: GatewayConfig) -> tuple[ScopeLimits, ...]:
     """The limits that apply: the calling key's, its team's and its project's."""
     found: list[ScopeLimits | None] = []
-    principal = getattr(ctx, "principal", None)
-    record = getattr(principal, "key", None)
+    record = ctx.principal.key
     if record is not None:
         attributes = record.attributes
         found.append(
@@ -165,6 +166,7 @@ async def reserve(ctx: RequestContext, services: Services) -> None:
     if not isinstance(held, Reservation):
         raise refusal_error(held)
     ctx.quota = QuotaHold(services.limiter, scopes, held)
+    _say_reserved(ctx, ctx.quota)
 
 
 async def top_up(ctx: RequestContext, services: Services) -> None:
@@ -183,6 +185,12 @@ async def top_up(ctx: RequestContext, services: Services) -> None:
     if not isinstance(extra, Reservation):
         raise refusal_error(extra)
     hold.top_ups.append(extra)
+    _say_reserved(ctx, hold)
+
+
+def _say_reserved(ctx: RequestContext, hold: QuotaHold) -> None:
+    """Tell the client what its request holds against its budgets (the worst case)."""
+    ctx.response_headers[RESERVED_HEADER] = money_str(hold.held_usd)
 
 
 async def book(

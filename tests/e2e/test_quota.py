@@ -34,6 +34,7 @@ pytestmark = pytest.mark.redis
 INPUT_PER_M, OUTPUT_PER_M = Decimal(2), Decimal(10)  # USD per million tokens
 CAP = 200  # max_tokens of every request: its output costs at most $0.002
 MESSAGES = [{"role": "user", "content": "Count the ways a budget can hold."}]
+ADMIN_KEY = "adm-quota-0123456789abcdef"
 PATIENT = RedisLimits(timeout_s=2, connect_timeout_s=2, pool_wait_s=5)
 
 
@@ -64,11 +65,19 @@ def _start(
     tmp_path: Path,
     tenants: str,
     redis_url: str | None = None,
+    **settings: object,
 ) -> Gateway:
     path = tmp_path / "farebox.yaml"
     path.write_text(_config(sim, tenants))
     url = redis_url or require_redis()
-    return make_gateway(config=path, redis_url=url, redis_limits=PATIENT)
+    return make_gateway(config=path, redis_url=url, redis_limits=PATIENT, **settings)
+
+
+def _new_key(gateway: Gateway, **attributes: object) -> dict[str, str]:
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    made = httpx.post(f"{gateway.server.url}/admin/keys", json=attributes, headers=admin)
+    assert made.status_code == 201, made.text
+    return dict(made.json())
 
 
 def _team() -> str:
@@ -278,3 +287,43 @@ def test_a_bad_budget_in_the_configuration_is_refused_naming_the_field(
     text = _config(sim, "  teams:\n    acme: {budget: {dayly_usd: 1}}")
     with pytest.raises(ConfigError, match=r"tenants\.teams\.acme\.budget\.dayly_usd"):
         parse_config(text)
+
+
+def test_a_key_budget_from_its_attributes_refuses_that_key_only(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    team = _team()
+    gateway = _start(make_gateway, sim, tmp_path, "  teams: {}", admin_key=ADMIN_KEY)
+    tight = _new_key(gateway, team=team, budget={"daily_usd": "0.005"})
+    other = _new_key(gateway, team=team)
+    served, refused = _spend_until_refused(gateway.sdk(api_key=tight["key"]), team)
+    assert served >= 1 and isinstance(refused, openai.RateLimitError)
+    assert refused.code == "insufficient_quota"
+    assert f"key '{tight['id']}' may spend $0.005 a day (UTC)" in refused.message
+    assert tight["key"] not in refused.message  # the id, never the secret
+    assert len(sim.requests()) == served
+    _ask(gateway.sdk(api_key=other["key"]), team)  # the team has no budget of its own
+    gateway.stop()
+    rows, _ = _ledger(gateway)
+    assert rows == served + 1
+
+
+def test_a_key_rate_limit_answers_429_with_retry_after(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    team = _team()
+    gateway = _start(make_gateway, sim, tmp_path, "  teams: {}", admin_key=ADMIN_KEY)
+    key = _new_key(gateway, team=team, rate_limit={"requests_per_min": 1})
+    client = gateway.sdk(api_key=key["key"])
+    raw = client.chat.completions.with_raw_response.create(
+        model="chat",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=CAP,
+    )
+    assert raw.headers["x-farebox-budget-reserved-usd"]  # what the request held
+    with pytest.raises(openai.RateLimitError) as caught:
+        _ask(client, team)
+    assert caught.value.code == "rate_limit_exceeded"
+    assert f"key '{key['id']}'" in caught.value.message
+    assert 1 <= int(caught.value.response.headers["retry-after"]) <= 60
+    assert len(sim.requests()) == 1
