@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -15,6 +16,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Gateway, GatewayFactory
+from tests.pg import fresh_pg_database, pg_url
 
 ADMIN_KEY = "farebox-admin-scoped-reads-0123456789"
 MESSAGES = [{"role": "user", "content": "Say something about the weather."}]
@@ -65,7 +67,11 @@ def chat(gateway: Gateway, key: str, task: str | None = None, done: bool = False
 
 @pytest.fixture
 def world(make_gateway: GatewayFactory) -> World:
-    gateway = make_gateway(admin_key=ADMIN_KEY)
+    return build_world(make_gateway)
+
+
+def build_world(make_gateway: GatewayFactory, **settings: Any) -> World:
+    gateway = make_gateway(admin_key=ADMIN_KEY, **settings)
     keys = {
         "admin": ADMIN_KEY,
         "alpha": make_key(gateway, team="alpha", project="web"),
@@ -78,6 +84,12 @@ def world(make_gateway: GatewayFactory) -> World:
     chat(gateway, keys["beta"], "beta-run", done=True)
     chat(gateway, keys["solo"])
     return World(gateway, keys)
+
+
+@pytest.fixture
+async def pg_ledger_url() -> AsyncIterator[str]:
+    async with fresh_pg_database("farebox_scoped") as name:
+        yield pg_url(name)
 
 
 def by_group(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -202,3 +214,13 @@ def test_csv_export_defuses_formula_team_names(make_gateway: GatewayFactory) -> 
     # a team key's own CSV is defused too
     own = world.ok("+1", "/v1/spend/tasks", format="csv", table="outcomes")
     assert own.splitlines()[1].startswith("'+1,")
+
+
+@pytest.mark.postgres
+def test_the_same_scoping_on_postgresql(make_gateway: GatewayFactory, pg_ledger_url: str) -> None:
+    world = build_world(make_gateway, database_url=pg_ledger_url)
+    test_spend_shows_a_team_key_its_own_team(world)
+    test_task_costs_and_outcomes_are_scoped(world)
+    test_another_teams_task_is_a_404_like_a_missing_one(world)
+    test_another_teams_filter_is_a_403_naming_it(world)
+    test_gpu_hours_count_the_teams_own_tokens(world)
