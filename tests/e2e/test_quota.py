@@ -327,3 +327,70 @@ def test_a_key_rate_limit_answers_429_with_retry_after(
     assert f"key '{key['id']}'" in caught.value.message
     assert 1 <= int(caught.value.response.headers["retry-after"]) <= 60
     assert len(sim.requests()) == 1
+
+
+def test_a_stream_settles_when_its_last_byte_is_booked(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    team = _team()
+    gateway = _start(
+        make_gateway, sim, tmp_path, f"  teams:\n    {team}: {{budget: {{daily_usd: 1}}}}"
+    )
+    stream = gateway.sdk().chat.completions.create(
+        model="chat",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=CAP,
+        stream=True,
+        extra_headers={"X-Farebox-Team": team},
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text
+    gateway.last(1)  # booked, and settled before the observers hear of it
+    spent, held = _usage(team)
+    assert held == 0 and spent > 0
+    gateway.stop()
+    _, booked = _ledger(gateway)
+    assert booked == spent
+
+
+def test_an_uncapped_request_reserves_the_model_maximum_or_32768_tokens(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    team = _team()
+    gateway = _start(
+        make_gateway, sim, tmp_path, f"  teams:\n    {team}: {{budget: {{daily_usd: 0.3}}}}"
+    )
+    client = gateway.sdk()
+    # sim-chat is not in the price map: 32,768 tokens at $10 per million, over $0.3.
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.chat.completions.create(
+            model="chat",
+            messages=MESSAGES,  # type: ignore[arg-type]
+            extra_headers={"X-Farebox-Team": team},
+        )
+    assert "this request may cost up to $0.3277" in caught.value.message
+    raw = client.chat.completions.with_raw_response.create(
+        model="chat",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=CAP,
+        extra_headers={"X-Farebox-Team": team},
+    )
+    reserved = Decimal(raw.headers["x-farebox-budget-reserved-usd"])
+    assert CAP * OUTPUT_PER_M / 10**6 < reserved < Decimal("0.0025")
+    assert len(sim.requests()) == 1
+
+
+def test_a_reload_with_a_bad_budget_is_refused_and_the_old_one_holds(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    team = _team()
+    gateway = _start(
+        make_gateway, sim, tmp_path, f"  teams:\n    {team}: {{budget: {{daily_usd: 0.001}}}}"
+    )
+    path = tmp_path / "farebox.yaml"
+    path.write_text(_config(sim, f"  teams:\n    {team}: {{budget: {{daily_usd: lots}}}}"))
+    refused = httpx.post(f"{gateway.server.url}/admin/reload", timeout=10)
+    assert refused.status_code == 400
+    assert f"tenants.teams.{team}.budget.daily_usd" in refused.json()["error"]["message"]
+    with pytest.raises(openai.RateLimitError):  # the old $0.001 still holds
+        _ask(gateway.sdk(), team)
