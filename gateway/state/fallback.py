@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -43,6 +44,7 @@ log = logging.getLogger("farebox.state")
 T = TypeVar("T")
 # Timeouts are OSErrors; a dead socket surfaces as either family.
 REDIS_DOWN = (RedisError, OSError)
+CLAIM_REUSE_S = 60.0
 
 
 class _Unavailable(Exception):
@@ -67,6 +69,9 @@ class FallbackState:
         self._pushing: dict[str, int] = {}  # units of the push in flight (one at a time)
         self._push_lock = asyncio.Lock()
         self._unsynced_pins: dict[tuple[str, str], tuple[str, float]] = {}
+        # Owners Redis answered, reused for a minute: a claim's owner never changes while
+        # it lasts, so most requests of a task skip the round trip.
+        self._claimed: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
         self._probe: asyncio.Task[None] | None = None
         self._pushed = 0  # task totals pushed since the last transition, for its log line
         self._closing = False
@@ -150,6 +155,9 @@ class FallbackState:
 
     async def claim_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> str:
         if self._up:
+            known = self._claimed.get((task_id, name))
+            if known is not None and known[1] > time.monotonic():
+                return known[0]
             try:
                 held = await self._call(
                     lambda redis: redis.claim_task_value(task_id, name, value, ttl_s)
@@ -158,12 +166,19 @@ class FallbackState:
                 pass
             else:
                 self.local.set_task_value(task_id, name, held, ttl_s)  # kept through an outage
+                self._remember_claim((task_id, name), held, min(ttl_s, CLAIM_REUSE_S))
                 return held
         self._fell_back("claim_task_value")
         held = await self.local.claim_task_value(task_id, name, value, ttl_s)
         if held == value:  # pushed with SET NX on recovery: a claim made in Redis meanwhile wins
             self._unsynced_pins.setdefault((task_id, name), (value, ttl_s))
         return held
+
+    def _remember_claim(self, key: tuple[str, str], held: str, for_s: float) -> None:
+        self._claimed[key] = (held, time.monotonic() + for_s)
+        self._claimed.move_to_end(key)
+        while len(self._claimed) > self.local.max_tasks:
+            self._claimed.popitem(last=False)
 
     async def aclose(self) -> None:
         self._closing = True  # no new probe from here on
