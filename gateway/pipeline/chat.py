@@ -1,7 +1,7 @@
 """One chat-completions request, top to bottom.
 
-    parse -> identify -> decide -> apply policy -> check prefix -> reserve quota
-          -> call upstream -> measure -> price -> record (and settle the quota)
+    parse -> identify -> decide -> entitle -> claim task -> apply policy -> check prefix
+          -> reserve quota -> call upstream -> measure -> price -> record (and settle)
 
 Each stage is its own module; this one only puts them in order and owns the two ways a
 reply goes back (whole, or streamed through `relay`). Failures before the first byte go
