@@ -35,7 +35,13 @@ HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 POLICY: dict[str, Any] = {
     "defaults": {"max_tokens": {"default": 800, "ceiling": 2048}},
     "rules": [
-        {"name": "paid", "match": {"headers": {"x-plan": "pro*"}}, "tier": {"choose": "priority"}}
+        {"name": "paid", "match": {"headers": {"x-plan": "pro*"}}, "tier": {"choose": "priority"}},
+        {
+            "name": "free",
+            "match": {"headers": {"x-plan": "free"}},
+            "max_tokens": {"default": 400, "ceiling": 1024},
+            "tier": {"forbid": ["priority", "fast"]},
+        },
     ],
     "routing": {"chat": {"tiers": {"priority": {"set": {"service_tier": "priority"}}}}},
 }
@@ -188,6 +194,25 @@ def test_tiers_past_the_keys_are_refused_and_never_billed(keyed: Keyed) -> None:
     assert "service_tier" not in keyed.received()[-1]
     row = keyed.row(raw.headers["x-request-id"])
     assert (row["tier_served"], row["team"]) == ("standard", "growth")
+
+
+def test_a_plans_limits_hold_for_its_keys(keyed: Keyed) -> None:
+    """The free plan's ceiling and tier hold for a free key, whatever the body says."""
+    secret, _ = keyed.make_key(team="growth", plan="free")
+    create = keyed.sdk(secret).chat.completions.with_raw_response.create
+    raw = create(
+        model="chat", messages=HELLO, max_completion_tokens=100_000, service_tier="priority"
+    )
+    sent = keyed.received()[-1]
+    assert sent.get("max_tokens", sent.get("max_completion_tokens")) == 1024
+    assert "service_tier" not in sent  # priority is forbidden on the free plan
+    assert raw.headers["x-farebox-rule"] == "free"
+    row = keyed.row(raw.headers["x-request-id"])
+    assert (row["tier_served"], row["output_cap_clamped"], row["team"]) == (
+        "standard",
+        1,
+        "growth",
+    )
 
 
 def test_auto_is_not_served_at_priority_to_a_key_without_it(keyed: Keyed) -> None:
