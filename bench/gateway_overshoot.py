@@ -52,7 +52,7 @@ from gateway.tenants.redis import RedisLimiter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gateway_overshoot.md"
 REDIS_URL = os.environ.get("FAREBOX_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-RESERVED = "x-farebox-budget-reserved-usd"
+RESERVED, COST = "x-farebox-budget-reserved-usd", "x-farebox-cost-usd"
 MAY_COST = re.compile(r"may cost up to \$([0-9]+(?:\.[0-9]+)?)")
 HELD = re.compile(r"\$([0-9]+(?:\.[0-9]+)?) held by requests in flight")
 INPUT_PER_M, OUTPUT_PER_M = 2, 10  # USD per million tokens
@@ -81,6 +81,8 @@ class Run:
     max_worst_case_usd: str = "0"
     served: int = 0
     refused: int = 0
+    connection_errors: int = 0
+    above_reservation: int = 0  # served requests that cost more than they held
     seconds: float = 0.0
     team: str = ""
     worst_cases: list[Decimal] = field(default_factory=list, repr=False)
@@ -209,6 +211,11 @@ async def _client(
                 max_tokens=cap,
                 extra_headers={"X-Farebox-Team": team},
             )
+        except openai.APIConnectionError:
+            # A kept-alive connection the replica closed as it was reused: the request may
+            # or may not have been served; the ledger knows, and the overshoot is read there.
+            run.connection_errors += 1
+            continue
         except openai.RateLimitError as exc:
             run.refused += 1
             found = MAY_COST.search(exc.message)
@@ -220,7 +227,9 @@ async def _client(
             await asyncio.sleep(0.05)  # as a client backing off after a 429
             continue
         run.served += 1
-        run.worst_cases.append(Decimal(raw.headers[RESERVED]))
+        reserved, cost = Decimal(raw.headers[RESERVED]), Decimal(raw.headers[COST])
+        run.worst_cases.append(reserved)
+        run.above_reservation += cost > reserved  # the worst case was estimated too low
 
 
 async def spend(
@@ -302,14 +311,14 @@ def _markdown(runs: list[Run], clients: int) -> str:
         f"{clients} async openai SDK clients, one daily team budget per run.",
         "",
         "| run | limit $ | ledger $ | engine $ | overshoot $ | largest worst case $ "
-        "| served | refused | s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| served | refused | cost > held | conn. errors | s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for n, run in enumerate(runs, 1):
         lines.append(
             f"| {n} | {run.limit_usd} | {run.ledger_usd} | {run.engine_spent_usd} | "
             f"{run.overshoot_usd} | {run.max_worst_case_usd} | {run.served} | {run.refused} "
-            f"| {run.seconds} |"
+            f"| {run.above_reservation} | {run.connection_errors} | {run.seconds} |"
         )
     lines += ["", f"Largest overshoot over {len(runs)} runs: ${worst}."]
     return "\n".join(lines) + "\n"

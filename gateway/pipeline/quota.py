@@ -203,30 +203,30 @@ async def book(
     hold.spent_usd += cost
     hold.tokens += tokens
     if final:
-        await _settle(hold, services)
+        await _end(hold, services)
 
 
 async def close(ctx: RequestContext, services: Services) -> None:
     """The safety net for a request that ended without its final booking: settle what its
     attempts booked, or give the hold back when nothing was."""
     hold = ctx.quota
-    if hold is None or hold.closed:
-        return
-    if hold.spent_usd > 0:
-        await _settle(hold, services)
-        return
-    hold.closed = True
-    for reservation in (hold.reservation, *hold.top_ups):
-        await hold.limiter.release(reservation)
+    if hold is not None and not hold.closed:
+        await _end(hold, services)
 
 
-async def _settle(hold: QuotaHold, services: Services) -> None:
-    """Settle the first hold to the whole cost; the top-ups are then given back."""
+async def _end(hold: QuotaHold, services: Services) -> None:
+    """Settle the first hold to the whole cost (the top-ups are then given back), or
+    release it all when no attempt used anything."""
     hold.closed = True
-    settlement = await hold.limiter.settle(hold.reservation, hold.spent_usd, hold.tokens)
+    settlement = None
+    if hold.spent_usd > 0 or hold.tokens > 0:
+        settlement = await hold.limiter.settle(hold.reservation, hold.spent_usd, hold.tokens)
+    else:
+        await hold.limiter.release(hold.reservation)
     for reservation in hold.top_ups:
         await hold.limiter.release(reservation)
-    _count_soft_limits(settlement, services)
+    if settlement is not None:
+        _count_soft_limits(settlement, services)
 
 
 def _count_soft_limits(settlement: Settlement, services: Services) -> None:

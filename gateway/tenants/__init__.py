@@ -1,7 +1,7 @@
 """Budgets and rate limits per virtual key, team and project (the engine; see docs/budgets.md).
 
-Not yet on the request path: virtual keys will reserve before the upstream call and
-settle after it. `open_limiter` picks the engine the way `gateway.state.open_state` does.
+The request path (`gateway.pipeline.quota`) reserves before the upstream call and
+settles after it. `open_limiter` picks the engine the way `gateway.state.open_state` does.
 """
 
 from __future__ import annotations

@@ -33,6 +33,8 @@ def test_two_replicas_and_64_clients_overshoot_at_most_one_worst_case() -> None:
     (run,) = _bench().measure(runs=1, clients=64, attempts=12, limit=limit, seed=7)
     overshoot, bound = Decimal(run.overshoot_usd), Decimal(run.max_worst_case_usd)
     assert overshoot <= bound, run  # the bound
+    # No served request cost more than it held: the worst case is an upper bound here.
+    assert run.above_reservation == 0, run
     # The engine's count is the ledgers' (both replicas'), to 1e-10 USD.
     assert Decimal(run.ledger_usd) == Decimal(run.engine_spent_usd), run
     # The budget was fought over (refusals while others held money) and spent: a client
