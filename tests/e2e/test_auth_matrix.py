@@ -26,7 +26,11 @@ from tests.e2e.conftest import Gateway, GatewayFactory
 
 ADMIN_KEY = "adm-matrix-0123456789abcdef"
 TASK = "alpha-task-1"
-CHAT = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+CHAT: dict[str, Any] = {
+    "model": "chat",
+    "messages": [{"role": "user", "content": "hi"}],
+    "max_tokens": 8,
+}
 
 
 @dataclass(frozen=True)
