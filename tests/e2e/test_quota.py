@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from sqlalchemy import func, select
 
 from gateway.ledger import make_engine
@@ -343,7 +343,8 @@ def test_a_stream_settles_when_its_last_byte_is_booked(
         stream=True,
         extra_headers={"X-Farebox-Team": team},
     )
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    chunks = [chunk for chunk in stream if isinstance(chunk, ChatCompletionChunk)]
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     assert text
     gateway.last(1)  # booked, and settled before the observers hear of it
     spent, held = _usage(team)
