@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -395,3 +396,18 @@ def test_a_reload_with_a_bad_budget_is_refused_and_the_old_one_holds(
     assert f"tenants.teams.{team}.budget.daily_usd" in refused.json()["error"]["message"]
     with pytest.raises(openai.RateLimitError):  # the old $0.001 still holds
         _ask(gateway.sdk(), team)
+
+
+def test_the_budgets_page_yaml_is_a_valid_configuration() -> None:
+    from gateway.config import parse_config
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "budgets.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", page, re.S)
+    assert block is not None
+    tenants = parse_config(block.group(1)).tenants
+    research = tenants.teams["research"]
+    assert research.budget is not None and research.budget.daily_usd == Decimal(50)
+    assert research.rate_limit is not None and research.rate_limit.requests_per_min == 600
+    assert tenants.teams["batch-jobs"].budget is not None
+    assert tenants.teams["batch-jobs"].budget.on_state_outage == "fail_open"
+    assert tenants.projects["search-eval"].rate_limit is not None
