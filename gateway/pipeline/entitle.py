@@ -27,6 +27,7 @@ from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import Any
 
+from gateway.auth.principal import Principal
 from gateway.errors import InvalidRequestError, PermissionDeniedError
 from gateway.keys.model import KeyAttributes
 from gateway.pipeline.context import RequestContext
@@ -61,6 +62,12 @@ def entitle(ctx: RequestContext) -> None:
             if field in ctx.body and _above(ctx.body[field], cap):
                 ctx.edits.remove.discard(field)
                 ctx.edits.set_fields[field] = cap
+
+
+def may_use(principal: Principal, alias: str) -> bool:
+    """Whether the caller's key (if any) allows the model alias `alias`."""
+    patterns = principal.key.attributes.models if principal.key is not None else None
+    return patterns is None or any(fnmatchcase(alias, pattern) for pattern in patterns)
 
 
 def check_model(attributes: KeyAttributes, alias: str) -> None:

@@ -259,6 +259,7 @@ def test_n_past_the_keys_cap_and_other_models_are_refused(keyed: Keyed) -> None:
     assert (_error(error)["param"], _error(error)["code"]) == ("model", "model_not_allowed")
     assert keyed.received() == []
     assert keyed.rows("1 = 1") == []
+    assert [model.id for model in keyed.sdk(secret).models.list()] == ["chat"]
 
 
 def test_another_teams_task_is_refused_and_cannot_be_finished(keyed: Keyed) -> None:
