@@ -51,6 +51,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python bench/loop_stall.py
 	$(BIN)/python bench/budget_overshoot.py
 	$(BIN)/python bench/gateway_overshoot.py
+	$(BIN)/python bench/key_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -34,6 +34,7 @@ from gateway.ledger import LedgerWriter, WriterConfig, migrate
 from gateway.ledger.reads import bounded_engine
 from gateway.loopwatch import LoopWatch
 from gateway.metrics import Metrics
+from gateway.metrics_server import MetricsServer
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
 from gateway.reloader import ConfigReloader
@@ -73,6 +74,9 @@ def create_app(
             app.state.loop_watch = await stack.enter_async_context(watch)  # and for benches
             reloader = ConfigReloader(services, source, settings.reload_poll_s)
             await _watch(stack, reloader)
+            if settings.metrics_port is not None:  # for a Prometheus that cannot send a key
+                metrics = MetricsServer(services, settings.metrics_host, settings.metrics_port)
+                app.state.metrics_server = await stack.enter_async_context(metrics)
             if on_ready is not None:
                 on_ready(services)
             yield {"services": services, "reloader": reloader}

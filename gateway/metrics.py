@@ -64,6 +64,13 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         self.team = BoundedLabel()
         r = self.registry
+        self.config_reloads = Counter(
+            "farebox_config_reloads",
+            "Configuration reloads by result: reloaded, unchanged (the file's hash is the one "
+            "in force: not parsed), refused.",
+            ["result"],
+            registry=r,
+        )
         self.requests = Counter(
             "farebox_requests",
             "Upstream calls by outcome.",

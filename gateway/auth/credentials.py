@@ -20,11 +20,10 @@ def credential_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """The key the request carries, or None; 401 for a malformed or conflicting pair."""
     bearer: str | None = None
     api_key: str | None = None
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered == _AUTHORIZATION:
+    for name, value in headers:  # ASGI servers lower-case header names
+        if name == _AUTHORIZATION:
             bearer = _bearer(value.decode("latin-1"))
-        elif lowered == _API_KEY:
+        elif name == _API_KEY:
             api_key = value.decode("latin-1").strip() or None
     if bearer is not None and api_key is not None and bearer != api_key:
         raise AuthenticationError(

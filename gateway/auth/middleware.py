@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.auth.access import RouteClass, refusal, route_class
 from gateway.auth.authenticate import authenticate
 from gateway.auth.credentials import credential_of
-from gateway.auth.principal import OPEN, SCOPE_KEY
+from gateway.auth.principal import ADMIN, OPEN, SCOPE_KEY
 from gateway.errors import AuthenticationError, FareboxError, PermissionDeniedError, error_bytes
 from gateway.keys.model import KeyRecord
 
@@ -39,18 +39,20 @@ class AuthMiddleware:
             scope[SCOPE_KEY] = OPEN
             await self.app(scope, receive, send)
             return
-        cls = _class_of(scope)
+        cls = route_class(scope["path"])
         if cls is not RouteClass.PUBLIC:
             try:
                 principal = authenticate(
                     credential_of(scope["headers"]),
                     admin_key=self.admin_key,
                     lookup=_lookup_of(scope),
-                    now=datetime.now(UTC),
+                    clock=_now,
                 )
             except AuthenticationError as exc:
                 await _answer(send, exc, ((b"www-authenticate", b"Bearer"),))
                 return
+            if cls is None:  # matched after the key check: a flood without one stays cheap
+                cls = RouteClass.ADMIN if principal is ADMIN else _unlisted_class(scope)
             denied = refusal(cls, principal)
             if denied is not None:
                 await _answer(send, PermissionDeniedError(denied))
@@ -59,12 +61,8 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def _class_of(scope: Scope) -> RouteClass:
-    """The path's class; a route missing from the table takes the admin key (fail closed)."""
-    path: str = scope["path"]
-    cls = route_class(path)
-    if cls is not None:
-        return cls
+def _unlisted_class(scope: Scope) -> RouteClass:
+    """A route missing from the table takes the admin key (fail closed); no route: any key."""
     for route in getattr(scope.get("app"), "routes", ()):
         if route.matches(scope)[0] is not Match.NONE:  # a route (or a wrong method on it)
             return RouteClass.ADMIN
@@ -75,9 +73,16 @@ def _no_keys(secret: str) -> KeyRecord | None:
     return None
 
 
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
 def _lookup_of(scope: Scope) -> Any:
-    """The key cache's lookup (built in the lifespan); none before the key store exists."""
-    services = getattr(getattr(scope.get("app"), "state", None), "services", None)
+    """The key cache's lookup (built in the lifespan); none before the lifespan ran."""
+    state = scope.get("state")  # the lifespan's state, a plain dict: cheaper than app.state
+    services = state.get("services") if isinstance(state, dict) else None
+    if services is None:
+        services = getattr(getattr(scope.get("app"), "state", None), "services", None)
     keys = getattr(services, "keys", None)
     return keys.lookup if keys is not None else _no_keys
 

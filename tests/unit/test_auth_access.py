@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -106,15 +107,16 @@ def test_docs_show_the_table_of_access_py() -> None:
     assert set(ACCESS) == set(RouteClass)
 
 
-def _lookup(record: KeyRecord | None) -> object:
+def _lookup(record: KeyRecord | None) -> Callable[[str], KeyRecord | None]:
     return lambda secret: record if secret == "fbx-abcd1234-secret" else None
 
 
 def test_authenticate_modes() -> None:
     lookup = _lookup(_key())
-    assert authenticate(None, admin_key=None, lookup=lookup, now=NOW) is OPEN  # type: ignore[arg-type]
-    assert authenticate("adm", admin_key=b"adm", lookup=lookup, now=NOW) is ADMIN  # type: ignore[arg-type]
-    principal = authenticate("fbx-abcd1234-secret", admin_key=b"adm", lookup=lookup, now=NOW)  # type: ignore[arg-type]
+    assert authenticate(None, admin_key=None, lookup=lookup, clock=lambda: NOW) is OPEN
+    assert authenticate("adm", admin_key=b"adm", lookup=lookup, clock=lambda: NOW) is ADMIN
+    secret = "fbx-abcd1234-secret"
+    principal = authenticate(secret, admin_key=b"adm", lookup=lookup, clock=lambda: NOW)
     assert principal.kind == "key" and principal.team == "t"
 
 
@@ -131,7 +133,7 @@ def test_authenticate_says_why_and_never_echoes_the_secret(
     credential: str | None, record: KeyRecord | None, fragment: str
 ) -> None:
     with pytest.raises(AuthenticationError) as caught:
-        authenticate(credential, admin_key=b"adm", lookup=_lookup(record), now=NOW)  # type: ignore[arg-type]
+        authenticate(credential, admin_key=b"adm", lookup=_lookup(record), clock=lambda: NOW)
     assert fragment in caught.value.message
     assert "secret" not in caught.value.message and "nope" not in caught.value.message
     assert caught.value.status_code == 401 and caught.value.code == "invalid_api_key"
@@ -141,7 +143,7 @@ def test_authenticate_says_why_and_never_echoes_the_secret(
     ("headers", "expected"),
     [
         ([], None),
-        ([(b"Authorization", b"Bearer k1")], "k1"),
+        ([(b"authorization", b"Bearer k1")], "k1"),  # ASGI names are lower-case
         ([(b"authorization", b"bearer  k1 ")], "k1"),
         ([(b"x-api-key", b"k2")], "k2"),
         ([(b"authorization", b"Bearer k1"), (b"x-api-key", b"k1")], "k1"),
