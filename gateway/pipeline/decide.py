@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.config import GatewayConfig
 from gateway.errors import ModelNotFoundError
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.entitle import may_use
 
 
 def decide(ctx: RequestContext, config: GatewayConfig) -> None:
@@ -13,7 +14,9 @@ def decide(ctx: RequestContext, config: GatewayConfig) -> None:
     alias = ctx.request.model
     route = config.models.get(alias)
     if route is None:
-        known = ", ".join(sorted(config.models)) or "none"
+        # A key is told only of the models it may use (as /v1/models lists them).
+        usable = [name for name in config.models if may_use(ctx.principal, name)]
+        known = ", ".join(sorted(usable)) or "none"
         raise ModelNotFoundError(
             f"model '{alias}' is not configured on this gateway (available: {known})",
             param="model",

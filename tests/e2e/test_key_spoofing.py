@@ -260,6 +260,9 @@ def test_n_past_the_keys_cap_and_other_models_are_refused(keyed: Keyed) -> None:
     assert keyed.received() == []
     assert keyed.rows("1 = 1") == []
     assert [model.id for model in keyed.sdk(secret).models.list()] == ["chat"]
+    # An unknown model's 404 lists the models this key may use, not every alias.
+    error = _refused(lambda: create(model="nope", messages=HELLO), status=404)
+    assert _error(error)["message"].endswith("(available: chat)")
 
 
 def test_another_teams_task_is_refused_and_cannot_be_finished(keyed: Keyed) -> None:
