@@ -77,15 +77,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ready(port: int, process: subprocess.Popen[Any], timeout: float = 60) -> None:
-    """Wait until a `farebox serve` subprocess answers /readyz with 200; fail if it exits."""
+def wait_ready(
+    port: int,
+    process: subprocess.Popen[Any],
+    timeout: float = 60,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Wait until a `farebox serve` subprocess answers /readyz with 200; fail if it exits.
+
+    `headers`: the key a gateway with FAREBOX_ADMIN_KEY wants on /readyz.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             output = process.stdout.read() if process.stdout else ""
             raise AssertionError(f"farebox serve exited: {output}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+            ready = httpx.get(f"http://127.0.0.1:{port}/readyz", headers=headers, timeout=1)
+            if ready.status_code == 200:
                 return
         except httpx.HTTPError:
             pass
