@@ -83,6 +83,14 @@ def test_the_sdk_sees_401_for_revoked_and_expired_keys_and_403_for_finance(
         assert f"was {word}" in message and made["prefix"] in message and made["id"] in message
         assert made["key"] not in message and made["key"] not in caught.value.response.text
         assert caught.value.response.headers["www-authenticate"] == "Bearer"
+    for method, path in MATRIX:  # every route class answers them the same 401
+        for made, word in ((revoked, "revoked"), (expiring, "expired")):
+            response = _call(url, method, path, made["key"])
+            if path == "/healthz":
+                assert response.status_code == 200
+                continue
+            assert response.status_code == 401, (path, response.text)
+            assert f"was {word}" in response.json()["error"]["message"]
     with pytest.raises(openai.PermissionDeniedError) as denied:
         keyed.sdk(api_key=finance["key"]).chat.completions.create(model="chat", messages=MESSAGES)  # type: ignore[arg-type]
     assert "finance keys" in denied.value.message
