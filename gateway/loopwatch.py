@@ -9,7 +9,10 @@ a few microseconds each.
 Lateness is wall time: it also counts a busy machine that did not schedule the loop's
 thread, and another thread holding the interpreter lock. `longest_cpu` is the CPU time
 of the loop's own thread across one sleep (the period and its lateness): an upper bound on
-what code on the loop computed in one go, whatever the machine's load.
+what code on the loop computed in one go, whatever the machine's load. `longest_busy` is
+the lateness that the process's own CPU explains (at most the CPU all its threads used in
+that period): what a lock-holding worker thread caused, without the time a busy machine
+did not run the process at all.
 """
 
 from __future__ import annotations
@@ -33,21 +36,23 @@ class LoopWatch:
         self.period = period
         self.longest = 0.0
         self.longest_cpu = 0.0
+        self.longest_busy = 0.0
         self._task: asyncio.Task[None] | None = None
 
     def take_longest(self) -> tuple[float, float]:
         """Return the longest lag and loop-thread CPU burst since the last call; start over."""
         longest = (self.longest, self.longest_cpu)
-        self.longest = self.longest_cpu = 0.0
+        self.longest = self.longest_cpu = self.longest_busy = 0.0
         return longest
 
     async def _run(self) -> None:
         while True:
-            asleep, cpu = time.perf_counter(), time.thread_time()
+            asleep, cpu, busy = time.perf_counter(), time.thread_time(), time.process_time()
             await asyncio.sleep(self.period)
             lag = max(time.perf_counter() - asleep - self.period, 0.0)
             self.longest = max(self.longest, lag)
             self.longest_cpu = max(self.longest_cpu, time.thread_time() - cpu)
+            self.longest_busy = max(self.longest_busy, min(lag, time.process_time() - busy))
             if self.observe is not None:
                 self.observe(lag)
 
