@@ -20,6 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 from gateway.errors import BodyTooLargeError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import OFF_LOOP_BYTES
+from gateway.prefix.locate import acyclic_list
 from gateway.rawjson import NATIVE
 from gateway.schemas import sliced
 from gateway.schemas.body import MAX_DEPTH, invalid_field, load_object
@@ -103,7 +104,7 @@ def _validate_messages(
     messages: list[Any], body: dict[str, Any], rest_errors: list[Mapping[str, Any]]
 ) -> Steps[list[Message]]:
     """The messages validated a slice at a time; the 400 pydantic's whole pass would give."""
-    validated: list[Message] = []
+    validated: list[Message] = acyclic_list()  # as long as the messages: see acyclic_list
     step = sliced.SLICE_ITEMS
     for start in range(0, len(messages), step):
         try:

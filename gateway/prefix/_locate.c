@@ -381,10 +381,77 @@ static PyObject *py_untrack_tuples(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(untracked);
 }
 
+/*
+ * untrack_flat(container) -> whether the list or tuple is now out of cyclic GC tracking.
+ *
+ * The prefix check of a body with 466,000 messages makes lists and tuples of 466,000
+ * strings, bytes or untracked segments (names, digests, the segments themselves). While
+ * young, each is walked item by item by every collection of its generation, ~10-100 ms
+ * with the interpreter lock held, on whichever thread (often the event loop's) allocates
+ * at that moment. A container whose items are all untracked refers to nothing that could
+ * lead back to it, so it is in no reference cycle: untracking it is safe, and reference
+ * counting still frees it. Only for containers their maker fills once and never changes
+ * (a list untracked here is never tracked again, whatever it later holds).
+ */
+static const char untrack_flat_doc[] =
+    "untrack_flat(container) -> True when the list or tuple, whose items are all "
+    "untracked, is taken out of cyclic GC tracking.";
+
+static PyObject *py_untrack_flat(PyObject *self, PyObject *container)
+{
+    (void)self;
+    if (!PyList_CheckExact(container) && !PyTuple_CheckExact(container)) {
+        PyErr_SetString(PyExc_TypeError, "untrack_flat expects a list or a tuple");
+        return NULL;
+    }
+    if (!PyObject_GC_IsTracked(container))
+        Py_RETURN_TRUE;
+    Py_ssize_t size = Py_SIZE(container);
+    PyObject **items = PyList_CheckExact(container) ? ((PyListObject *)container)->ob_item
+                                                    : ((PyTupleObject *)container)->ob_item;
+    for (Py_ssize_t i = 0; i < size; i++)
+        if (PyObject_IS_GC(items[i]) && PyObject_GC_IsTracked(items[i]))
+            Py_RETURN_FALSE;
+    PyObject_GC_UnTrack(container);
+    Py_RETURN_TRUE;
+}
+
+/* untracked_tuple(items) -> tuple(items), out of cyclic GC when all the items are.
+ * One pass over the items, where tuple() and then untrack_flat() would make two (each
+ * ~10 ms for 466,000 items on the dev box, lock held). */
+static const char untracked_tuple_doc[] =
+    "untracked_tuple(items) -> tuple(items), out of cyclic GC tracking when all its items are.";
+
+static PyObject *py_untracked_tuple(PyObject *self, PyObject *items)
+{
+    (void)self;
+    if (!PyList_CheckExact(items)) {
+        PyErr_SetString(PyExc_TypeError, "untracked_tuple expects a list");
+        return NULL;
+    }
+    Py_ssize_t size = PyList_GET_SIZE(items);
+    PyObject *tuple = PyTuple_New(size);
+    if (tuple == NULL)
+        return NULL;
+    int atoms = 1;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        Py_INCREF(item);
+        PyTuple_SET_ITEM(tuple, i, item);
+        if (atoms && PyObject_IS_GC(item) && PyObject_GC_IsTracked(item))
+            atoms = 0;
+    }
+    if (atoms && PyObject_GC_IsTracked(tuple))
+        PyObject_GC_UnTrack(tuple);
+    return tuple;
+}
+
 static PyMethodDef methods[] = {
     {"next_candidate", py_next_candidate, METH_VARARGS, next_candidate_doc},
     {"flag_candidates", py_flag_candidates, METH_O, flag_candidates_doc},
     {"untrack_tuples", py_untrack_tuples, METH_VARARGS, untrack_tuples_doc},
+    {"untrack_flat", py_untrack_flat, METH_O, untrack_flat_doc},
+    {"untracked_tuple", py_untracked_tuple, METH_O, untracked_tuple_doc},
     {NULL, NULL, 0, NULL},
 };
 

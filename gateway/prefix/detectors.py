@@ -23,7 +23,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.prefix.locate import NATIVE, attempts, flag_candidates, matches
+from gateway.prefix.locate import (
+    NATIVE,
+    acyclic_list,
+    attempts,
+    flag_candidates,
+    matches,
+    untracked,
+)
 from gateway.prefix.patterns import Hit, classify
 from gateway.prefix.segments import RequestSegments, Segment, digest
 
@@ -249,10 +256,13 @@ def scan_request(
     `start` are skipped too: the caller knows them to repeat an earlier request verbatim.
     """
     spend = budget or ScanBudget()
-    segments = request.segments[start : request.stable_count]
+    # One entry per segment each, out of cyclic GC (see `acyclic_list`): else the
+    # collections meanwhile walk 466,000 items apiece, on the event loop's thread too.
+    segments = untracked(request.segments[start : request.stable_count])
     lookup = cache.get
-    known = [lookup(segment.digest) for segment in segments]
-    small: list[int] = []
+    known: list[tuple[Hit, ...] | None] = acyclic_list()
+    known += (lookup(segment.digest) for segment in segments)
+    small: list[int] = acyclic_list()
     first_of: dict[bytes, int] = {}  # repeats within the request ("null" settings) scan once
     repeats: list[tuple[int, int]] = []
     for index, segment in enumerate(segments):
@@ -270,7 +280,7 @@ def scan_request(
     for index, first in repeats:
         known[index] = known[first]
     findings: list[Finding] = []
-    unscanned: list[str] = []
+    unscanned: list[str] = acyclic_list()
     for segment, hits in zip(segments, known, strict=True):
         if hits is None:
             unscanned.append(segment.name)
@@ -291,7 +301,9 @@ def _scan_small(
     """
     for index in small:
         known[index] = ()
-    for flagged in flag_candidates([segments[index].data for index in small]):
+    datas: list[bytes] = acyclic_list()
+    datas += (segments[index].data for index in small)
+    for flagged in flag_candidates(datas):
         index = small[flagged]
         if spend.exhausted:  # earlier matches used it up: leave the rest for later
             known[index] = None

@@ -19,12 +19,16 @@ from typing import Any, NamedTuple
 import orjson
 import xxhash
 
+from gateway import rawjson
 from gateway.prefix.cache_rules import CacheRule, Family
-from gateway.prefix.locate import untrack_tuples
+from gateway.prefix.locate import untrack_tuples, untracked_tuple
+from gateway.prefix.locate import untracked as untracked_container
 
 DIGEST_SIZE = 16
 # Segments leave cyclic GC this many at a time, for requests with more (`untrack_tuples`).
 UNTRACK_EVERY = 1_024
+# Messages serialised per orjson call (see `dump_each`).
+DUMP_CHUNK = 2_048
 _MARKERS = ("cache_control", "prompt_cache_breakpoint")
 _MARKER_BYTES = (b'"cache_control"', b'"prompt_cache_breakpoint"')
 _SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -109,26 +113,36 @@ def strip_markers(value: Any) -> Any:
     return value
 
 
-def _message_segments(messages: list[Any], start: int) -> list[Segment]:
-    """Return one segment per message from `start` on, serialised in a single orjson call.
+def _message_segments(
+    messages: list[Any], start: int, headers: list[Segment] | None = None
+) -> list[Segment]:
+    """Return `headers`, then one segment per message from `start` on.
+
+    Messages are serialised a chunk per orjson call; the segments of a long conversation
+    leave cyclic GC as they are made (see `untrack_tuples`), so the list that holds them,
+    and the tuple made of it, can too.
 
     The loop is the hot path (hundreds of messages per request), hence the local names and
     the inlined checks; a message with list content or a cache marker takes the slow path.
     """
-    values = messages[start:]
-    if not values:
-        return []
-    pieces = dump_each(values)
+    headers = headers or []
+    if start >= len(messages):
+        return headers
+    pieces = dump_each(messages, start)
     xxh3 = xxhash.xxh3_128_digest
     new = tuple.__new__  # Segment._make without its Python-level wrapper
     kind = SegmentKind.MESSAGE
-    names = _message_names(start + len(values))
-    segments: list[Segment] = []
+    kept = _NAMES
+    # Untracked while empty (see `untracked`): it only ever holds untracked segments.
+    segments: list[Segment] = untracked_container([]) if len(pieces) >= UNTRACK_EVERY else []
+    segments += headers
     append = segments.append
-    untracked = 0
-    for index, (message, data) in enumerate(zip(values, pieces, strict=True), start):
+    untracked = len(headers)
+    for index, data in enumerate(pieces, start):
+        message = messages[index]
+        name = kept[index] if index < _NAMES_KEPT else f"messages[{index}]"
         if type(message) is not dict:
-            append(new(Segment, (names[index], kind, data, digest(data), False, b"", "")))
+            append(new(Segment, (name, kind, data, digest(data), False, b"", "")))
             continue
         role = message.get("role")
         role_name = role if type(role) is str else ""
@@ -137,9 +151,9 @@ def _message_segments(messages: list[Any], start: int) -> list[Segment]:
             or "cache_control" in message
             or "prompt_cache_breakpoint" in message
         ):
-            append(_rendered_message(names[index], message, role_name))
+            append(_rendered_message(name, message, role_name))
             continue
-        fields = (names[index], kind, data, xxh3(data)[:DIGEST_SIZE], False, b"", role_name)
+        fields = (name, kind, data, xxh3(data)[:DIGEST_SIZE], False, b"", role_name)
         append(new(Segment, fields))
         if len(segments) - untracked >= UNTRACK_EVERY:
             # As they are made: else each collection meanwhile walks all, lock held.
@@ -154,13 +168,6 @@ def _message_segments(messages: list[Any], start: int) -> list[Segment]:
 # (one request of two million messages once held 147 MiB of names for good).
 _NAMES_KEPT = 4096
 _NAMES: list[str] = [f"messages[{i}]" for i in range(_NAMES_KEPT)]
-
-
-def _message_names(count: int) -> list[str]:
-    """`messages[i]` for i < count: formatted once per process up to `_NAMES_KEPT`."""
-    if count <= _NAMES_KEPT:
-        return _NAMES
-    return _NAMES + [f"messages[{i}]" for i in range(_NAMES_KEPT, count)]  # this request's
 
 
 def rendered_message(message: Any) -> Any:
@@ -204,28 +211,50 @@ def _has_marker(message: Any) -> bool:
     )
 
 
-def dump_each(values: list[Any]) -> list[bytes]:
-    """Return the canonical bytes of each value from one orjson call.
+def dump_each(values: list[Any], start: int = 0) -> list[bytes]:
+    """Return the canonical bytes of each of `values[start:]`, one orjson call per chunk.
 
     orjson's per-call cost (buffer growth for each output) made 400 separate calls ~6x
-    slower than one call over the list; the list's output is cut back into items at a
-    random sentinel placed between them, and verified by count. (Calls of 1,024 messages
-    each made the loop's longest stall on 466,000 messages worse, 118-138 ms against
-    70-77 ms, from the allocations and collections between them.)
+    slower than one call over the list. One call over all of them, though, holds the
+    interpreter lock as long as it runs: ~50 ms for 466,000 messages, during which the event
+    loop waits. A chunk of `DUMP_CHUNK` values keeps each call near a millisecond, and the
+    lock changes hands between chunks.
     """
+    pieces: list[bytes] = untracked_container([])  # bytes only: never in a cycle
+    for first in range(start, len(values), DUMP_CHUNK):
+        pieces += _dump_chunk(values[first : first + DUMP_CHUNK])
+    return pieces
+
+
+def _dump_chunk(values: list[Any]) -> list[bytes]:
+    """The canonical bytes of each value, cut out of one orjson array.
+
+    The native walker finds where each item lies (without the lock on a big array). Without
+    it, the array is cut at a random sentinel placed between the items, verified by count;
+    `bytes.split` re-prepares a long separator for every piece (~0.3 µs each), which is why
+    it is not the first choice.
+    """
+    try:
+        batch = orjson.dumps(values)
+    except (orjson.JSONEncodeError, TypeError):
+        # orjson refuses integers beyond 64 bits; the standard library does not.
+        return [canonical_bytes(v) for v in values]
+    if rawjson.NATIVE:
+        spans = rawjson.children(batch, 0)[0]
+        return [batch[a:b] for a, b in zip(spans[1::3], spans[2::3], strict=True)]
+    return _split_at_sentinel(values)
+
+
+def _split_at_sentinel(values: list[Any]) -> list[bytes]:
     sentinel = secrets.token_hex(16)
     interleaved: list[Any] = [sentinel] * (2 * len(values) - 1)
     interleaved[::2] = values
-    try:
-        batch = orjson.dumps(interleaved)
-    except (orjson.JSONEncodeError, TypeError):
-        batch = b""
+    batch = orjson.dumps(interleaved)
     # Split the whole output and trim the brackets off the ends: slicing [1:-1] first
     # would copy the megabyte once more.
-    pieces = batch.split(b',"' + sentinel.encode() + b'",') if batch else []
-    if pieces:
-        pieces[0] = pieces[0][1:]
-        pieces[-1] = pieces[-1][:-1]
+    pieces = batch.split(b',"' + sentinel.encode() + b'",')
+    pieces[0] = pieces[0][1:]
+    pieces[-1] = pieces[-1][:-1]
     if len(pieces) != len(values):
         pieces = [canonical_bytes(v) for v in values]
     return pieces
@@ -336,16 +365,18 @@ def split_request(body: Mapping[str, Any], rule: CacheRule) -> RequestSegments:
     raw_messages = body.get("messages")
     messages: list[Any] = raw_messages if isinstance(raw_messages, list) else []
     n_system = leading_system_count(messages)
-    segments = [_header(body, part, messages[:n_system]) for part in rule.header_order]
-    header_count = len(segments)
-    segments.extend(_message_segments(messages, n_system))
+    headers = [_header(body, part, messages[:n_system]) for part in rule.header_order]
+    for header in headers:  # atoms and their kind, as the messages' (see below)
+        untrack_tuples([header], header.kind)
+    header_count = len(headers)
+    segments = _message_segments(messages, n_system, headers)
     newest = newest_turn(messages, n_system) if len(messages) > n_system else len(messages)
     stable = header_count + max(newest - n_system, 0)
     model = body.get("model")
     return RequestSegments(
         family=rule.family,
         model=model if isinstance(model, str) else "",
-        segments=tuple(segments),
+        segments=untracked_tuple(segments),
         stable_count=stable,
         header_count=header_count,
         implicit_breakpoint=_implicit_breakpoint(body, rule.family),
