@@ -32,6 +32,10 @@ class AuthMiddleware:
         self.admin_key = admin_key.get_secret_value().encode() if admin_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and self.admin_key is not None:
+            # No websocket route checks a key yet: refuse them all rather than let one in.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gateway.app import create_app
 from gateway.auth.access import ACCESS, RouteClass, markdown_table, refusal, route_class
@@ -166,3 +168,28 @@ def test_credentials_from_either_header(
 def test_bad_credential_headers_are_401(headers: list[tuple[bytes, bytes]], fragment: str) -> None:
     with pytest.raises(AuthenticationError, match=fragment.replace("`", ".")):
         credential_of(headers)
+
+
+def test_websockets_are_refused_with_a_key_configured(tmp_path: Path) -> None:
+    config = parse_config("models:\n  m:\n    model: m\n    base_url: http://127.0.0.1:9/v1\n")
+
+    async def echo(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.send_text("in")
+
+    for admin_key, reached in (("adm", False), (None, True)):
+        settings = Settings(data_dir=tmp_path / str(admin_key), admin_key=admin_key)  # type: ignore[arg-type]
+        app = create_app(settings, config)
+        app.add_api_websocket_route("/v1/socket", echo)
+        with TestClient(app) as client:
+            if reached:
+                with client.websocket_connect("/v1/socket") as socket:
+                    assert socket.receive_text() == "in"
+            else:
+                headers = {"x-api-key": "adm"}
+                with (
+                    pytest.raises(WebSocketDisconnect) as closed,
+                    client.websocket_connect("/v1/socket", headers=headers),
+                ):
+                    pass
+                assert closed.value.code == 1008
