@@ -411,3 +411,25 @@ def test_the_budgets_page_yaml_is_a_valid_configuration() -> None:
     assert tenants.teams["batch-jobs"].budget is not None
     assert tenants.teams["batch-jobs"].budget.on_state_outage == "fail_open"
     assert tenants.projects["search-eval"].rate_limit is not None
+
+
+def test_a_project_token_limit_refuses_a_request_larger_than_its_minute(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    project = f"project-{uuid.uuid4().hex[:12]}"
+    tenants = f"  projects:\n    {project}: {{rate_limit: {{tokens_per_min: 150}}}}"
+    gateway = _start(make_gateway, sim, tmp_path, tenants)
+    with pytest.raises(openai.RateLimitError) as caught:
+        gateway.sdk().chat.completions.create(
+            model="chat",
+            messages=MESSAGES,  # type: ignore[arg-type]
+            max_tokens=CAP,  # with its input, more than 150 tokens
+            extra_headers={"X-Farebox-Project": project},
+        )
+    error = caught.value
+    assert error.code == "rate_limit_exceeded"
+    assert isinstance(error.body, dict) and error.body["type"] == "tokens"
+    assert f"project '{project}' on tokens per min" in error.message
+    assert "larger than the whole limit" in error.message
+    assert error.response.headers["retry-after"] == "60"
+    assert sim.requests() == []
