@@ -33,6 +33,9 @@ from gateway.state import SharedState
 CACHE_LIFETIME_S = {"openai": 600.0, "anthropic": 300.0, "vllm": 3600.0}
 HISTORY_PER_KEY = 4
 MAX_REMEMBERED_SEGMENTS = 8192
+# What one segment weighs against `OFF_LOOP_BYTES` when its record is written: a record of
+# over ~1,000 segments is made ready for the store in a worker thread.
+CHAIN_BYTES_PER_SEGMENT = 256
 
 
 @dataclass(slots=True)
@@ -177,7 +180,9 @@ async def remember(outcome: PrefixOutcome, state: SharedState) -> None:
     if len(outcome.check.record.segment_digests) > MAX_REMEMBERED_SEGMENTS:
         return
     ttl = CACHE_LIFETIME_S.get(outcome.family, 600.0)
-    record = outcome.check.record.to_dict()
+    # The fingerprint chain is hashed here, ~2 µs a segment: thousands of them leave the loop.
+    count = len(outcome.check.record.segment_digests)
+    record = await sized(count * CHAIN_BYTES_PER_SEGMENT, outcome.check.record.to_dict)
     if outcome.verdict is not None:  # the provider's own count calibrates the next estimate
         record["reported_prompt_tokens"] = outcome.verdict.prompt_tokens
     await state.remember_prefix(outcome.keys, record, ttl, HISTORY_PER_KEY)

@@ -27,8 +27,11 @@ from gateway.prefix.locate import untracked as untracked_container
 DIGEST_SIZE = 16
 # Segments leave cyclic GC this many at a time, for requests with more (`untrack_tuples`).
 UNTRACK_EVERY = 1_024
-# Messages serialised per orjson call (see `dump_each`).
+# Messages serialised per orjson call (see `dump_each`): at most this many, sized after
+# the first chunk to about `DUMP_BYTES` of output.
 DUMP_CHUNK = 2_048
+DUMP_FIRST = 64
+DUMP_BYTES = 512 * 1024
 _MARKERS = ("cache_control", "prompt_cache_breakpoint")
 _MARKER_BYTES = (b'"cache_control"', b'"prompt_cache_breakpoint"')
 _SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -217,12 +220,19 @@ def dump_each(values: list[Any], start: int = 0) -> list[bytes]:
     orjson's per-call cost (buffer growth for each output) made 400 separate calls ~6x
     slower than one call over the list. One call over all of them, though, holds the
     interpreter lock as long as it runs: ~50 ms for 466,000 messages, during which the event
-    loop waits. A chunk of `DUMP_CHUNK` values keeps each call near a millisecond, and the
+    loop waits. A chunk of about `DUMP_BYTES` of output (at most `DUMP_CHUNK` values,
+    sized by the size of the values so far) keeps each call near a millisecond, and the
     lock changes hands between chunks.
     """
     pieces: list[bytes] = untracked_container([])  # bytes only: never in a cycle
-    for first in range(start, len(values), DUMP_CHUNK):
-        pieces += _dump_chunk(values[first : first + DUMP_CHUNK])
+    first, count, written = start, DUMP_FIRST, 0
+    while first < len(values):
+        chunk = _dump_chunk(values[first : first + count])
+        pieces += chunk
+        first += len(chunk)
+        written += sum(map(len, chunk))
+        average = written // (first - start) + 1
+        count = max(1, min(DUMP_CHUNK, DUMP_BYTES // average))
     return pieces
 
 

@@ -119,6 +119,8 @@ def test_dump_each_a_chunk_at_a_time_equals_one_dump_per_value(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(segments, "DUMP_CHUNK", 3)
+    monkeypatch.setattr(segments, "DUMP_FIRST", 2)
+    monkeypatch.setattr(segments, "DUMP_BYTES", 40)  # chunks of 1 to 3 values
     values: list[Any] = [{"a": i, "s": 'x","y' * i} for i in range(10)]
     values += [[1, [2, {}]], "plain", None, 1.5, {"n": 2**70}, "é😀"]
     pieces = dump_each(values, 2)
