@@ -28,7 +28,7 @@ from gateway.errors import (
 )
 from gateway.pipeline import quota
 from gateway.pipeline.context import BodyEdits, RequestContext
-from gateway.pipeline.finish import finish
+from gateway.pipeline.finish import end_task, finish
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.policy import apply_policy
 from gateway.policy.decision import Decision
@@ -118,7 +118,11 @@ async def call_with_recovery(
             current = recovery.target
             tried.append(current)
             _replan(ctx, services, base_edits, current)
-        await quota.top_up(ctx, services)  # a dearer fallback holds more first, or is refused
+        try:
+            await quota.top_up(ctx, services)  # a dearer fallback holds more first, or is refused
+        except FareboxError:
+            end_task(ctx, services)  # the attempt before was booked as not the last
+            raise
         ctx.attempt += 1
 
 

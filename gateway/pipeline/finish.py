@@ -91,8 +91,17 @@ async def finish(
     observe_metrics(services.metrics, ctx, booked)
     ttl = services.config.tasks.idle_timeout_s * 2
     ctx.task_cost = await services.state.add_task_cost(ctx.task.task_id, booked.total, ttl)
-    if ctx.task.done and final:
-        outcome = "success" if ctx.status_code == 200 else "failed"
-        outcome = "untasked" if ctx.task.implicit else outcome  # no task id: not a task
-        services.ledger.finish_task(ctx.task.task_id, outcome)
+    if final:
+        end_task(ctx, services)
     services.notify(ctx)
+
+
+def end_task(ctx: RequestContext, services: Services) -> None:
+    """Close the task when this was its last request (`X-Task-Done`), as the last attempt
+    ended: `success`, `failed`, or `untasked` for a request without a task id."""
+    assert ctx.task is not None
+    if not ctx.task.done:
+        return
+    outcome = "success" if ctx.status_code == 200 else "failed"
+    outcome = "untasked" if ctx.task.implicit else outcome  # no task id: not a task
+    services.ledger.finish_task(ctx.task.task_id, outcome)

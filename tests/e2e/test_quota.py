@@ -223,11 +223,21 @@ def test_a_fallback_to_a_dearer_tier_tops_up_or_is_refused(
     assert held == 0 and spent > 0
     sim.reset()
     sim.fault(status=503, count=1, match={"service_tier": "flex"})
+    task = f"task-{uuid.uuid4().hex[:8]}"
     with pytest.raises(openai.RateLimitError) as caught:
-        _ask(client, tight, tier="flex")
+        client.chat.completions.create(
+            model="chat",
+            messages=MESSAGES,  # type: ignore[arg-type]
+            max_tokens=CAP,
+            extra_headers={"X-Farebox-Team": tight, "X-Task-Id": task, "X-Task-Done": "true"},
+            extra_body={"service_tier": "flex"},
+        )
     assert caught.value.code == "insufficient_quota"
     assert len(sim.requests()) == 1  # the flex attempt only: the fallback was never sent
     assert _usage(tight) == (Decimal(0), Decimal(0))
+    # The task still ends with its last request: as failed.
+    shown = httpx.get(f"{gateway.base_url}/tasks/{task}", timeout=10).json()
+    assert (shown["ended"], shown["status"]) == ("finished", "failed"), shown
     gateway.stop()
     _, booked = _ledger(gateway)
     assert booked == spent  # the failed flex attempts cost nothing; the fallback its cost
