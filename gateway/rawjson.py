@@ -63,10 +63,11 @@ _native_end, _native_splice, _skip_ws_bytes, _native_children = _load()
 
 NATIVE: bool = _native_end is not None
 _native_string: Callable[[bytes, int, int], str | None] | None = None
+_native_dump: Callable[[str], bytes | None] | None = None
 if NATIVE:
     from gateway import _rawjson  # type: ignore[attr-defined]
 
-    _native_string = _rawjson.string_value
+    _native_string, _native_dump = _rawjson.string_value, _rawjson.json_string
 
 
 class RawJsonError(ValueError):
@@ -218,6 +219,13 @@ def string_value(raw: bytes, start: int, end: int) -> str | None:
     it builds one, ~35 ms for 30 MiB.
     """
     return None if _native_string is None else _native_string(raw, start, end)
+
+
+def json_string(text: str) -> bytes | None:
+    """`orjson.dumps(text)`, natively, or None (without the native walker, or for a str
+    holding a surrogate, which orjson refuses). Over 64 KiB without the interpreter lock:
+    orjson holds it ~20 ms for 30 MiB."""
+    return None if _native_dump is None else _native_dump(text)
 
 
 def space_end(raw: bytes, pos: int) -> int:

@@ -171,3 +171,32 @@ def test_an_acyclic_list_is_an_ordinary_list_out_of_the_collector() -> None:
     items += [{"role": "user", "content": []}, [1, 2]]  # tracked items: a JSON tree
     assert items == [{"role": "user", "content": []}, [1, 2]]
     assert not gc.is_tracked(items)
+
+
+@native
+def test_json_string_writes_what_orjson_writes() -> None:
+    for point in range(0x110000):
+        char = chr(point)
+        expected = None if 0xD800 <= point <= 0xDFFF else orjson.dumps(char)
+        assert rawjson.json_string(char) == expected
+    text = 'a "log" line\twith é, \x01 and 😀\n' * 20_000  # over 64 KiB: without the lock
+    assert rawjson.json_string(text) == orjson.dumps(text)
+
+
+@native
+def test_messages_with_long_strings_are_dumped_as_orjson_dumps_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(segments, "LONG_STRING", 3)
+    values: list[Any] = [
+        {"role": "user", "content": "short"},
+        {"role": "user", "content": 'long é\n"😀', "name": None, "x": [1, {"a": 2.5}]},
+        {"content": "abcd"},
+        {"role": "tool", "content": "a" * 10, "n": 2**70},  # orjson refuses: json's bytes
+        {},
+        "not a message",
+    ]
+    pieces = dump_each(values)
+    assert [json.loads(piece) for piece in pieces] == values
+    kept = [p for i, p in enumerate(pieces) if i != 3]
+    assert kept == [orjson.dumps(v) for i, v in enumerate(values) if i != 3]
