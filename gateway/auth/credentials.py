@@ -22,14 +22,22 @@ def credential_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     api_key: str | None = None
     for name, value in headers:  # ASGI servers lower-case header names
         if name == _AUTHORIZATION:
-            bearer = _bearer(value.decode("latin-1"))
+            bearer = _agreeing(bearer, _bearer(value.decode("latin-1")), "Authorization")
         elif name == _API_KEY:
-            api_key = value.decode("latin-1").strip() or None
+            api_key = _agreeing(api_key, value.decode("latin-1").strip() or None, "x-api-key")
     if bearer is not None and api_key is not None and bearer != api_key:
         raise AuthenticationError(
             "the Authorization and x-api-key headers carry two different keys: send one"
         )
     return bearer if bearer is not None else api_key
+
+
+def _agreeing(seen: str | None, value: str | None, header: str) -> str | None:
+    """A repeated header must repeat the same key: a proxy reading the first of two and
+    the gateway the last would check one key and bill another."""
+    if seen is not None and value is not None and seen != value:
+        raise AuthenticationError(f"two {header} headers carry two different keys: send one")
+    return value if value is not None else seen
 
 
 def _bearer(value: str) -> str | None:

@@ -1,0 +1,96 @@
+"""Red-team regressions for issue 11 (tenants): each test is an attack that once worked.
+
+A real gateway with an admin key, real keys from `POST /admin/keys`, real Redis, the
+bundled simulator as upstream; raw sockets where a client library would refuse to send
+the hostile request (two headers of one name).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import SimControl
+from tests.e2e.conftest import Gateway, GatewayFactory
+from tests.redis_service import require_redis
+
+ADMIN_KEY = "adm-red-team-0123456789abcdef"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+HELLO = [{"role": "user", "content": "hi"}]
+
+
+def _config(sim: SimControl, team: str, daily_usd: str = "1") -> str:
+    return f"""
+models:
+  chat: {{provider: openai, model: sim-chat, base_url: "{sim.base_url}", family: openai}}
+prices:
+  chat: {{input: 2, output: 10}}
+tenants:
+  teams:
+    {team}: {{budget: {{daily_usd: {daily_usd}}}}}
+"""
+
+
+class World:
+    def __init__(self, gateway: Gateway, sim: SimControl, team: str) -> None:
+        self.gateway, self.sim, self.team = gateway, sim, team
+        self.url = gateway.server.url
+
+    def make_key(self, **attributes: Any) -> dict[str, Any]:
+        made = httpx.post(f"{self.url}/admin/keys", json=attributes, headers=ADMIN, timeout=30)
+        assert made.status_code == 201, made.text
+        return dict(made.json())
+
+    def raw(self, request: bytes) -> tuple[int, bytes]:
+        """Send `request` as is; the status and body of the answer."""
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(request)
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        return int(head.split(b" ", 2)[1]), body
+
+    def sent(self) -> list[dict[str, Any]]:
+        return [json.loads(base64.b64decode(str(r["body_b64"]))) for r in self.sim.requests()]
+
+
+@pytest.fixture
+def world(make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path) -> World:
+    team = f"red-{uuid.uuid4().hex[:10]}"
+    path = tmp_path / "farebox.yaml"
+    path.write_text(_config(sim, team))
+    gateway = make_gateway(config=path, admin_key=ADMIN_KEY, redis_url=require_redis())
+    return World(gateway, sim, team)
+
+
+def _get(path: str, *headers: bytes) -> bytes:
+    lines = [f"GET {path} HTTP/1.1".encode(), b"Host: farebox", b"Connection: close", *headers]
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+@pytest.mark.parametrize("header", [b"Authorization: Bearer ", b"x-api-key: "])
+def test_two_headers_carrying_two_keys_are_401_whichever_comes_first(
+    world: World, header: bytes
+) -> None:
+    """A proxy that checks the first of two Authorization headers while the gateway used the
+    last let a virtual key's holder pass the admin key along (or bill another key)."""
+    key = world.make_key(team=world.team)["key"].encode()
+    admin = ADMIN_KEY.encode()
+    for first, second in ((key, admin), (admin, key)):
+        status, body = world.raw(_get("/admin/keys", header + first, header + second))
+        assert status == 401, body
+        error = json.loads(body)["error"]
+        assert error["code"] == "invalid_api_key" and "two different keys" in error["message"]
+        assert ADMIN_KEY not in body.decode() and key.decode() not in body.decode()
+    # The same key twice is one credential, not a conflict.
+    status, body = world.raw(_get("/v1/models", header + key, header + key))
+    assert status == 200, body
