@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from typing_extensions import TypedDict
 
 
@@ -40,8 +40,11 @@ class ChatRequest(BaseModel):
     messages: list[Message] = Field(min_length=1)
     stream: StrictBool | None = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    # Strict: an upstream that coerces "100000" or 1e5 would honour a cap the budget's
+    # worst case (which reads integers only) never held.
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
+    n: StrictInt | None = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     reasoning_effort: str | None = None

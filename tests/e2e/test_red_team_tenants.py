@@ -94,3 +94,27 @@ def test_two_headers_carrying_two_keys_are_401_whichever_comes_first(
     # The same key twice is one credential, not a conflict.
     status, body = world.raw(_get("/v1/models", header + key, header + key))
     assert status == 200, body
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_tokens", "100000"), ("max_completion_tokens", 100000.0), ("n", "8"), ("n", 8.0)],
+)
+def test_a_cap_or_n_an_upstream_would_coerce_is_a_400_never_forwarded(
+    world: World, field: str, value: object
+) -> None:
+    """vLLM (and the simulator) read `"100000"` as 100000 and `"8"` as 8, while the budget's
+    worst case read only integers: the request held 32,768 output tokens for one choice
+    and could spend past it. OpenAI refuses these types; so does the gateway now."""
+    key = world.make_key(team=world.team)["key"]
+    body: dict[str, Any] = {"model": "chat", "messages": HELLO, "max_tokens": 20, field: value}
+    reply = httpx.post(
+        f"{world.url}/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error" and field in (error["param"] or "")
+    assert world.sent() == []

@@ -213,11 +213,17 @@ def test_a_cap_above_the_keys_is_clamped(field: str) -> None:
     assert ctx.clamped and any(c.reason == "the key's max_output_tokens" for c in decision.clamps)
 
 
-@pytest.mark.parametrize("value", ["100000", 100000.0, True, None])
-def test_a_cap_that_is_not_an_integer_is_the_keys(value: Any) -> None:
-    ctx, _ = planned(key(max_output_tokens=300), _chat("sim-chat", max_completion_tokens=value))
+def test_an_absent_cap_is_the_keys() -> None:
+    ctx, _ = planned(key(max_output_tokens=300), _chat("sim-chat", max_completion_tokens=None))
     sent = ctx.forwarded_body()
     assert sent.get("max_tokens", sent.get("max_completion_tokens")) == 300
+
+
+@pytest.mark.parametrize("value", ["100000", 100000.0, True])
+def test_a_cap_that_is_not_an_integer_is_refused_before_entitle(value: Any) -> None:
+    # An upstream may coerce it to a number the budget's worst case never held.
+    error = refused(key(max_output_tokens=300), _chat("sim-chat", max_completion_tokens=value))
+    assert isinstance(error, InvalidRequestError) and error.status_code == 400
 
 
 def test_an_absent_cap_is_the_smaller_of_the_policys_and_the_keys() -> None:
