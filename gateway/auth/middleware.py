@@ -22,6 +22,7 @@ from gateway.auth.credentials import credential_of
 from gateway.auth.principal import ADMIN, OPEN, SCOPE_KEY
 from gateway.errors import AuthenticationError, FareboxError, PermissionDeniedError, error_bytes
 from gateway.keys.model import KeyRecord
+from gateway.keys.secrets import SECRET_PREFIX
 
 
 class AuthMiddleware:
@@ -46,10 +47,11 @@ class AuthMiddleware:
         cls = route_class(scope["path"])
         if cls is not RouteClass.PUBLIC:
             try:
+                credential = credential_of(scope["headers"])
                 principal = authenticate(
-                    credential_of(scope["headers"]),
+                    credential,
                     admin_key=self.admin_key,
-                    lookup=_lookup_of(scope),
+                    lookup=await _lookup_for(scope, credential),
                     clock=_now,
                 )
             except AuthenticationError as exc:
@@ -81,14 +83,22 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _lookup_of(scope: Scope) -> Any:
-    """The key cache's lookup (built in the lifespan); none before the lifespan ran."""
+async def _lookup_for(scope: Scope, credential: str | None) -> Any:
+    """The key cache's lookup (built in the lifespan); none before the lifespan ran.
+
+    A virtual key this replica has not seen yet (made on another replica a moment ago)
+    waits for the refresh its miss starts, at most one a second: it works at once.
+    """
     state = scope.get("state")  # the lifespan's state, a plain dict: cheaper than app.state
     services = state.get("services") if isinstance(state, dict) else None
     if services is None:
         services = getattr(getattr(scope.get("app"), "state", None), "services", None)
     keys = getattr(services, "keys", None)
-    return keys.lookup if keys is not None else _no_keys
+    if keys is None:
+        return _no_keys
+    if credential and credential.startswith(SECRET_PREFIX) and keys.lookup(credential) is None:
+        await keys.resolve(credential)
+    return keys.lookup
 
 
 async def _answer(

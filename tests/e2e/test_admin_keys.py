@@ -258,6 +258,21 @@ async def test_a_key_made_on_one_replica_works_on_another(make_gateway: GatewayF
         assert _eventually(lambda: _models(two, made["key"]) == 401)
 
 
+@pytest.mark.postgres
+async def test_a_new_key_works_on_its_first_request_to_another_replica(
+    make_gateway: GatewayFactory,
+) -> None:
+    """No poll explains it (one a minute): the miss itself reloads the keys, and waits."""
+    async with fresh_pg_database("keys_first_use") as name:
+        shared = {"admin_key": ADMIN_KEY, "database_url": pg_url(name), "keys_refresh_s": 60}
+        one, two = make_gateway(**shared), make_gateway(**shared)
+        made = httpx.post(f"{one.server.url}/admin/keys", headers=ADMIN, json={"team": "r"}).json()
+        assert _models(two, made["key"]) == 200
+        made_too = httpx.post(f"{one.server.url}/admin/keys", headers=ADMIN, json={}).json()
+        time.sleep(1.05)  # past the once-a-second bound on miss reloads
+        assert _models(two, made_too["key"]) == 200
+
+
 def _eventually(check: Any, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
