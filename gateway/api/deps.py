@@ -16,8 +16,12 @@ from gateway.services import Services
 log = logging.getLogger("farebox")
 
 
-def get_services(request: Request) -> Services:
-    """The process's services, built by the lifespan."""
+async def get_services(request: Request) -> Services:
+    """The process's services, built by the lifespan.
+
+    Async on purpose: FastAPI runs a plain `def` dependency in its thread pool, a thread
+    hop per request for one attribute read.
+    """
     services: Services = request.state.services
     return services
 
