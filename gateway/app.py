@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse
 
 from gateway import __version__
 from gateway.api import admin, admin_keys, chat, gpu, health, models, prefix, spend, tasks
+from gateway.api import messages as messages_api
 from gateway.api import metrics as metrics_api
 from gateway.audit import AuditLog
 from gateway.auth.middleware import AuthMiddleware
@@ -84,6 +85,7 @@ def create_app(
     app = FastAPI(title="Farebox", version=__version__, lifespan=lifespan)
     for router in (
         chat.router,
+        messages_api.router,
         models.router,
         health.router,
         tasks.router,

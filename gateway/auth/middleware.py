@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.anthropic_errors import anthropic_error_bytes, is_messages_path
 from gateway.auth.access import RouteClass, refusal, route_class
 from gateway.auth.authenticate import authenticate
 from gateway.auth.credentials import credential_of
@@ -55,13 +56,13 @@ class AuthMiddleware:
                     clock=_now,
                 )
             except AuthenticationError as exc:
-                await _answer(send, exc, ((b"www-authenticate", b"Bearer"),))
+                await _answer(send, exc, ((b"www-authenticate", b"Bearer"),), scope["path"])
                 return
             if cls is None:  # matched after the key check: a flood without one stays cheap
                 cls = RouteClass.ADMIN if principal is ADMIN else _unlisted_class(scope)
             denied = refusal(cls, principal)
             if denied is not None:
-                await _answer(send, PermissionDeniedError(denied))
+                await _answer(send, PermissionDeniedError(denied), path=scope["path"])
                 return
             scope[SCOPE_KEY] = principal
         await self.app(scope, receive, send)
@@ -102,10 +103,13 @@ async def _lookup_for(scope: Scope, credential: str | None) -> Any:
 
 
 async def _answer(
-    send: Send, error: FareboxError, extra: tuple[tuple[bytes, bytes], ...] = ()
+    send: Send, error: FareboxError, extra: tuple[tuple[bytes, bytes], ...] = (), path: str = ""
 ) -> None:
-    """Answer `error` without reading the body (the server discards what is left of it)."""
-    body = error_bytes(error)
+    """Answer `error` without reading the body (the server discards what is left of it).
+
+    The Messages API's paths get Anthropic's error shape, which its clients parse.
+    """
+    body = anthropic_error_bytes(error) if is_messages_path(path) else error_bytes(error)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

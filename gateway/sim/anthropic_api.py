@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.sim.anthropic_count import count_tokens
 from gateway.sim.anthropic_request import (
     FAST_MODE_BETA,
     MessagesRequest,
@@ -161,6 +162,14 @@ async def create_message(request: Request) -> Response:
     return await deliver(request, admission, job.timing, headers, events, lambda: message_body(job))
 
 
+async def count_message_tokens(request: Request) -> Response:
+    """Count a Messages prompt's tokens, as Anthropic's /v1/messages/count_tokens does."""
+    return await count_tokens(request, request.app.state.sim, ANTHROPIC)
+
+
 def anthropic_routes() -> list[Route]:
     """Return the Anthropic-compatible routes."""
-    return [Route("/v1/messages", create_message, methods=["POST"])]
+    return [
+        Route("/v1/messages", create_message, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_message_tokens, methods=["POST"]),
+    ]

@@ -49,6 +49,11 @@ class Upstreams:
         """The adapter that speaks this route's wire format."""
         return self._litellm_adapter() if route.via_litellm else self.openai
 
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The pooled HTTP client (also used by the native Messages path, /v1/messages)."""
+        return self._client
+
     def _litellm_adapter(self) -> LiteLLMUpstream:
         if self._litellm is None:
             # Importing litellm costs seconds and ~200 MB: only configurations that need it pay.

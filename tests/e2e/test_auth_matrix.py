@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.anthropic_errors import anthropic_type, is_messages_path
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.settings import Settings
@@ -33,6 +34,11 @@ CHAT: dict[str, Any] = {
 }
 
 
+MESSAGE: dict[str, Any] = {"model": "claude", "max_tokens": 8, "messages": CHAT["messages"]}
+COUNT: dict[str, Any] = {"model": "claude", "messages": CHAT["messages"]}
+MODEL_CALLS = ("/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens")
+
+
 @dataclass(frozen=True)
 class Endpoint:
     method: str
@@ -45,6 +51,8 @@ class Endpoint:
 
 ENDPOINTS = (
     Endpoint("POST", "/v1/chat/completions", "/v1/chat/completions", CHAT, {"X-Task-Id": TASK}),
+    Endpoint("POST", "/v1/messages", "/v1/messages", MESSAGE, {"X-Task-Id": TASK}),
+    Endpoint("POST", "/v1/messages/count_tokens", "/v1/messages/count_tokens", COUNT),
     Endpoint("GET", "/v1/models", "/v1/models"),
     Endpoint("GET", "/healthz", "/healthz"),
     Endpoint("GET", "/readyz", "/readyz"),
@@ -157,7 +165,7 @@ def _expected(endpoint: Endpoint, state: str) -> tuple[int, str | None]:
         return 200, None
     if state in ("none", "wrong", "revoked", "expired"):
         return 401, "invalid_api_key"
-    admin_route, model_call = path.startswith("/admin/"), path == "/v1/chat/completions"
+    admin_route, model_call = path.startswith("/admin/"), path in MODEL_CALLS
     if state == "admin":
         if model_call:
             return 403, "permission_denied"
@@ -172,6 +180,8 @@ def _expected(endpoint: Endpoint, state: str) -> tuple[int, str | None]:
         return (403, "permission_denied") if model_call or "finish" in path else (200, None)
     if state == "own_team":
         return 200, None
+    if path == "/v1/messages/count_tokens":
+        return 200, None  # no task: nothing of alpha's to own
     # Another team's key, on alpha's task and alpha's numbers.
     if model_call or "finish" in path:
         return 403, "task_not_owned"
@@ -194,23 +204,38 @@ def test_every_endpoint_answers_each_credential_state(world: World) -> None:
         for endpoint in sorted(ENDPOINTS, key=lambda e: e.method == "DELETE"):
             response = _call(world, endpoint, state)
             status, code = _expected(endpoint, state)
-            problem = _check(response, status, code)
+            problem = _check(response, status, code, endpoint.route)
             if problem:
                 wrong.append(f"{state}: {endpoint.method} {endpoint.path}: {problem}")
     assert not wrong, "\n".join(wrong)
 
 
-def _check(response: httpx.Response, status: int, code: str | None) -> str | None:
+def _check(response: httpx.Response, status: int, code: str | None, path: str = "") -> str | None:
     if response.status_code != status:
         return f"{response.status_code} (expected {status}): {response.text[:200]}"
     if code is None:
         return None
     body = response.json()
+    if is_messages_path(path):  # Anthropic's shape, which has no code: the type says it
+        return _check_anthropic(response, body, status)
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict) or set(error) != {"message", "type", "param", "code"}:
         return f"not the OpenAI error shape: {body}"
     if error["code"] != code:
         return f"code {error['code']!r} (expected {code!r}): {error['message']}"
+    if status == 401 and response.headers.get("www-authenticate") != "Bearer":
+        return "a 401 without WWW-Authenticate: Bearer"
+    if "x-request-id" not in response.headers:
+        return "no x-request-id"
+    return None
+
+
+def _check_anthropic(response: httpx.Response, body: Any, status: int) -> str | None:
+    error = body.get("error") if isinstance(body, dict) else None
+    if body.get("type") != "error" or not isinstance(error, dict):
+        return f"not the Anthropic error shape: {body}"
+    if set(error) != {"type", "message"} or error["type"] != anthropic_type(status):
+        return f"not Anthropic's {anthropic_type(status)}: {body}"
     if status == 401 and response.headers.get("www-authenticate") != "Bearer":
         return "a 401 without WWW-Authenticate: Bearer"
     if "x-request-id" not in response.headers:

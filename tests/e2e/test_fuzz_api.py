@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import Case, GenerationMode
 
+from gateway.anthropic_errors import is_messages_path
 from tests.e2e.conftest import GatewayFactory
 
 REQUESTS = int(os.environ.get("FUZZ_REQUESTS", "200"))
@@ -81,6 +82,11 @@ def _check(case: Case, response: schemathesis.Response) -> str | None:
     where = f"{case.method} {response.request.url} {sent[:2000]!r}"  # enough to reproduce it
     if response.status_code >= 500:
         return f"{where}\n  -> {response.status_code} {response.content[:2000]!r}"
+    if response.status_code >= 400 and is_messages_path(case.operation.path):
+        body = response.json()  # Anthropic's shape, for Anthropic's clients
+        if body.get("type") != "error" or set(body["error"]) != {"type", "message"}:
+            return f"{where}: {response.status_code} not in Anthropic's error shape: {body}"
+        return None
     if response.status_code >= 400:
         try:
             error = response.json()["error"]

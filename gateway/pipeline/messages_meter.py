@@ -1,0 +1,105 @@
+"""Measure a Messages API reply: usage, served tier, token times, what was said.
+
+Anthropic reports usage twice on a stream: `message_start` carries the input side (input,
+cache reads and writes) and a first output count, `message_delta` the final output count
+(and, from newer servers, the input side again). The two are merged field by field, the
+later value winning, and read with `usage_from_anthropic` (cache reads and writes added
+back into the prompt, as every other consumer expects). Thinking tokens are not reported
+apart by Anthropic: they are billed inside `output_tokens`, and `reasoning_tokens` stays 0.
+
+The meter only reads: the client receives every event's bytes as the upstream sent them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.pipeline.measure import Meter
+from gateway.usage import usage_from_anthropic
+
+TIER_FIELDS = ("service_tier", "speed")
+
+
+@dataclass(slots=True)
+class MessagesMeter:
+    """Feeds a pipeline `Meter` from Anthropic's message object or stream events."""
+
+    meter: Meter = field(default_factory=Meter)
+    usage: dict[str, Any] = field(default_factory=dict)
+    stopped: bool = False  # message_stop seen: the stream is complete
+
+    def observe_message(self, message: dict[str, Any]) -> None:
+        """A whole reply (`type: message`)."""
+        self._merge_usage(message.get("usage"))
+        for block in _objects(message.get("content")):
+            self._observe_block(block, None)
+        self._stop_reason(message.get("stop_reason"))
+
+    def observe_event(self, payload: dict[str, Any]) -> None:
+        """One streamed event's parsed data."""
+        meter = self.meter
+        meter.chunks += 1
+        kind = payload.get("type")
+        if kind == "message_start":
+            self._merge_usage(_object(payload.get("message")).get("usage"))
+        elif kind == "content_block_start":
+            self._observe_block(_object(payload.get("content_block")), meter.clock())
+        elif kind == "content_block_delta":
+            self._observe_delta(_object(payload.get("delta")), meter.clock())
+        elif kind == "message_delta":
+            self._merge_usage(payload.get("usage"))
+            self._stop_reason(_object(payload.get("delta")).get("stop_reason"))
+        elif kind == "message_stop":
+            self.stopped = True
+
+    def _merge_usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        self.usage.update({k: v for k, v in usage.items() if v is not None})
+        self.meter.usage = usage_from_anthropic(self.usage)
+        for name in TIER_FIELDS:
+            if isinstance(self.usage.get(name), str):
+                setattr(self.meter, name, self.usage[name])
+
+    def _stop_reason(self, reason: Any) -> None:
+        if isinstance(reason, str) and reason:
+            self.meter.finish_reason = reason
+
+    def _observe_block(self, block: dict[str, Any], now: float | None) -> None:
+        kind = block.get("type")
+        if kind == "thinking":
+            self._said(str(block.get("thinking") or ""), thought=True, now=now)
+        elif kind == "text":
+            self._said(str(block.get("text") or ""), thought=False, now=now)
+        elif kind == "tool_use" and now is not None:
+            self._said("", thought=False, now=now, answered=True)
+
+    def _observe_delta(self, delta: dict[str, Any], now: float) -> None:
+        kind = delta.get("type")
+        if kind == "thinking_delta":
+            self._said(str(delta.get("thinking") or ""), thought=True, now=now)
+        elif kind == "text_delta":
+            self._said(str(delta.get("text") or ""), thought=False, now=now)
+        elif kind == "input_json_delta":
+            self._said("", thought=False, now=now, answered=True)
+
+    def _said(self, text: str, *, thought: bool, now: float | None, answered: bool = False) -> None:
+        meter = self.meter
+        if text:
+            (meter.reasoning_parts if thought else meter.answer_parts).append(text)
+        if now is None or not (text or answered):
+            return  # a whole reply has no token times
+        if meter.first_token is None:
+            meter.first_token = now
+        if not thought and meter.first_answer_token is None:
+            meter.first_answer_token = now
+        meter.last_token = now
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []

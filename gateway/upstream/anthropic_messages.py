@@ -1,0 +1,164 @@
+"""Anthropic's Messages API, spoken natively: the client's bytes out, Anthropic's bytes back.
+
+Used by `/v1/messages` for routes whose provider is `anthropic` (litellm is not involved:
+nothing is translated). The request carries the route's provider key in `x-api-key`, never
+the client's; `anthropic-version` and `anthropic-beta` are the client's (the policy may add
+a beta, as fast mode does). Replies are checked to be JSON objects and passed on as sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.errors import UpstreamProtocolError
+from gateway.upstream import failures
+from gateway.upstream.base import UpstreamCall, UpstreamReply
+from gateway.upstream.openai_compat import MAX_ERROR_BYTES, MAX_REPLY_BYTES
+from gateway.upstream.sse import iter_events
+
+ANTHROPIC_API = "https://api.anthropic.com"
+DEFAULT_VERSION = "2023-06-01"
+MESSAGES, COUNT_TOKENS = "/v1/messages", "/v1/messages/count_tokens"
+PASSED_HEADERS = ("anthropic-version", "anthropic-beta")
+
+
+def messages_url(base_url: str, path: str) -> str:
+    """`path` on the route's base URL (with or without its `/v1`), else on Anthropic's."""
+    base = (base_url or ANTHROPIC_API).rstrip("/").removesuffix("/v1")
+    return base + path
+
+
+def merged_betas(*values: str | None) -> str:
+    """Comma-separated `anthropic-beta` values, each once, in order of appearance."""
+    seen: list[str] = []
+    for value in values:
+        for beta in (value or "").split(","):
+            if beta.strip() and beta.strip() not in seen:
+                seen.append(beta.strip())
+    return ",".join(seen)
+
+
+def upstream_headers(
+    client: dict[str, str], policy: dict[str, str], key: str | None
+) -> dict[str, str]:
+    """The headers sent upstream: the client's Anthropic headers, the policy's, the route's key."""
+    headers = {"content-type": "application/json"}
+    headers["anthropic-version"] = client.get("anthropic-version") or DEFAULT_VERSION
+    beta = merged_betas(client.get("anthropic-beta"), policy.get("anthropic-beta"))
+    if beta:
+        headers["anthropic-beta"] = beta
+    headers |= {k: v for k, v in policy.items() if k.lower() not in PASSED_HEADERS}
+    if key:
+        headers["x-api-key"] = key
+    return headers
+
+
+def json_object(body: bytes, where: str) -> dict[str, Any]:
+    """A reply's JSON object; anything else is a reply the client cannot use (a 502)."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        payload = None
+    if not isinstance(payload, dict):
+        raise UpstreamProtocolError(f"upstream {where} sent a reply that is not a JSON object")
+    return payload
+
+
+def _timeout(call: UpstreamCall) -> httpx.Timeout:
+    read = call.timeouts.idle_stream if call.stream else call.timeouts.first_token
+    return httpx.Timeout(connect=call.timeouts.connect, read=read, write=30.0, pool=30.0)
+
+
+async def _read_at_most(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    parts: list[bytes] = []
+    size = 0
+    async for part in response.aiter_bytes():
+        parts.append(part)
+        size += len(part)
+        if size > limit:
+            return b"".join(parts)[:limit], False
+    return b"".join(parts), True
+
+
+class MessagesStream:
+    """An open Messages stream; `aclose` also ends the upstream generation."""
+
+    def __init__(self, response: httpx.Response, where: str):
+        self._response = response
+        self._where = where
+        self.headers = dict(response.headers)
+
+    async def events(self) -> AsyncIterator[bytes]:
+        try:
+            async for event in iter_events(self._response.aiter_bytes(), where=self._where):
+                yield event
+        except httpx.HTTPError as exc:
+            raise failures.from_transport_error(exc, self._where) from exc
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class AnthropicMessagesUpstream:
+    """Sends Messages API calls to `{base_url}/v1/messages[/count_tokens]`."""
+
+    def __init__(self, client: httpx.AsyncClient):
+        self._client = client
+
+    def _request(self, call: UpstreamCall, path: str) -> httpx.Request:
+        headers = {**call.extra_headers}
+        if call.stream:
+            headers["accept"] = "text/event-stream"
+            headers["accept-encoding"] = "identity"
+        return self._client.build_request(
+            "POST",
+            messages_url(call.base_url, path),
+            content=call.body,
+            headers=headers,
+            timeout=_timeout(call),
+        )
+
+    async def complete(self, call: UpstreamCall, path: str = MESSAGES) -> UpstreamReply:
+        """A whole reply (a message, or a token count), checked to be a JSON object."""
+        where = failures.describe_upstream(call.alias, call.base_url or ANTHROPIC_API)
+        try:
+            response = await self._client.send(self._request(call, path), stream=True)
+            try:
+                limit = MAX_ERROR_BYTES if response.status_code >= 400 else MAX_REPLY_BYTES
+                body, whole = await _read_at_most(response, limit)
+            finally:
+                await response.aclose()
+        except httpx.HTTPError as exc:
+            raise failures.from_transport_error(exc, where) from exc
+        if response.status_code >= 400:
+            raise failures.from_status(
+                response.status_code, body, where, [call.api_key], dict(response.headers)
+            )
+        if not whole:
+            raise UpstreamProtocolError(
+                f"upstream {where} sent a reply over {MAX_REPLY_BYTES} bytes"
+            )
+        payload = json_object(body, where)
+        return UpstreamReply(response.status_code, body, dict(response.headers), payload)
+
+    async def open_stream(self, call: UpstreamCall) -> MessagesStream:
+        where = failures.describe_upstream(call.alias, call.base_url or ANTHROPIC_API)
+        try:
+            response = await self._client.send(self._request(call, MESSAGES), stream=True)
+        except httpx.HTTPError as exc:
+            raise failures.from_transport_error(exc, where) from exc
+        if response.status_code >= 400:
+            try:
+                body, _ = await _read_at_most(response, MAX_ERROR_BYTES)
+            except httpx.HTTPError:
+                body = b""
+            finally:
+                await response.aclose()
+            raise failures.from_status(
+                response.status_code, body, where, [call.api_key], dict(response.headers)
+            )
+        return MessagesStream(response, where)
