@@ -31,7 +31,7 @@ class FinishRequest(BaseModel):
     outcome: str = Field(default="success", min_length=1, max_length=64)
 
 
-@router.post("/v1/tasks/{task_id}/finish")
+@router.post("/v1/tasks/{task_id:path}/finish")  # ids may hold `/` (sent as %2F)
 async def finish_task(
     task_id: str, body: FinishRequest, request: Request, services: ServicesDep, ledger: LedgerDep
 ) -> dict[str, Any]:
@@ -46,7 +46,7 @@ async def finish_task(
     return {"task_id": task_id, "outcome": body.outcome, "status": "finishing"}
 
 
-@router.get("/v1/tasks/{task_id}")
+@router.get("/v1/tasks/{task_id:path}")
 async def read_task(task_id: str, ledger: LedgerDep, scope: ScopeDep) -> dict[str, Any]:
     """The task's totals and each upstream call it made; another team's task is a 404,
     word for word the one an unknown task gets."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.conftest import SimControl
 from tests.e2e.conftest import Gateway, GatewayFactory
@@ -23,7 +24,7 @@ from tests.redis_service import require_redis
 
 ADMIN_KEY = "adm-red-team-0123456789abcdef"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
-HELLO = [{"role": "user", "content": "hi"}]
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 def _config(sim: SimControl, team: str, daily_usd: str = "1") -> str:
@@ -118,3 +119,26 @@ def test_a_cap_or_n_an_upstream_would_coerce_is_a_400_never_forwarded(
     error = reply.json()["error"]
     assert error["type"] == "invalid_request_error" and field in (error["param"] or "")
     assert world.sent() == []
+
+
+def test_a_task_id_holding_a_slash_is_read_and_finished_by_its_team_only(world: World) -> None:
+    """Task ids may hold `/` (`org/repo#12`): sent as %2F, the server decodes it, and the
+    routes' one-segment `{task_id}` answered "Not Found" for the task's own team."""
+    own = world.gateway.sdk(api_key=world.make_key(team=world.team)["key"])
+    run = uuid.uuid4().hex[:8]  # claims live in the shared Redis
+    task = f"org-{run}/repo#12"
+    own.chat.completions.create(
+        model="chat", messages=HELLO, max_tokens=5, extra_headers={"X-Task-Id": task}
+    )
+    path = f"{world.url}/v1/tasks/org-{run}%2Frepo%2312"
+    owner = {"Authorization": f"Bearer {own.api_key}"}
+    other = {"Authorization": f"Bearer {world.make_key(team='elsewhere')['key']}"}
+    read = httpx.get(path, headers=owner, timeout=30)  # reads catch up with the writer
+    assert read.status_code == 200, read.text
+    assert read.json()["task_id"] == task and read.json()["team"] == world.team
+    hidden = httpx.get(path, headers=other, timeout=30)
+    assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "task_not_found"
+    refused = httpx.post(f"{path}/finish", json={}, headers=other, timeout=30)
+    assert refused.status_code == 403, refused.text
+    finished = httpx.post(f"{path}/finish", json={"outcome": "success"}, headers=owner, timeout=30)
+    assert finished.status_code == 200 and finished.json()["task_id"] == task, finished.text
