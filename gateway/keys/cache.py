@@ -41,6 +41,7 @@ class KeyCache:
         self._miss_interval_s = miss_interval_s
         self._clock = clock
         self._by_hash: dict[str, KeyRecord] = {}
+        self._by_id: dict[str, KeyRecord] = {}  # for `line_of`
         self._put_during_load: dict[str, KeyRecord] = {}
         self._fingerprint: Fingerprint | None = None
         self._lock = asyncio.Lock()
@@ -72,9 +73,27 @@ class KeyCache:
             await asyncio.shield(task)
         return self._by_hash.get(hash_secret(secret))
 
+    def line_of(self, record: KeyRecord) -> str:
+        """The id of the first key of `record`'s rotation line (its own id if never rotated).
+
+        A key's budgets and rate limits are counted under this id, so a rotation changes
+        the secret and not what the key has spent: a successor does not start a new
+        lifetime budget, nor the two keys of an overlap spend a day's budget each.
+        """
+        for _ in range(len(self._by_id) + 1):  # a cycle is impossible; bound it anyway
+            parent = record.rotated_from
+            if parent is None:
+                return record.id
+            found = self._by_id.get(parent)
+            if found is None:  # not loaded yet: its id is the line's best name known
+                return parent
+            record = found
+        return record.id
+
     def put(self, record: KeyRecord) -> None:
         """Make this replica see a change it just committed, without waiting for a poll."""
         self._by_hash[record.secret_hash] = record
+        self._by_id[record.id] = record
         self._put_during_load[record.secret_hash] = record
 
     def __len__(self) -> int:
@@ -98,6 +117,7 @@ class KeyCache:
             table = {record.secret_hash: record for record in records}
             table.update(self._put_during_load)  # committed after the read began
             self._by_hash, self._fingerprint = table, fingerprint
+            self._by_id = {record.id: record for record in table.values()}
             self.loads += 1
             return True
 

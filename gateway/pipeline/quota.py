@@ -75,15 +75,19 @@ class QuotaHold:
         )
 
 
-def scopes_for(ctx: RequestContext, config: GatewayConfig) -> tuple[ScopeLimits, ...]:
-    """The limits that apply: the calling key's, its team's and its project's."""
+def scopes_for(
+    ctx: RequestContext, config: GatewayConfig, key_line: str | None = None
+) -> tuple[ScopeLimits, ...]:
+    """The limits that apply: the calling key's, its team's and its project's.
+
+    A key's are counted under `key_line`, the first key of its rotation line
+    (`KeyCache.line_of`), so rotating a key does not give it fresh budgets."""
     found: list[ScopeLimits | None] = []
     record = ctx.principal.key
     if record is not None:
         attributes = record.attributes
-        found.append(
-            scope_limits(Scope("key", record.id), attributes.budget, attributes.rate_limit)
-        )
+        scope = Scope("key", key_line or record.id)
+        found.append(scope_limits(scope, attributes.budget, attributes.rate_limit))
     tenants = config.tenants
     team, project = ctx.identity.team, ctx.identity.project
     if team and (quota := tenants.teams.get(team)) is not None:
@@ -158,7 +162,9 @@ def refusal_error(refusal: Refusal) -> FareboxError:
 
 async def reserve(ctx: RequestContext, services: Services) -> None:
     """Hold the worst case, or raise the refusal; a request no limit applies to passes."""
-    scopes = scopes_for(ctx, services.config)
+    record = ctx.principal.key
+    line = services.keys.line_of(record) if record is not None else None
+    scopes = scopes_for(ctx, services.config, line)
     if not scopes:
         return
     worst = worst_case(ctx, services)

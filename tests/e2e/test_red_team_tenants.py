@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
@@ -142,3 +143,40 @@ def test_a_task_id_holding_a_slash_is_read_and_finished_by_its_team_only(world: 
     assert refused.status_code == 403, refused.text
     finished = httpx.post(f"{path}/finish", json={"outcome": "success"}, headers=owner, timeout=30)
     assert finished.status_code == 200 and finished.json()["task_id"] == task, finished.text
+
+
+def _refused_for_quota(client: openai.OpenAI) -> bool:
+    try:
+        client.chat.completions.create(model="chat", messages=HELLO, max_tokens=20)
+    except openai.RateLimitError as exc:
+        assert exc.code == "insufficient_quota", exc
+        return True
+    return False
+
+
+def test_rotating_a_key_keeps_what_it_spent_against_its_budget(world: World) -> None:
+    """A key's budget was counted under its id, and a rotation makes a new id: the
+    successor started a fresh lifetime budget, and during the overlap the old and the new
+    key each had a whole one. Both now spend the line's one budget."""
+    made = world.make_key(team=world.team, budget={"total_usd": "0.0008"})
+    old = world.gateway.sdk(api_key=made["key"])
+    served = 0
+    while not _refused_for_quota(old):  # each request holds ~$0.0003 and spends less
+        served += 1
+        assert served < 20, "the key's budget never refused"
+    rotated = httpx.post(
+        f"{world.url}/admin/keys/{made['id']}/rotate",
+        json={"overlap_s": 600},
+        headers=ADMIN,
+        timeout=30,
+    )
+    assert rotated.status_code == 201, rotated.text
+    new = world.gateway.sdk(api_key=rotated.json()["key"])
+    assert _refused_for_quota(new), "the rotated key got a fresh budget"
+    assert _refused_for_quota(old)  # still in its overlap, still out of budget
+    again = httpx.post(
+        f"{world.url}/admin/keys/{rotated.json()['id']}/rotate", json={}, headers=ADMIN, timeout=30
+    )
+    assert again.status_code == 201, again.text  # a line of three: still the first's budget
+    assert _refused_for_quota(world.gateway.sdk(api_key=again.json()["key"]))
+    assert len(world.sim.requests()) == served
