@@ -336,3 +336,41 @@ def test_fast_mode_gets_its_beta_and_is_billed_as_fast(gateway: Gateway, sim: Si
     ctx = gateway.last()
     assert ctx.tier_served == "fast" and ctx.tier_confirmed is True
     assert raw.headers["x-farebox-tier"] == "fast"
+
+
+def test_an_upstream_refusal_before_the_stream_keeps_its_status_and_retry_after(
+    gateway: Gateway, sim: SimControl
+) -> None:
+    sim.fault(match={"path": "/v1/messages"}, status=429, headers={"retry-after": "7"})
+    client, _ = _client(gateway)
+    with pytest.raises(anthropic.RateLimitError) as limited:
+        client.messages.create(
+            model="claude", max_tokens=32, messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    assert limited.value.response.headers["retry-after"] == "7"
+    assert limited.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    ctx = gateway.last()
+    assert ctx.status_code == 429 and ctx.cost is not None and ctx.cost.total == 0
+
+
+def test_a_stream_cut_by_the_upstream_ends_with_an_anthropic_error_and_is_booked(
+    gateway: Gateway, sim: SimControl
+) -> None:
+    sim.fault(match={"path": "/v1/messages"}, drop_after_chunks=4)
+    client, _ = _client(gateway)
+    seen: list[str] = []
+    with (
+        pytest.raises(anthropic.APIStatusError) as cut,
+        client.messages.stream(
+            model="claude", max_tokens=512, messages=[{"role": "user", "content": "Tell a story."}]
+        ) as stream,
+    ):
+        for event in stream:
+            seen.append(event.type)
+    assert seen and seen[0] == "message_start"  # the events before the cut were relayed
+    assert cut.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+    assert "before a complete reply" in cut.value.body["error"]["message"]  # type: ignore[index]
+    ctx = gateway.last()
+    assert ctx.status_code == 502 and ctx.error_type == "upstream_unreachable"
+    # What the upstream already reported (message_start's input) is billed.
+    assert ctx.usage is not None and ctx.usage.prompt_tokens > 0
