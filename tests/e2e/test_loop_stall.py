@@ -93,21 +93,17 @@ def test_the_gateways_own_steps_on_466000_messages_do_not_hold_the_loop(
 ) -> None:
     # 31 MiB in 466,000 short messages, parsed and validated a slice at a time (one
     # orjson call and one pydantic call held the interpreter ~0.5 s before), and the
-    # prefix check's 466,000 segments freed beside the loop (~80 ms on it before). One
-    # stall remains, reported in docs/reliability.md and by `bench/loop_stall.py`: a full
-    # garbage collection walks those segments while the request holds them (0.1-0.7 s
-    # on this box, whichever thread runs it), so the collector is paused here.
+    # prefix check's 466,000 segments freed beside the loop (~80 ms on it before). The
+    # collector runs: the request's big lists and tuples are kept out of it (each
+    # collection walked them, 40-160 ms with the lock held; 2-8 ms pauses now).
     sim_url, url, watch = served
     httpx.post(f"{sim_url}/sim/faults", json={"status": 429, "count": 1}).raise_for_status()
     body = orjson.dumps(bench.short_messages(seed=7))
     gc.collect()
-    gc.disable()
-    try:
-        stall = bench.send(url, watch, body)
-    finally:
-        gc.enable()
-    _check("31 MiB in 466,000 short messages, no garbage collection", stall)
+    stall = bench.send(url, watch, body)
+    _check("31 MiB in 466,000 short messages", stall)
     assert stall.status == 429
+    assert stall.gc_pause < 0.1  # wall time: room for this shared box's preemptions
 
 
 def test_a_long_upstream_stream_does_not_hold_the_loop(served: tuple[str, str, Any]) -> None:
