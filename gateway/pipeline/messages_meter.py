@@ -12,10 +12,11 @@ The meter only reads: the client receives every event's bytes as the upstream se
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.pipeline.measure import Meter
+from gateway.tokens import count_tokens
 from gateway.usage import usage_from_anthropic
 
 TIER_FIELDS = ("service_tier", "speed")
@@ -28,6 +29,7 @@ class MessagesMeter:
     meter: Meter = field(default_factory=Meter)
     usage: dict[str, Any] = field(default_factory=dict)
     stopped: bool = False  # message_stop seen: the stream is complete
+    final: bool = False  # message_delta's usage (the final output count) seen
 
     def observe_message(self, message: dict[str, Any]) -> None:
         """A whole reply (`type: message`)."""
@@ -49,9 +51,23 @@ class MessagesMeter:
             self._observe_delta(_object(payload.get("delta")), meter.clock())
         elif kind == "message_delta":
             self._merge_usage(payload.get("usage"))
+            self.final = isinstance(payload.get("usage"), dict)
             self._stop_reason(_object(payload.get("delta")).get("stop_reason"))
         elif kind == "message_stop":
             self.stopped = True
+
+    def estimate_cut_output(self) -> None:
+        """A stream cut before its final count: output estimated from what was relayed.
+
+        `message_start` counts the input exactly but only the first output token; the
+        rest is counted with tiktoken from the text seen, and the usage marked estimated.
+        """
+        usage = self.meter.usage
+        if usage is None or self.final:
+            return
+        seen = self.meter.seen_reasoning + self.meter.seen_answer
+        output = max(usage.completion_tokens, count_tokens(seen) if seen else 0)
+        self.meter.usage = replace(usage, completion_tokens=output, estimated=True)
 
     def _merge_usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):

@@ -127,6 +127,7 @@ class MessagesRelay:
         except Exception:
             log.exception("closing the Messages stream of %s failed", self._where)
         report_outcome(self._ctx, self._services, error)
+        await asyncio.to_thread(self.meter.estimate_cut_output)  # tokenizes what was seen
         meter = self.meter.meter
         await finish(self._ctx, meter, self._services, error=error, cancelled=cancelled)
 

@@ -374,3 +374,52 @@ def test_a_stream_cut_by_the_upstream_ends_with_an_anthropic_error_and_is_booked
     assert ctx.status_code == 502 and ctx.error_type == "upstream_unreachable"
     # What the upstream already reported (message_start's input) is billed.
     assert ctx.usage is not None and ctx.usage.prompt_tokens > 0
+
+
+def test_images_and_documents_pass_through_untouched(gateway: Gateway, sim: SimControl) -> None:
+    pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+    pdf = base64.b64encode(b"%PDF-1.4 a tiny document").decode()
+    content: Any = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": pixel}},
+        {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": pdf},
+            "cache_control": {"type": "ephemeral"},
+        },
+        {"type": "text", "text": "What is in these?"},
+    ]
+    client, recorded = _client(gateway)
+    message = client.messages.create(
+        model="claude", max_tokens=64, messages=[{"role": "user", "content": content}]
+    )
+    assert message.usage.input_tokens > 0
+    assert _body(_sent(sim)[-1]) == patch_object(
+        recorded.bodies[-1], {"model": "claude-sim"}, set()
+    )
+    ctx = gateway.last()
+    assert ctx.cost is not None and ctx.cost.total == _cost(
+        message.usage.model_dump(exclude_none=True)
+    )
+
+
+def test_a_client_that_leaves_mid_stream_is_booked_and_the_upstream_closed(
+    gateway: Gateway, sim: SimControl
+) -> None:
+    sim.http.post("/sim/config", json={"decode_ms_per_token": 20}).raise_for_status()
+    body = {
+        "model": "claude",
+        "max_tokens": 2000,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Write at length."}],
+    }
+    headers = {"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"}
+    url = f"{gateway.server.url}/v1/messages"
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=30) as response:
+        assert response.status_code == 200
+        first = next(response.iter_bytes())
+        assert b"message_start" in first
+    ctx = gateway.last()
+    assert ctx.status_code == 499 and ctx.error_type == "client_disconnected"
+    assert ctx.usage is not None and ctx.usage.prompt_tokens > 0  # message_start's input
+    assert ctx.usage.estimated  # the output, never counted upstream, estimated from the text
+    assert _sent(sim)[-1]["cancelled"] is True

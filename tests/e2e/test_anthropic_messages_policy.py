@@ -141,3 +141,17 @@ def test_credential_and_route_refusals_are_the_sdks_own_classes(
     with pytest.raises(anthropic.PermissionDeniedError):
         narrow.messages.count_tokens(model="claude", messages=HI)
     assert not keyed.seen  # refused before any upstream call: nothing booked
+
+
+def test_a_keys_rate_limit_refuses_in_anthropics_shape_before_the_upstream(
+    keyed: Gateway, admin: httpx.Client, sim: SimControl
+) -> None:
+    secret = _key(admin, team="research", rate_limit={"requests_per_min": 1})
+    client, _ = _client(keyed, api_key=secret)
+    raw = client.messages.with_raw_response.create(model="claude", max_tokens=64, messages=HI)
+    assert raw.headers["x-farebox-budget-reserved-usd"]  # the request held its worst case
+    with pytest.raises(anthropic.RateLimitError) as limited:
+        client.messages.create(model="claude", max_tokens=64, messages=HI)
+    assert limited.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert 1 <= int(limited.value.response.headers["retry-after"]) <= 60
+    assert len(_sent(sim)) == 1  # the refused request never left the gateway

@@ -88,3 +88,22 @@ def test_errors_take_anthropics_type_by_status() -> None:
     assert anthropic_type(502) == anthropic_type(503) == "api_error"
     assert is_messages_path("/v1/messages") and is_messages_path("/v1/messages/count_tokens")
     assert not is_messages_path("/v1/messagesx") and not is_messages_path("/v1/chat/completions")
+
+
+def test_a_cut_stream_estimates_its_output_from_the_text_seen() -> None:
+    meter = MessagesMeter()
+    start = {"input_tokens": 10, "output_tokens": 1}
+    meter.observe_event({"type": "message_start", "message": {"usage": start}})
+    text = "one two three four five six seven eight"
+    meter.observe_event(
+        {"type": "content_block_delta", "delta": {"type": "text_delta", "text": text}}
+    )
+    meter.estimate_cut_output()
+    usage = meter.meter.usage
+    assert usage is not None and usage.estimated
+    assert usage.prompt_tokens == 10 and usage.completion_tokens == 8
+    finished = MessagesMeter()
+    finished.observe_event({"type": "message_start", "message": {"usage": start}})
+    finished.observe_event({"type": "message_delta", "delta": {}, "usage": {"output_tokens": 3}})
+    finished.estimate_cut_output()
+    assert finished.meter.usage is not None and not finished.meter.usage.estimated
