@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from gateway import __version__
@@ -88,7 +89,12 @@ def serve(
     from gateway.server import server_config
 
     overrides = {k: v for k, v in {"host": host, "port": port, "config": config}.items() if v}
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:  # its str() would echo the input: an admin key
+        reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        err.print(f"[red]farebox: invalid settings: {reasons}[/]")
+        raise typer.Exit(2) from None
     refusal = open_bind_refusal(settings, allow_open)
     if refusal is not None:
         err.print(f"[red]farebox: {refusal}[/]")

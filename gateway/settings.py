@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The embedded default lives with the example policies, so ops teams read one place.
@@ -97,6 +97,24 @@ class Settings(BaseSettings):
     allow_open: bool = Field(
         default=False, description="Serve in open mode on a non-loopback address anyway."
     )
+
+    @field_validator("admin_key")
+    @classmethod
+    def _usable_admin_key(cls, key: SecretStr | None) -> SecretStr | None:
+        """An empty key ran the gateway open while its banner and /readyz said `keys`; a
+        padded one can never match (a request's credential is read stripped)."""
+        value = key.get_secret_value() if key is not None else None
+        if value is not None and not value:
+            raise ValueError(
+                "FAREBOX_ADMIN_KEY is set but empty: set a key, or unset it for open mode"
+            )
+        if value is not None and value != value.strip():
+            raise ValueError(
+                "FAREBOX_ADMIN_KEY starts or ends with whitespace, which no request can "
+                "send: remove it"
+            )
+        return key
+
     keys_refresh_s: float = Field(
         default=2.0, gt=0, description="How often virtual keys are re-read from the database."
     )

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -180,3 +183,25 @@ def test_rotating_a_key_keeps_what_it_spent_against_its_budget(world: World) -> 
     assert again.status_code == 201, again.text  # a line of three: still the first's budget
     assert _refused_for_quota(world.gateway.sdk(api_key=again.json()["key"]))
     assert len(world.sim.requests()) == served
+
+
+@pytest.mark.parametrize("admin_key", ["", "  padded-admin-key-0123456789  "])
+def test_serve_refuses_an_admin_key_that_is_empty_or_padded(tmp_path: Path, admin_key: str) -> None:
+    """`FAREBOX_ADMIN_KEY=` (a compose file's unset variable) served 0.0.0.0 in open mode
+    (anyone could make keys and spend) while the banner and /readyz said `auth: keys`; a
+    padded key could never match. Both now stop `farebox serve` before it listens, and
+    the refusal does not echo the key."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
+    env.update(FAREBOX_DATA_DIR=str(tmp_path / "data"), FAREBOX_ADMIN_KEY=admin_key)
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--host", "0.0.0.0", "--port", "9"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,  # before the fix it served until killed here
+    )
+    said = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2, said
+    assert "FAREBOX_ADMIN_KEY" in said and "serving on" not in said
+    assert not admin_key.strip() or admin_key.strip() not in said
