@@ -19,11 +19,14 @@ from collections.abc import Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.anthropic_errors import anthropic_error_bytes, is_messages_path
 from gateway.errors import BodyTooLargeError, FareboxError, RequestTimeoutError, send_error
 
 # Routes that take whole prompts (and conversations of them).
 JOIN_OFF_LOOP_BYTES = 1024 * 1024  # where CPython's bytes.join releases the lock
-PROMPT_ROUTES = frozenset({"/v1/chat/completions", "/v1/prefix/lint"})
+PROMPT_ROUTES = frozenset(
+    {"/v1/chat/completions", "/v1/prefix/lint", "/v1/messages", "/v1/messages/count_tokens"}
+)
 
 
 class ClientGoneError(Exception):
@@ -61,10 +64,10 @@ class BodyGuard:
             error = RequestTimeoutError(
                 f"request body not received within {self.timeout_s:g} s (FAREBOX_BODY_TIMEOUT_S)"
             )
-            await _refuse(send, error)
+            await _refuse(send, error, scope["path"])
             return
         except FareboxError as error:
-            await _refuse(send, error)
+            await _refuse(send, error, scope["path"])
             return
         except ClientGoneError:
             return
@@ -118,6 +121,19 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _refuse(send: Send, error: FareboxError) -> None:
-    """Answer `error` and close the connection: the rest of the body is not read."""
-    await send_error(send, error)
+async def _refuse(send: Send, error: FareboxError, path: str = "") -> None:
+    """Answer `error` and close the connection: the rest of the body is not read.
+
+    The Messages API's paths get Anthropic's error shape, which their clients parse.
+    """
+    if not is_messages_path(path):
+        await send_error(send, error)
+        return
+    body = anthropic_error_bytes(error)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -42,6 +42,10 @@ async def _answer(request: Request, services: Services, handle: Handler) -> Resp
         response = await handle(ctx, services)
     except FareboxError as error:
         return anthropic_error_response(error, request_id)
+    except Exception:  # a gateway bug: still an answer the client's SDK can read
+        log.exception("unhandled error on %s (%s)", request.url.path, request_id)
+        internal = FareboxError("internal gateway error; see the gateway log")
+        return anthropic_error_response(internal, request_id)
     response.background = BackgroundTask(_release, ctx)
     return response
 

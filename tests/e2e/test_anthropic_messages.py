@@ -21,7 +21,7 @@ import pytest
 from gateway.rawjson import patch_object
 from gateway.sim.records import redact
 from tests.conftest import SimControl
-from tests.e2e.conftest import ANTHROPIC_KEY, Gateway
+from tests.e2e.conftest import ANTHROPIC_KEY, Gateway, GatewayFactory
 
 # claude-sonnet-4-5 in litellm's map: $3 in, $0.30 cache read, $3.75 cache write, $15 out.
 INPUT, CACHE_READ, CACHE_WRITE, OUTPUT = (
@@ -423,3 +423,23 @@ def test_a_client_that_leaves_mid_stream_is_booked_and_the_upstream_closed(
     assert ctx.usage is not None and ctx.usage.prompt_tokens > 0  # message_start's input
     assert ctx.usage.estimated  # the output, never counted upstream, estimated from the text
     assert _sent(sim)[-1]["cancelled"] is True
+
+
+def test_a_long_prompt_is_taken_and_one_over_the_limit_refused_as_request_too_large(
+    make_gateway: GatewayFactory, sim: SimControl
+) -> None:
+    """Claude Code's prompts run to megabytes: the prompt limit applies, not the 1 MiB API one."""
+    gateway = make_gateway(max_body_bytes=3 * 1024 * 1024)
+    client, recorded = _client(gateway)
+    long_text = "Line of a long transcript, repeated. " * 50_000  # about 1.8 MB
+    hi: Any = [{"role": "user", "content": long_text}]
+    message = client.messages.create(model="claude", max_tokens=16, messages=hi)
+    assert message.usage.input_tokens > 100_000
+    assert _body(_sent(sim)[-1]) == patch_object(
+        recorded.bodies[-1], {"model": "claude-sim"}, set()
+    )
+    huge: Any = [{"role": "user", "content": long_text * 2}]
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        client.messages.create(model="claude", max_tokens=16, messages=huge)
+    assert refused.value.status_code == 413
+    assert refused.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
