@@ -44,6 +44,7 @@ from gateway.pipeline.identify import caller_id, identify
 from gateway.pipeline.messages_meter import MessagesMeter
 from gateway.pipeline.messages_relay import MessagesRelay, MessagesRelayResponse
 from gateway.pipeline.messages_request import MessagesContext, parse_count, parse_messages
+from gateway.pipeline.offload import sized
 from gateway.pipeline.respond import cost_headers
 from gateway.pipeline.task_claim import claim_task
 from gateway.pipeline.tier_report import tier_headers
@@ -67,7 +68,7 @@ _SERVICE_TIERS = {"default": "standard_only", "auto": "auto"}
 async def handle_messages(ctx: MessagesContext, services: Services) -> Response:
     """Run the pipeline for one Messages request and return the response to send."""
     services = services.for_request()
-    parse_messages(ctx)
+    await sized(len(ctx.raw_body), parse_messages, ctx)  # megabytes parse beside the loop
     _session_as_task(ctx)
     identify(ctx)
     if ctx.identity.caller is None:  # open mode with `x-api-key`, as Anthropic clients send
@@ -91,14 +92,14 @@ async def handle_messages(ctx: MessagesContext, services: Services) -> Response:
 async def handle_count_tokens(ctx: MessagesContext, services: Services) -> Response:
     """Forward a token count to the route (free at Anthropic: no quota, no ledger row)."""
     services = services.for_request()
-    ctx.body, request = parse_count(ctx.raw_body)
+    ctx.body, request = await sized(len(ctx.raw_body), parse_count, ctx.raw_body)
     route = _route(services.config, request.model)
     if ctx.principal.key is not None:
         check_model(ctx.principal.key.attributes, request.model)
     _check_native(request.model, route)
     body = ctx.raw_body
     if route.model != request.model:
-        body = patch_object(body, {"model": route.model}, set())
+        body = await sized(len(body), patch_object, body, {"model": route.model}, set())
     call = services.upstreams.build_call(request.model, route, body, ctx.body, stream=False)
     call.extra_headers = upstream_headers(ctx.headers, {}, call.api_key)
     reply = await AnthropicMessagesUpstream(services.upstreams.http).complete(call, COUNT_TOKENS)
@@ -206,7 +207,7 @@ def _headers(ctx: MessagesContext, upstream: dict[str, str]) -> dict[str, str]:
 
 
 async def _complete(ctx: MessagesContext, services: Services) -> Response:
-    call = _build_call(ctx, services)
+    call = await sized(len(ctx.raw_body), _build_call, ctx, services)  # patches megabytes
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     meter = MessagesMeter()
     ctx.timings.upstream_sent = time.perf_counter()
@@ -226,7 +227,7 @@ async def _complete(ctx: MessagesContext, services: Services) -> Response:
 
 async def _stream(ctx: MessagesContext, services: Services) -> Response:
     """Open the upstream stream and wait for its first event before answering."""
-    call = _build_call(ctx, services)
+    call = await sized(len(ctx.raw_body), _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     ctx.timings.upstream_sent = time.perf_counter()
     stream = await adapter.open_stream(call)
