@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from gateway.pipeline.context import RequestContext
 from gateway.schemas.body import invalid_field, load_object
@@ -22,7 +22,8 @@ class MessagesRequest(BaseModel):
 
     model: str = Field(min_length=1)
     messages: list[dict[str, Any]] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
+    # Strict, as in the chat schema: a coerced "100000" would pass a cap no budget held.
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
     stream: bool = False
 
 

@@ -35,8 +35,12 @@ def _config(sim: SimControl, team: str, daily_usd: str = "1") -> str:
     return f"""
 models:
   chat: {{provider: openai, model: sim-chat, base_url: "{sim.base_url}", family: openai}}
+  claude:
+    {{provider: anthropic, model: claude-sim, base_url: "{sim.url}",
+     api_key_env: FAREBOX_TEST_ANTHROPIC_KEY}}
 prices:
   chat: {{input: 2, output: 10}}
+  claude: {{input: 2, output: 10}}
 tenants:
   teams:
     {team}: {{budget: {{daily_usd: {daily_usd}}}}}
@@ -146,6 +150,27 @@ def test_a_task_id_holding_a_slash_is_read_and_finished_by_its_team_only(world: 
     assert refused.status_code == 403, refused.text
     finished = httpx.post(f"{path}/finish", json={"outcome": "success"}, headers=owner, timeout=30)
     assert finished.status_code == 200 and finished.json()["task_id"] == task, finished.text
+
+
+@pytest.mark.parametrize("value", ["100000", 100000.0])
+def test_a_messages_cap_an_upstream_would_coerce_is_a_400_never_forwarded(
+    world: World, value: object
+) -> None:
+    """The same hole on /v1/messages: `max_tokens: "100000"` passed the lax parse, the
+    budget held the model's maximum (or 32,768), and an upstream that coerces (vLLM's
+    Messages endpoint) would honour 100,000."""
+    key = world.make_key(team=world.team)["key"]
+    reply = httpx.post(
+        f"{world.url}/v1/messages",
+        json={"model": "claude", "messages": HELLO, "max_tokens": value},
+        headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+        timeout=30,
+    )
+    assert reply.status_code == 400, reply.text
+    error = reply.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert "max_tokens" in error["error"]["message"]
+    assert world.sent() == []
 
 
 def _refused_for_quota(client: openai.OpenAI) -> bool:
