@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.convertors import Convertor, register_url_convertor
 
 from gateway.api.deps import LedgerDep, ServicesDep
 from gateway.api.jsonable import jsonable
@@ -17,6 +18,25 @@ from gateway.ledger.records import ABANDONED, OPEN
 from gateway.pipeline.identifiers import MAX_OUTCOME, MAX_TASK_ID, check_identifier
 
 router = APIRouter()
+
+
+class TaskIdConvertor(Convertor[str]):
+    """A task id as sent: any characters, `/` (as %2F) and line breaks included.
+
+    Starlette's `path` matches no line break, so `task%0Aone` was a bare 404; here every
+    id reaches the route, and `check_identifier` answers the 400 that names it.
+    """
+
+    regex = r"(?s:.+)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("task_id", TaskIdConvertor())
 
 
 class TaskNotFoundError(FareboxError):
@@ -31,7 +51,7 @@ class FinishRequest(BaseModel):
     outcome: str = Field(default="success", min_length=1, max_length=64)
 
 
-@router.post("/v1/tasks/{task_id:path}/finish")  # ids may hold `/` (sent as %2F)
+@router.post("/v1/tasks/{task_id:task_id}/finish")  # ids may hold `/` (sent as %2F)
 async def finish_task(
     task_id: str, body: FinishRequest, request: Request, services: ServicesDep, ledger: LedgerDep
 ) -> dict[str, Any]:
@@ -46,7 +66,7 @@ async def finish_task(
     return {"task_id": task_id, "outcome": body.outcome, "status": "finishing"}
 
 
-@router.get("/v1/tasks/{task_id:path}")
+@router.get("/v1/tasks/{task_id:task_id}")
 async def read_task(task_id: str, ledger: LedgerDep, scope: ScopeDep) -> dict[str, Any]:
     """The task's totals and each upstream call it made; another team's task is a 404,
     word for word the one an unknown task gets."""
