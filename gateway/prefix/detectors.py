@@ -29,7 +29,7 @@ from gateway.prefix.locate import (
     attempts,
     flag_candidates,
     matches,
-    untracked,
+    untracked_tuple,
 )
 from gateway.prefix.patterns import Hit, classify
 from gateway.prefix.segments import RequestSegments, Segment, digest
@@ -258,7 +258,7 @@ def scan_request(
     spend = budget or ScanBudget()
     # One entry per segment each, out of cyclic GC (see `acyclic_list`): else the
     # collections meanwhile walk 466,000 items apiece, on the event loop's thread too.
-    segments = untracked(request.segments[start : request.stable_count])
+    segments = untracked_tuple(request.segments, start, request.stable_count)
     lookup = cache.get
     known: list[tuple[Hit, ...] | None] = acyclic_list()
     known += (lookup(segment.digest) for segment in segments)

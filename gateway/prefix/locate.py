@@ -38,7 +38,7 @@ def _load() -> tuple[NextCandidate | None, FlagCandidates | None, UntrackTuples 
 
 _native, _flag, _untrack = _load()
 _untrack_flat: Callable[[Any], bool] | None = None
-_untracked_tuple: Callable[[list[Any]], tuple[Any, ...]] = tuple
+_untracked_tuple: Callable[..., tuple[Any, ...]] | None = None
 if _untrack is not None:
     from gateway.prefix import _locate  # type: ignore[attr-defined]
 
@@ -135,13 +135,18 @@ def untracked(container: Flat) -> Flat:
     return container
 
 
-def untracked_tuple(items: list[T]) -> tuple[T, ...]:
-    """`tuple(items)`, out of cyclic GC when all its items are, in one pass over them.
+def untracked_tuple(
+    items: list[T] | tuple[T, ...], start: int = 0, stop: int | None = None
+) -> tuple[T, ...]:
+    """`tuple(items[start:stop])`, out of cyclic GC when all its items are, in one pass.
 
     CPython would untrack such a tuple itself, but only inside the first collection after
     it is made, walking it twice, on whichever thread (the event loop's) allocates then.
     """
-    return _untracked_tuple(items)
+    end = len(items) if stop is None else stop
+    if _untracked_tuple is None:
+        return tuple(items[start:end])
+    return _untracked_tuple(items, start, end)
 
 
 def acyclic_list() -> list[Any]:

@@ -20,7 +20,7 @@ from typing import Any
 import xxhash
 
 from gateway.prefix.cache_rules import CacheMode, CacheRule
-from gateway.prefix.locate import untracked_tuple
+from gateway.prefix.locate import acyclic_list, untracked_tuple
 from gateway.prefix.segments import DIGEST_SIZE, RequestSegments, SegmentKind
 
 TokenCounter = Callable[[bytes], int]
@@ -140,7 +140,7 @@ COLUMN_CHUNK = 8_192
 
 def _column(items: Sequence[Any], *steps: Callable[[Any], Any]) -> tuple[Any, ...]:
     """`tuple(map(step, ...items))`, a chunk at a time, kept out of cyclic GC when it can be."""
-    column: list[Any] = []
+    column: list[Any] = acyclic_list()  # scratch: else young, walked by collections
     for start in range(0, len(items), COLUMN_CHUNK):
         values: Iterable[Any] = items[start : start + COLUMN_CHUNK]
         for step in steps:
@@ -151,7 +151,7 @@ def _column(items: Sequence[Any], *steps: Callable[[Any], Any]) -> tuple[Any, ..
 
 def _running_sums(sizes: list[int]) -> tuple[int, ...]:
     """`tuple(accumulate(sizes))`, a chunk at a time (see `_column`)."""
-    sums: list[int] = []
+    sums: list[int] = acyclic_list()
     total = 0
     for start in range(0, len(sizes), COLUMN_CHUNK):
         running = accumulate(sizes[start : start + COLUMN_CHUNK], initial=total)
