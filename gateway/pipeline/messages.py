@@ -1,14 +1,14 @@
 """One Anthropic Messages request (`POST /v1/messages`), through the chat pipeline's stages.
 
-    parse -> identify -> decide -> entitle -> claim task -> apply policy
+    parse -> identify -> decide -> entitle -> claim task -> apply policy -> check prefix
           -> reserve quota -> call upstream -> measure -> price -> record (and settle)
 
 The stages are the chat pipeline's own (`identify`, `entitle`, `claim_task`, the policy,
 `quota`, `call_with_recovery`, `finish`); what differs is the wire: the request is parsed
 as a Messages body, sent to the route natively (`gateway.upstream.anthropic_messages`, the
 client's bytes with only the policy's edits and the upstream model name), and measured
-from Anthropic's message object or events (`messages_meter`). The prefix check reads the
-chat layout only and is not run here (docs/protocols.md).
+from Anthropic's message object or events (`messages_meter`). The prefix check sees the
+Messages layout through `messages_prefix` (observe and strict only).
 
 Routes that speak chat completions (vLLM, SGLang, OpenAI) are refused with a 400 that says
 so: this path does not translate.
@@ -42,9 +42,12 @@ from gateway.pipeline.entitle import check_model, entitle
 from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import caller_id, identify
 from gateway.pipeline.messages_meter import MessagesMeter
+from gateway.pipeline.messages_prefix import check_messages_prefix
 from gateway.pipeline.messages_relay import MessagesRelay, MessagesRelayResponse
 from gateway.pipeline.messages_request import MessagesContext, parse_count, parse_messages
 from gateway.pipeline.offload import sized
+from gateway.pipeline.policy import capabilities
+from gateway.pipeline.prefix import rule_for_route
 from gateway.pipeline.respond import cost_headers
 from gateway.pipeline.task_claim import claim_task
 from gateway.pipeline.tier_report import tier_headers
@@ -79,6 +82,9 @@ async def handle_messages(ctx: MessagesContext, services: Services) -> Response:
     base_edits = copy.deepcopy(ctx.edits)
     decision = await apply_task_policy(ctx, services)
     _check_native(ctx.alias, ctx.route)
+    assert ctx.alias is not None
+    rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
+    ctx.prefix = await check_messages_prefix(ctx, services.prefix_checker, services.state, rule)
     await quota.reserve(ctx, services)
     send = _stream if ctx.stream else _complete
     try:

@@ -443,3 +443,53 @@ def test_a_long_prompt_is_taken_and_one_over_the_limit_refused_as_request_too_la
         client.messages.create(model="claude", max_tokens=16, messages=huge)
     assert refused.value.status_code == 413
     assert refused.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
+
+
+def _prefix_run(gateway: Gateway, task: str, systems: list[str]) -> list[dict[str, Any]]:
+    """One call per system prompt (a breakpoint on it), in one task; what each said."""
+    client, _ = _client(gateway)
+    seen: list[dict[str, Any]] = []
+    for step, system in enumerate(systems):
+        raw = client.messages.with_raw_response.create(
+            model="claude",
+            max_tokens=32,
+            system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            messages=[{"role": "user", "content": f"Check invoice {step}."}],
+            extra_headers={"X-Task-Id": task},
+        )
+        usage = raw.parse().usage
+        seen.append(
+            {
+                "header": raw.headers["x-farebox-prefix"],
+                "expected": int(raw.headers["x-farebox-expected-cached-tokens"]),
+                "cached": usage.cache_read_input_tokens or 0,
+                "verdict": gateway.last(step + 1).prefix,
+            }
+        )
+    return seen
+
+
+def test_the_prefix_check_reads_the_messages_layout(gateway: Gateway) -> None:
+    stable = _prefix_run(gateway, "prefix-stable", [LONG_SYSTEM] * 3)
+    assert stable[0]["expected"] == 0
+    for step in stable[1:]:
+        assert step["header"] == "stable"
+        assert step["cached"] > 1000
+        assert abs(step["expected"] - step["cached"]) <= 0.15 * step["cached"]
+        assert step["verdict"].verdict.status.value == "hit"  # the expected prefix was read
+    stamped = [f"Current time: 2026-11-29T10:{m:02d}:07Z\n{LONG_SYSTEM}" for m in range(3)]
+    volatile = _prefix_run(gateway, "prefix-volatile", stamped)
+    for step in volatile[1:]:
+        assert "segment=system" in step["header"] and "volatile" in step["header"]
+        assert step["expected"] == 0 and step["cached"] == 0
+
+
+def test_a_prompt_without_breakpoints_is_reported_uncacheable(gateway: Gateway) -> None:
+    client, _ = _client(gateway)
+    raw = client.messages.with_raw_response.create(
+        model="claude",
+        max_tokens=16,
+        system=LONG_SYSTEM,
+        messages=[{"role": "user", "content": "hi"}],
+    )
+    assert raw.headers["x-farebox-prefix"].startswith("uncacheable")

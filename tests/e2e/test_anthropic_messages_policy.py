@@ -31,6 +31,7 @@ POLICY = """
 models:
   claude: {{provider: anthropic, model: claude-sim, base_url: "{sim}", api_key_env: FAREBOX_TEST_ANTHROPIC_KEY}}
   opus: {{provider: anthropic, model: claude-opus-4-6, base_url: "{sim}", api_key_env: FAREBOX_TEST_ANTHROPIC_KEY}}
+  strict-claude: {{provider: anthropic, model: claude-sim, base_url: "{sim}", api_key_env: FAREBOX_TEST_ANTHROPIC_KEY, prefix: [strict]}}
 prices:
   claude: {{base: claude-sonnet-4-5}}
 rules:
@@ -155,3 +156,33 @@ def test_a_keys_rate_limit_refuses_in_anthropics_shape_before_the_upstream(
     assert limited.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
     assert 1 <= int(limited.value.response.headers["retry-after"]) <= 60
     assert len(_sent(sim)) == 1  # the refused request never left the gateway
+
+
+def test_a_strict_route_refuses_a_volatile_prefix_before_the_upstream(
+    keyed: Gateway, admin: httpx.Client, sim: SimControl
+) -> None:
+    client, _ = _client(keyed, api_key=_key(admin, team="research"))
+    guide = "You review invoices line by line, citing each rule you apply. " * 60
+    refused = 0
+    for minute in range(2):
+        system: Any = [
+            {
+                "type": "text",
+                "text": f"Current time: 2026-11-29T10:{minute:02d}:07Z\n{guide}",
+                "cache_control": {"type": "ephemeral"},
+            }
+        ]
+        try:
+            client.messages.create(
+                model="strict-claude",
+                max_tokens=16,
+                system=system,
+                messages=HI,
+                extra_headers={"X-Task-Id": "strict-task"},
+            )
+        except anthropic.BadRequestError as error:
+            refused += 1
+            assert error.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+            assert "volatile" in error.message or "time" in error.message
+    assert refused >= 1
+    assert len(_sent(sim)) == 2 - refused  # a refused request never reached the upstream
