@@ -112,6 +112,10 @@ class InsufficientQuotaError(FareboxError):
     error_type = "insufficient_quota"
     code = "insufficient_quota"
 
+    def __init__(self, message: str, *, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.headers = headers or {}
+
 
 class RateLimitExceededError(FareboxError):
     """Over a per-minute limit: `error_type` is `requests` or `tokens`, as OpenAI's are."""

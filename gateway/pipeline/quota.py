@@ -152,7 +152,7 @@ def worst_case(ctx: RequestContext, services: Services) -> WorstCase:
 def refusal_error(refusal: Refusal) -> FareboxError:
     """The OpenAI-shaped error for the engine's refusal."""
     if isinstance(refusal, BudgetExceeded):
-        return InsufficientQuotaError(refusal.message)
+        return InsufficientQuotaError(refusal.message, headers=refusal.headers)
     if isinstance(refusal, RateLimited):
         return RateLimitExceededError(
             refusal.message, error_type=refusal.error_type, headers=refusal.headers

@@ -66,6 +66,13 @@ class BudgetExceeded:
 
     @property
     def headers(self) -> dict[str, str]:
+        """`x-should-retry: false` when only the reset can make room (the SDKs obey it).
+
+        While requests in flight hold part of the budget, a retry may fit once they
+        settle below their worst case: the SDK's own retry is left to decide.
+        """
+        if self.spent_usd + self.requested_usd > self.limit_usd:
+            return {"x-should-retry": "false"}
         return {}
 
 

@@ -157,6 +157,9 @@ def test_a_team_budget_refuses_with_insufficient_quota_and_settles_to_the_ledger
     assert f"team '{team}' may spend $0.01 a day (UTC)" in message
     assert "is spent and" in message and "held by requests in flight" in message
     assert "It resets at " in message and "T00:00:00Z" in message
+    # Nothing is held (one client, one request at a time): only the reset makes room, so
+    # the SDKs are told not to retry.
+    assert refused.response.headers["x-should-retry"] == "false"
     # Refused requests reach neither the upstream nor the ledger.
     assert len(sim.requests()) == served
     spent, held = _usage(team)
