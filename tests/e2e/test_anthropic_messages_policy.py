@@ -45,6 +45,8 @@ rules:
 routing:
   claude:
     capabilities: {{supports_reasoning: true}}  # claude-sim is not in litellm's map
+  opus:
+    retry: {{attempts: 1, base_s: 0.01, max_s: 0.01, statuses: [529]}}  # Anthropic's overloaded
 """
 
 
@@ -186,3 +188,26 @@ def test_a_strict_route_refuses_a_volatile_prefix_before_the_upstream(
             assert "volatile" in error.message or "time" in error.message
     assert refused >= 1
     assert len(_sent(sim)) == 2 - refused  # a refused request never reached the upstream
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_routes_retry_applies_and_books_each_attempt(
+    keyed: Gateway, admin: httpx.Client, sim: SimControl, stream: bool
+) -> None:
+    sim.fault(match={"path": "/v1/messages"}, status=529, count=1)  # Anthropic's overloaded
+    client, _ = _client(keyed, api_key=_key(admin, team="research"))
+    task = f"retry-{stream}"
+    headers = {"X-Task-Id": task}
+    if stream:
+        with client.messages.stream(
+            model="opus", max_tokens=64, messages=HI, extra_headers=headers
+        ) as events:
+            assert events.get_final_message().content
+    else:
+        assert client.messages.create(
+            model="opus", max_tokens=64, messages=HI, extra_headers=headers
+        ).content
+    assert len(_sent(sim)) == 2
+    reply = httpx.get(f"{keyed.base_url}/tasks/{task}", headers=ADMIN, timeout=30)
+    rows = sorted(reply.json()["requests"], key=lambda row: row["attempt"])
+    assert [(r["attempt"], r["status_code"]) for r in rows] == [(0, 529), (1, 200)]
