@@ -131,7 +131,9 @@ async def _build_services(
     # Redis need not answer yet: shared state starts per-process and picks it up later.
     state = await open_state(settings.redis_url, limits=settings.redis_limits, observer=metrics)
     stack.push_async_callback(state.aclose)
-    limiter = open_limiter(settings.redis_url, limits=settings.redis_limits)
+    limiter = open_limiter(
+        settings.redis_url, limits=settings.redis_limits, hold_s=settings.budget_hold_s
+    )
     stack.push_async_callback(limiter.aclose)
     snapshot = await asyncio.to_thread(Snapshot.build, config)
     keys = KeyCache(KeyStore(engine), settings.keys_refresh_s)

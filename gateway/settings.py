@@ -118,6 +118,12 @@ class Settings(BaseSettings):
     keys_refresh_s: float = Field(
         default=2.0, gt=0, description="How often virtual keys are re-read from the database."
     )
+    budget_hold_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long a budget hold outlives a process that died holding it; live "
+        "requests renew theirs every third of it.",
+    )
     metrics_port: int | None = Field(
         default=None, description="Serve /metrics (no key) on this port of metrics_host too."
     )

@@ -7,13 +7,17 @@ for a fail_closed budget whose state is away) and nothing is sent upstream. Each
 attempt adds its cost; the last one settles the hold to what the whole request cost,
 fallbacks included. A fallback to a dearer route first tops the hold up, or is refused.
 A request that ends any other way gives its hold back (`close`): the engine's own hold
-expiry is only the last resort for a process that died.
+expiry is only the last resort for a process that died. While a request runs, a timer
+renews its holds every `hold_s / 3` (a long stream outlives `hold_s`); the timer is
+cancelled when the request ends, and dies with the process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -24,6 +28,7 @@ from gateway.errors import (
     InsufficientQuotaError,
     RateLimitExceededError,
 )
+from gateway.ledger.records import utcnow
 from gateway.pipeline.context import RequestContext
 from gateway.pricing import PricingError
 from gateway.pricing.money import money_str
@@ -47,6 +52,7 @@ UNCAPPED_OUTPUT_TOKENS = 32_768
 MESSAGE_OVERHEAD_TOKENS = 4  # the role and separators a chat template adds per message
 OUTPUT_CAP_FIELDS = ("max_completion_tokens", "max_tokens")
 RESERVED_HEADER = "x-farebox-budget-reserved-usd"
+RENEWALS_PER_HOLD = 3  # two renewals in a row may fail before a live hold expires
 
 
 class WorstCase(NamedTuple):
@@ -67,6 +73,8 @@ class QuotaHold:
     spent_usd: Decimal = Decimal(0)  # booked by the attempts so far
     tokens: int = 0
     closed: bool = False
+    renewal: asyncio.TimerHandle | None = None  # the next renewal, while the request runs
+    renewing: asyncio.Task[None] | None = None  # a renewal under way
 
     @property
     def held_usd(self) -> Decimal:
@@ -172,6 +180,7 @@ async def reserve(ctx: RequestContext, services: Services) -> None:
     if not isinstance(held, Reservation):
         raise refusal_error(held)
     ctx.quota = QuotaHold(services.limiter, scopes, held)
+    _schedule_renewal(ctx.quota)
     _say_reserved(ctx, ctx.quota)
 
 
@@ -224,6 +233,7 @@ async def _end(hold: QuotaHold, services: Services) -> None:
     """Settle the first hold to the whole cost (the top-ups are then given back), or
     release it all when no attempt used anything."""
     hold.closed = True
+    _stop_renewal(hold)
     settlement = None
     if hold.spent_usd > 0 or hold.tokens > 0:
         settlement = await hold.limiter.settle(hold.reservation, hold.spent_usd, hold.tokens)
@@ -233,6 +243,48 @@ async def _end(hold: QuotaHold, services: Services) -> None:
         await hold.limiter.release(reservation)
     if settlement is not None:
         _count_soft_limits(settlement, services)
+
+
+def _schedule_renewal(hold: QuotaHold) -> None:
+    """Renew the holds in a third of `hold_s`: one timer, so that a request shorter than
+    that costs nothing more; a timer dies with its process, whose holds then expire."""
+    if not hold.closed:
+        delay = hold.limiter.hold_s / RENEWALS_PER_HOLD
+        hold.renewal = asyncio.get_running_loop().call_later(delay, _start_renewal, hold)
+
+
+def _start_renewal(hold: QuotaHold) -> None:
+    hold.renewal = None
+    if not hold.closed:
+        hold.renewing = asyncio.get_running_loop().create_task(_renew(hold))
+
+
+async def _renew(hold: QuotaHold) -> None:
+    """Renew the first hold and the top-ups, then schedule the next renewal."""
+    try:
+        now = utcnow()
+        for reservation in (hold.reservation, *hold.top_ups):
+            if not await hold.limiter.renew(reservation, now):
+                log.warning("budget hold %s was gone when renewed", reservation.id)
+            elif reservation is hold.reservation and not hold.closed:
+                # The settle moves rate limits only for a hold live until now.
+                expires = now + timedelta(seconds=hold.limiter.hold_s)
+                hold.reservation = replace(reservation, expires_at=expires)
+    except Exception:  # a bare RedisLimiter raises; the next renewal may get through
+        log.exception("budget hold %s not renewed", hold.reservation.id)
+    finally:
+        hold.renewing = None
+        _schedule_renewal(hold)
+
+
+def _stop_renewal(hold: QuotaHold) -> None:
+    """The request ended: no renewal after it (one under way is cancelled)."""
+    if hold.renewal is not None:
+        hold.renewal.cancel()
+        hold.renewal = None
+    if hold.renewing is not None:
+        hold.renewing.cancel()
+        hold.renewing = None
 
 
 def _count_soft_limits(settlement: Settlement, services: Services) -> None:

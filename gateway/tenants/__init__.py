@@ -7,7 +7,7 @@ settles after it. `open_limiter` picks the engine the way `gateway.state.open_st
 from __future__ import annotations
 
 from gateway.settings import RedisLimits
-from gateway.tenants.base import BudgetUsage, Limiter
+from gateway.tenants.base import DEFAULT_HOLD_S, BudgetUsage, Limiter
 from gateway.tenants.limits import Budget, RateLimit, Scope, ScopeLimits
 from gateway.tenants.memory import MemoryLimiter
 from gateway.tenants.outcome import (
@@ -40,12 +40,16 @@ __all__ = [
 
 
 def open_limiter(
-    redis_url: str | None, namespace: str = "farebox", limits: RedisLimits | None = None
+    redis_url: str | None,
+    namespace: str = "farebox",
+    limits: RedisLimits | None = None,
+    hold_s: float = DEFAULT_HOLD_S,
 ) -> Limiter:
     """Redis (with the outage policies) when a URL is given, else this process alone."""
     if not redis_url:
-        return MemoryLimiter()
+        return MemoryLimiter(hold_s)
     from gateway.tenants.fallback import FallbackLimiter
     from gateway.tenants.redis import RedisLimiter
 
-    return FallbackLimiter(RedisLimiter.from_url(redis_url, namespace, limits), limits)
+    redis = RedisLimiter.from_url(redis_url, namespace, limits, hold_s)
+    return FallbackLimiter(redis, limits)

@@ -1,8 +1,9 @@
 """The interface of the budget and rate-limit engine, and the refusals every engine builds.
 
 A request's life: `reserve` its worst case before the call, then `settle` it to the real
-cost after, or `release` it when nothing was billed. A reservation never settled (the
-process died) is released by the engine once `hold_s` has passed.
+cost after, or `release` it when nothing was billed. A hold lives `hold_s` unless the
+request path `renew`s it (a long stream does, every `hold_s / 3`), so a reservation never
+settled because its process died is released by the engine once `hold_s` has passed.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class BudgetUsage(NamedTuple):
 class Limiter(Protocol):
     """Budgets and rate limits of scopes, checked and held all-or-nothing."""
 
+    @property
+    def hold_s(self) -> float:
+        """How long a hold lives unless it is renewed, settled or released."""
+        ...
+
     async def reserve(
         self,
         scopes: Sequence[ScopeLimits],
@@ -61,6 +67,11 @@ class Limiter(Protocol):
 
     async def release(self, reservation: Reservation, now: datetime | None = None) -> bool:
         """Give the hold back (the call failed, nothing was billed); False for a repeat."""
+        ...
+
+    async def renew(self, reservation: Reservation, now: datetime | None = None) -> bool:
+        """Move the holds' deadline to `hold_s` from now; False when none was left (the
+        reservation was settled, released or expired: nothing is held again)."""
         ...
 
     async def usage(self, scope: Scope, period: Period, now: datetime) -> BudgetUsage:

@@ -130,6 +130,22 @@ class FallbackLimiter:
             self._keep((reservation, None, 0, now))
             return True
 
+    @property
+    def hold_s(self) -> float:
+        return self.redis.hold_s
+
+    async def renew(self, reservation: Reservation, now: datetime | None = None) -> bool:
+        """Renew where the reservation lives; a Redis hold Redis cannot be asked about is
+        not renewed (logged, False): it may expire, and a late settle still counts once."""
+        now = now or self._clock()
+        if reservation.backend == "memory":
+            return await self.local.renew(reservation, now)
+        try:
+            return await self._call(lambda: self.redis.renew(reservation, now))
+        except _Unavailable:
+            log.warning("budget state: hold %s not renewed: %s", reservation.id, self._reason)
+            return False
+
     async def usage(self, scope: Scope, period: Period, now: datetime) -> BudgetUsage:
         try:
             return await self._call(lambda: self.redis.usage(scope, period, now))

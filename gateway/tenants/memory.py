@@ -116,6 +116,24 @@ class MemoryLimiter:
                 self._move_tat(rate.name, rate_delta(rate, 0, 0) * rate.ms_per_unit)
         return bool(found) or first
 
+    async def renew(self, reservation: Reservation, now: datetime | None = None) -> bool:
+        now_ms = epoch_ms(now or self._clock())
+        deadline = now_ms + round(self.hold_s * 1000)
+        found = False
+        for check in reservation.budgets:
+            bucket = self._buckets.get(check.name)
+            if bucket is None:
+                continue
+            self._sweep(bucket, now_ms)  # a hold past its deadline is gone, not renewed
+            hold = bucket.holds.get(reservation.id)
+            if hold is not None:
+                bucket.holds[reservation.id] = (hold[0], deadline)
+                found = True
+        if not reservation.budgets and self._live.get(reservation.id, 0) > now_ms:
+            self._live[reservation.id] = deadline
+            found = True
+        return found
+
     async def usage(self, scope: Scope, period: Period, now: datetime) -> BudgetUsage:
         checks = plan([ScopeLimits(scope, (Budget(period, Decimal(0)),))], Decimal(0), 0, now)
         bucket = self._buckets.get(checks.budgets[0].name)

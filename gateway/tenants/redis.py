@@ -45,7 +45,7 @@ from gateway.tenants.limits import Budget, Period, Scope, ScopeLimits
 from gateway.tenants.memory import epoch_ms
 from gateway.tenants.outcome import Refusal, Reservation, Settlement
 from gateway.tenants.plan import BudgetCheck, Plan, plan
-from gateway.tenants.scripts import ADD_SPENT, RESERVE, SETTLE, USAGE
+from gateway.tenants.scripts import ADD_SPENT, RENEW, RESERVE, SETTLE, USAGE
 
 
 class RedisLimiter:
@@ -67,6 +67,7 @@ class RedisLimiter:
         self._reserve = client.register_script(RESERVE)
         self._settle = client.register_script(SETTLE)
         self._usage = client.register_script(USAGE)
+        self._renew = client.register_script(RENEW)
         self._add_spent = client.register_script(ADD_SPENT)
 
     @classmethod
@@ -137,6 +138,14 @@ class RedisLimiter:
     async def release(self, reservation: Reservation, now: datetime | None = None) -> bool:
         reply = await self._finish(reservation, 0, 0, now or self._clock())
         return int(reply[0]) == 1
+
+    async def renew(self, reservation: Reservation, now: datetime | None = None) -> bool:
+        now_ms = epoch_ms(now or self._clock())
+        budgets = Plan(reservation.budgets, ())
+        keys = [f"{self.prefix}live:{reservation.id}", *self._keys(budgets)]
+        args: list[str | int] = [reservation.id, now_ms, round(self.hold_s * 1000)]
+        args.append(EXPIRED_KEEP_S * 1000)
+        return int(await self._renew(keys=keys, args=args)) > 0
 
     async def usage(self, scope: Scope, period: Period, now: datetime) -> BudgetUsage:
         checks = plan([ScopeLimits(scope, (Budget(period, Decimal(0)),))], Decimal(0), 0, now)

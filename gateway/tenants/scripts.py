@@ -154,6 +154,29 @@ return reply
 """
 )
 
+# KEYS: L, B1, E1, ... Bn, En; ARGV: id, now_ms, hold_ms, expired_keep_ms.
+# Moves the reservation's deadline to now + hold_ms in each window that still holds it
+# (a hold past its deadline is swept first, never brought back); with no budget, extends
+# L. Returns the number of holds renewed (0: settled, released or expired).
+RENEW = (
+    _HELPERS
+    + """
+local id, now = ARGV[1], ARGV[2]
+local deadline = string.format('%.0f', tonumber(now) + tonumber(ARGV[3]))
+local renewed = 0
+for i = 2, #KEYS, 2 do
+  local b, e = KEYS[i], KEYS[i + 1]
+  sweep(b, e, now, ARGV[4])
+  if redis.call('HEXISTS', b, 'h:' .. id) == 1 then
+    redis.call('ZADD', e, 'XX', deadline, id)
+    renewed = renewed + 1
+  end
+end
+if #KEYS == 1 then renewed = redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return renewed
+"""
+)
+
 # KEYS: B, E; ARGV: now_ms, expired_keep_ms. Returns {used, spent} after the sweep.
 USAGE = (
     _HELPERS
