@@ -57,7 +57,7 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     await claim_task(ctx, services.state)  # a task id belongs to the team that first used it
     base_edits = copy.deepcopy(ctx.edits)
     assert ctx.alias is not None
-    decision = await _apply_policy(ctx, services)
+    decision = await apply_task_policy(ctx, services)
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
     ctx.prefix = await check_prefix(ctx, services.prefix_checker, services.state, rule)
     await quota.reserve(ctx, services)  # a refused request is never sent, nor booked
@@ -70,7 +70,7 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
         raise
 
 
-async def _apply_policy(ctx: RequestContext, services: Services) -> Decision:
+async def apply_task_policy(ctx: RequestContext, services: Services) -> Decision:
     """Plan the request; a task's first effort is pinned when its rule says so."""
     assert ctx.task is not None
     task = ctx.task.task_id
@@ -82,7 +82,7 @@ async def _apply_policy(ctx: RequestContext, services: Services) -> Decision:
     return decision
 
 
-def _timeouts(ctx: RequestContext, services: Services) -> Timeouts:
+def route_timeouts(ctx: RequestContext, services: Services) -> Timeouts:
     """The route's own limits when its routing sets them, else the process settings."""
     assert ctx.alias is not None
     routing = services.config.routing.get(ctx.alias)
@@ -102,7 +102,7 @@ def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:
         body = patch_object(body, ctx.edits.set_fields, ctx.edits.remove)
     parsed = ctx.forwarded_body()
     call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
-    call.timeouts = _timeouts(ctx, services)
+    call.timeouts = route_timeouts(ctx, services)
     call.extra_headers = dict(ctx.upstream_headers)
     return call
 
@@ -150,7 +150,7 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     ctx.timings.upstream_sent = time.perf_counter()
     stream = await adapter.open_stream(call)
     events = stream.events()
-    first = await _first_event(stream, events, call)
+    first = await first_event(stream, events, call)
     ctx.dropped_params = dropped_notice(call.route.via_litellm, stream.headers)
     body = Relay(ctx, first, events, stream, meter, services, _thinking_cap(ctx, call, services))
     return RelayResponse(body, headers=_headers(ctx) | notice_headers(ctx.dropped_params))
@@ -174,7 +174,7 @@ def _thinking_cap(
     return ThinkingCap(ctx.thinking_cap, dict(call.parsed), open_continuation, close_only=closes)
 
 
-async def _first_event(
+async def first_event(
     stream: UpstreamStream, events: AsyncIterator[bytes], call: UpstreamCall
 ) -> bytes:
     try:

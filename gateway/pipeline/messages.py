@@ -29,14 +29,11 @@ from gateway.config import GatewayConfig, ModelRoute
 from gateway.errors import (
     InvalidRequestError,
     ModelNotFoundError,
-    UpstreamTimeoutError,
-    UpstreamUnreachableError,
 )
 from gateway.http_headers import safe_headers
 from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
-from gateway.pipeline.chat import _apply_policy as apply_task_policy
-from gateway.pipeline.chat import _timeouts as route_timeouts
+from gateway.pipeline.chat import apply_task_policy, first_event, route_timeouts
 from gateway.pipeline.context import BodyEdits
 from gateway.pipeline.entitle import check_model, entitle
 from gateway.pipeline.finish import finish
@@ -238,22 +235,7 @@ async def _stream(ctx: MessagesContext, services: Services) -> Response:
     ctx.timings.upstream_sent = time.perf_counter()
     stream = await adapter.open_stream(call)
     events = stream.events()
-    try:
-        async with asyncio.timeout(call.timeouts.first_token):
-            first = await anext(events)
-    except TimeoutError:
-        await stream.aclose()
-        raise UpstreamTimeoutError(
-            f"upstream {call.alias} sent nothing within {call.timeouts.first_token:g} s"
-        ) from None
-    except StopAsyncIteration:
-        await stream.aclose()
-        raise UpstreamUnreachableError(
-            f"upstream {call.alias} closed the stream before sending anything"
-        ) from None
-    except BaseException:
-        await stream.aclose()
-        raise
+    first = await first_event(stream, events, call)
     relay = MessagesRelay(ctx, first, events, stream, services)
     return MessagesRelayResponse(relay, headers=_headers(ctx, stream.headers))
 

@@ -8,7 +8,6 @@ a beta, as fast mode does). Replies are checked to be JSON objects and passed on
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -17,8 +16,8 @@ import orjson
 from gateway.errors import UpstreamProtocolError
 from gateway.upstream import failures
 from gateway.upstream.base import UpstreamCall, UpstreamReply
+from gateway.upstream.http_stream import SseStream, read_at_most
 from gateway.upstream.openai_compat import MAX_ERROR_BYTES, MAX_REPLY_BYTES
-from gateway.upstream.sse import iter_events
 
 ANTHROPIC_API = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
@@ -73,36 +72,6 @@ def _timeout(call: UpstreamCall) -> httpx.Timeout:
     return httpx.Timeout(connect=call.timeouts.connect, read=read, write=30.0, pool=30.0)
 
 
-async def _read_at_most(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    parts: list[bytes] = []
-    size = 0
-    async for part in response.aiter_bytes():
-        parts.append(part)
-        size += len(part)
-        if size > limit:
-            return b"".join(parts)[:limit], False
-    return b"".join(parts), True
-
-
-class MessagesStream:
-    """An open Messages stream; `aclose` also ends the upstream generation."""
-
-    def __init__(self, response: httpx.Response, where: str):
-        self._response = response
-        self._where = where
-        self.headers = dict(response.headers)
-
-    async def events(self) -> AsyncIterator[bytes]:
-        try:
-            async for event in iter_events(self._response.aiter_bytes(), where=self._where):
-                yield event
-        except httpx.HTTPError as exc:
-            raise failures.from_transport_error(exc, self._where) from exc
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
-
-
 class AnthropicMessagesUpstream:
     """Sends Messages API calls to `{base_url}/v1/messages[/count_tokens]`."""
 
@@ -129,7 +98,7 @@ class AnthropicMessagesUpstream:
             response = await self._client.send(self._request(call, path), stream=True)
             try:
                 limit = MAX_ERROR_BYTES if response.status_code >= 400 else MAX_REPLY_BYTES
-                body, whole = await _read_at_most(response, limit)
+                body, whole = await read_at_most(response, limit)
             finally:
                 await response.aclose()
         except httpx.HTTPError as exc:
@@ -145,7 +114,7 @@ class AnthropicMessagesUpstream:
         payload = json_object(body, where)
         return UpstreamReply(response.status_code, body, dict(response.headers), payload)
 
-    async def open_stream(self, call: UpstreamCall) -> MessagesStream:
+    async def open_stream(self, call: UpstreamCall) -> SseStream:
         where = failures.describe_upstream(call.alias, call.base_url or ANTHROPIC_API)
         try:
             response = await self._client.send(self._request(call, MESSAGES), stream=True)
@@ -153,7 +122,7 @@ class AnthropicMessagesUpstream:
             raise failures.from_transport_error(exc, where) from exc
         if response.status_code >= 400:
             try:
-                body, _ = await _read_at_most(response, MAX_ERROR_BYTES)
+                body, _ = await read_at_most(response, MAX_ERROR_BYTES)
             except httpx.HTTPError:
                 body = b""
             finally:
@@ -161,4 +130,4 @@ class AnthropicMessagesUpstream:
             raise failures.from_status(
                 response.status_code, body, where, [call.api_key], dict(response.headers)
             )
-        return MessagesStream(response, where)
+        return SseStream(response, where)

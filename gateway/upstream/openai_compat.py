@@ -19,7 +19,7 @@ import httpx
 from gateway.errors import UpstreamProtocolError
 from gateway.upstream import conform, failures, replies
 from gateway.upstream.base import UpstreamCall, UpstreamReply
-from gateway.upstream.sse import iter_events
+from gateway.upstream.http_stream import SseStream, read_at_most
 
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 """A whole reply larger than this, once decoded, is refused (a gzip bomb, a runaway)."""
@@ -53,37 +53,6 @@ def _headers(call: UpstreamCall) -> dict[str, str]:
     return headers
 
 
-async def _read_at_most(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    """The decoded body, and whether it was whole: reading stops past `limit` bytes."""
-    parts: list[bytes] = []
-    size = 0
-    async for part in response.aiter_bytes():
-        parts.append(part)
-        size += len(part)
-        if size > limit:
-            return b"".join(parts)[:limit], False
-    return b"".join(parts), True
-
-
-class OpenAIStream:
-    """An open streaming reply; `aclose` also cancels the upstream generation."""
-
-    def __init__(self, response: httpx.Response, where: str):
-        self._response = response
-        self._where = where
-        self.headers = dict(response.headers)
-
-    async def events(self) -> AsyncIterator[bytes]:
-        try:
-            async for event in iter_events(self._response.aiter_bytes(), where=self._where):
-                yield event
-        except httpx.HTTPError as exc:
-            raise failures.from_transport_error(exc, self._where) from exc
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
-
-
 class OpenAICompatUpstream:
     """Sends chat completions to `{base_url}/chat/completions`."""
 
@@ -109,7 +78,7 @@ class OpenAICompatUpstream:
             response = await self._client.send(self._request(call), stream=True)
             try:
                 limit = MAX_ERROR_BYTES if response.status_code >= 400 else MAX_REPLY_BYTES
-                body, whole = await _read_at_most(response, limit)
+                body, whole = await read_at_most(response, limit)
             finally:
                 await response.aclose()
         except httpx.HTTPError as exc:
@@ -126,7 +95,7 @@ class OpenAICompatUpstream:
         body, payload = conform.conformed_reply_bytes(body, payload)  # vLLM's nulls
         return UpstreamReply(response.status_code, body, dict(response.headers), payload)
 
-    async def open_stream(self, call: UpstreamCall) -> OpenAIStream:
+    async def open_stream(self, call: UpstreamCall) -> SseStream:
         where = failures.describe_upstream(call.alias, call.base_url)
         try:
             response = await self._client.send(self._request(call), stream=True)
@@ -134,7 +103,7 @@ class OpenAICompatUpstream:
             raise failures.from_transport_error(exc, where) from exc
         if response.status_code >= 400:
             try:
-                body, _ = await _read_at_most(response, MAX_ERROR_BYTES)
+                body, _ = await read_at_most(response, MAX_ERROR_BYTES)
             except httpx.HTTPError:
                 body = b""
             finally:
@@ -142,7 +111,7 @@ class OpenAICompatUpstream:
             raise failures.from_status(
                 response.status_code, body, where, [call.api_key], dict(response.headers)
             )
-        return OpenAIStream(response, where)
+        return SseStream(response, where)
 
     async def aclose(self) -> None:
         await self._client.aclose()
