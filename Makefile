@@ -31,8 +31,9 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check gateway tests $(wildcard bench)
 	$(BIN)/mypy
 
+# Four workers, each test file on one of them (files share their servers and fixtures).
 test: $(VENV)/.installed-test services lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 4 --dist loadfile
 
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit
