@@ -16,7 +16,7 @@ import orjson
 from gateway.errors import UpstreamProtocolError
 from gateway.upstream import failures
 from gateway.upstream.base import UpstreamCall, UpstreamReply
-from gateway.upstream.http_stream import SseStream, read_at_most
+from gateway.upstream.http_stream import SseStream, read_at_most, whole_reply
 from gateway.upstream.openai_compat import MAX_ERROR_BYTES, MAX_REPLY_BYTES
 
 ANTHROPIC_API = "https://api.anthropic.com"
@@ -94,23 +94,9 @@ class AnthropicMessagesUpstream:
     async def complete(self, call: UpstreamCall, path: str = MESSAGES) -> UpstreamReply:
         """A whole reply (a message, or a token count), checked to be a JSON object."""
         where = failures.describe_upstream(call.alias, call.base_url or ANTHROPIC_API)
-        try:
-            response = await self._client.send(self._request(call, path), stream=True)
-            try:
-                limit = MAX_ERROR_BYTES if response.status_code >= 400 else MAX_REPLY_BYTES
-                body, whole = await read_at_most(response, limit)
-            finally:
-                await response.aclose()
-        except httpx.HTTPError as exc:
-            raise failures.from_transport_error(exc, where) from exc
-        if response.status_code >= 400:
-            raise failures.from_status(
-                response.status_code, body, where, [call.api_key], dict(response.headers)
-            )
-        if not whole:
-            raise UpstreamProtocolError(
-                f"upstream {where} sent a reply over {MAX_REPLY_BYTES} bytes"
-            )
+        limits = (MAX_REPLY_BYTES, MAX_ERROR_BYTES)
+        request = self._request(call, path)
+        response, body = await whole_reply(self._client, request, where, call.api_key, limits)
         payload = json_object(body, where)
         return UpstreamReply(response.status_code, body, dict(response.headers), payload)
 

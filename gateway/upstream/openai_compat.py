@@ -16,10 +16,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from gateway.errors import UpstreamProtocolError
 from gateway.upstream import conform, failures, replies
 from gateway.upstream.base import UpstreamCall, UpstreamReply
-from gateway.upstream.http_stream import SseStream, read_at_most
+from gateway.upstream.http_stream import SseStream, read_at_most, whole_reply
 
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 """A whole reply larger than this, once decoded, is refused (a gzip bomb, a runaway)."""
@@ -74,23 +73,9 @@ class OpenAICompatUpstream:
 
     async def complete(self, call: UpstreamCall) -> UpstreamReply:
         where = failures.describe_upstream(call.alias, call.base_url)
-        try:
-            response = await self._client.send(self._request(call), stream=True)
-            try:
-                limit = MAX_ERROR_BYTES if response.status_code >= 400 else MAX_REPLY_BYTES
-                body, whole = await read_at_most(response, limit)
-            finally:
-                await response.aclose()
-        except httpx.HTTPError as exc:
-            raise failures.from_transport_error(exc, where) from exc
-        if response.status_code >= 400:
-            raise failures.from_status(
-                response.status_code, body, where, [call.api_key], dict(response.headers)
-            )
-        if not whole:
-            raise UpstreamProtocolError(
-                f"upstream {where} sent a reply over {MAX_REPLY_BYTES} bytes (decoded)"
-            )
+        limits = (MAX_REPLY_BYTES, MAX_ERROR_BYTES)
+        request = self._request(call)
+        response, body = await whole_reply(self._client, request, where, call.api_key, limits)
         payload = replies.reply_object(body, where)
         body, payload = conform.conformed_reply_bytes(body, payload)  # vLLM's nulls
         return UpstreamReply(response.status_code, body, dict(response.headers), payload)
