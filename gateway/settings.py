@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# The embedded default lives with the example policies, so ops teams read one place.
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
+# The embedded default ships inside the package, so any install finds it; policies/ holds a
+# byte-identical copy beside the examples (tests/unit/test_default_config_copy.py).
+DEFAULT_CONFIG = Path(__file__).resolve().with_name("default.yaml")
+
+
+def default_data_dir() -> Path:
+    """The per-user data folder: $XDG_DATA_HOME/farebox, else ~/.local/share/farebox.
+
+    Never the current directory: `farebox report` run from another folder reads the ledger
+    that `farebox serve` wrote, instead of creating an empty one where it stands."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "farebox"
 
 
 class Timeouts(BaseSettings):
@@ -128,7 +139,11 @@ class Settings(BaseSettings):
         default=None, description="Serve /metrics (no key) on this port of metrics_host too."
     )
     metrics_host: str = "127.0.0.1"
-    data_dir: Path = Path(".farebox")
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="The SQLite ledger (farebox.db) and the spool; default: "
+        "$XDG_DATA_HOME/farebox, else ~/.local/share/farebox.",
+    )
     log_level: str = "info"
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
@@ -137,6 +152,10 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{self.data_dir / 'farebox.db'}"
+
+    def uses_default_config(self) -> bool:
+        """Whether the embedded default configuration is in force (no FAREBOX_CONFIG)."""
+        return self.config is None
 
     def config_path(self) -> Path:
         """The config file in force: the configured one, else the embedded default."""

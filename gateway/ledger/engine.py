@@ -11,7 +11,10 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-DEFAULT_DB_URL = "sqlite+aiosqlite:///.farebox/farebox.db"
+from gateway.settings import default_data_dir
+
+# The one default (Settings.data_dir's): never a path relative to the current directory.
+DEFAULT_DB_URL = f"sqlite+aiosqlite:///{default_data_dir() / 'farebox.db'}"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Any constant works; it only has to be the same in every Farebox process.
 _MIGRATION_LOCK_KEY = 0x4641_5245_424F_58  # "FAREBOX"

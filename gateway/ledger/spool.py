@@ -31,10 +31,11 @@ import orjson
 
 from gateway.ledger.records import LedgerEntry, RequestRecord, TaskFinish, utcnow
 from gateway.ledger.refusal import Refusal
+from gateway.settings import default_data_dir
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SPOOL_DIR = Path(".farebox/spool")
+DEFAULT_SPOOL_DIR = default_data_dir() / "spool"  # Settings.data_dir's default, not the cwd
 SEGMENT_SUFFIX = ".jsonl"
 REJECTED_DIR = "rejected"
 # A temporary file this old belongs to a process that died mid-write; anything younger may

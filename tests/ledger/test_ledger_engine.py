@@ -18,6 +18,7 @@ from gateway.ledger import LedgerURLError, async_url, make_engine, migrate
 from gateway.ledger.engine import alembic_config
 from gateway.ledger.models import Base
 from gateway.ledger.store import REQUESTS, insert_requests
+from gateway.settings import default_data_dir
 
 
 @pytest.mark.parametrize(
@@ -28,7 +29,7 @@ from gateway.ledger.store import REQUESTS, insert_requests
         ("postgresql://u@h/db", "postgresql+asyncpg://u@h/db"),
         ("postgres://u@h/db", "postgresql+asyncpg://u@h/db"),
         ("postgresql+asyncpg://u@h/db", "postgresql+asyncpg://u@h/db"),
-        (None, "sqlite+aiosqlite:///.farebox/farebox.db"),
+        (None, f"sqlite+aiosqlite:///{default_data_dir() / 'farebox.db'}"),
     ],
 )
 def test_urls_are_rewritten_to_async_drivers(given: str | None, expected: str) -> None:
