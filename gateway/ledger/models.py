@@ -140,6 +140,7 @@ class TaskRow(Base):
     __table_args__ = (
         Index("ix_tasks_status_last_activity_at", "status", "last_activity_at"),
         Index("ix_tasks_team_finished_at", "team", "finished_at"),
+        Index("ix_tasks_finished_at", "finished_at"),
     )
 
     task_id: Mapped[str] = mapped_column(String, primary_key=True)
@@ -164,6 +165,48 @@ class TaskRow(Base):
     cost_reasoning: Mapped[Decimal] = mapped_column(Money)
     cost_total: Mapped[Decimal] = mapped_column(Money)
     first_ttft_ms: Mapped[int | None] = mapped_column(BigInteger)
+    # The gateway's wrapper of one request sent without a task id (see queries.untasked_task).
+    untasked: Mapped[bool] = mapped_column(server_default=false())
+
+
+class RollupColumns:
+    """The key and sums of a rollup row: one time bucket of one team, project, model,
+    backend and served tier (see gateway.ledger.rollup)."""
+
+    bucket: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    team: Mapped[str] = mapped_column(String, primary_key=True)
+    project: Mapped[str] = mapped_column(String, primary_key=True)
+    model_alias: Mapped[str] = mapped_column(String, primary_key=True)
+    backend: Mapped[str] = mapped_column(String, primary_key=True)
+    tier_served: Mapped[str] = mapped_column(String, primary_key=True)
+    request_count: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_input: Mapped[Decimal] = mapped_column(Money)
+    cost_cached: Mapped[Decimal] = mapped_column(Money)
+    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
+    cost_output: Mapped[Decimal] = mapped_column(Money)
+    cost_reasoning: Mapped[Decimal] = mapped_column(Money)
+    cost_total: Mapped[Decimal] = mapped_column(Money)
+    # Untasked requests counted at their first attempt, and the cost of all their attempts.
+    untasked_requests: Mapped[int] = mapped_column(BigInteger)
+    untasked_cost: Mapped[Decimal] = mapped_column(Money)
+
+
+class HourlyRollupRow(RollupColumns, Base):
+    """Request sums per UTC hour."""
+
+    __tablename__ = "rollup_hourly"
+
+
+class DailyRollupRow(RollupColumns, Base):
+    """Request sums per UTC day."""
+
+    __tablename__ = "rollup_daily"
 
 
 class ApiKeyRow(Base):

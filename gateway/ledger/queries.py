@@ -8,6 +8,12 @@ Task outcomes are kept apart: a *finished* task is one the client closed (`succe
 and nobody knows whether it did its job; a request without a task id got a task of its own
 (`task-` + its request id's hex) and is *untasked*, not a one-call task. Cost-per-task
 statistics cover finished tasks unless the caller asks for other statuses.
+
+Sums of requests by team, project, model, backend and tier are read through the rollups
+(gateway.ledger.windows), which hold the same numbers; `use_rollups=False` reads the
+`requests` rows instead (the tests compare both). An untasked request is counted at its
+first attempt (attempt 0), so a request counts in one window only; its cost is that of
+its attempts in the window.
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, exists, func, not_, select
+from sqlalchemy import ColumnElement, Select, and_, case, func, literal, not_, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from gateway.ledger import task_stats, windows
 from gateway.ledger.records import ABANDONED, COST_FIELDS, OPEN, TOKEN_FIELDS, RequestRecord
 from gateway.ledger.scope import EVERYTHING, ReadScope, request_rows, task_rows
 from gateway.ledger.store import REQUESTS, TASKS
@@ -157,7 +164,8 @@ async def get_task(
 ) -> TaskDetail | None:
     """Return a task's aggregates and its request rows, or None if it is unknown or
     outside `scope` (the two are told apart by no one)."""
-    found = await _fetch(db, select(TASKS).where(TASKS.c.task_id == task_id, task_rows(scope)))
+    columns = [TASKS.c[f.name] for f in fields(TaskSummary)]
+    found = await _fetch(db, select(*columns).where(TASKS.c.task_id == task_id, task_rows(scope)))
     if not found:
         return None
     calls = await _fetch(
@@ -197,14 +205,19 @@ async def spend(
     until: datetime | None = None,
     *,
     scope: ReadScope = EVERYTHING,
+    use_rollups: bool = True,
 ) -> list[SpendRow]:
     """Sum requests, tokens and costs per group (a key of SPEND_GROUPS) in a time window,
     over the rows `scope` lets the reader see."""
     group = _group_column(SPEND_GROUPS, group_by)
-    sums = [func.sum(REQUESTS.c[name]).label(name) for name in (*TOKEN_FIELDS, *COST_FIELDS)]
-    statement = select(group.label("group"), func.count().label("request_count"), *sums)
-    statement = statement.where(request_rows(scope))
-    statement = _window(statement, REQUESTS.c.created_at, since, until).group_by(group)
+    if use_rollups and scope.caller is None and group.name in windows.DIMENSIONS:
+        filters = {"team": scope.team, "project": scope.project}
+        statement = windows.request_sums(group.name, since, until, filters)
+    else:
+        sums = [func.sum(REQUESTS.c[name]).label(name) for name in (*TOKEN_FIELDS, *COST_FIELDS)]
+        statement = select(group.label("group"), func.count().label("request_count"), *sums)
+        statement = statement.where(request_rows(scope))
+        statement = _window(statement, REQUESTS.c.created_at, since, until).group_by(group)
     result = [_spend_row(row) for row in await _fetch(db, statement)]
     # Biggest spender first; the group name breaks ties so the order is stable.
     return sorted(result, key=lambda r: (-r.cost_total, r.group is None, r.group or ""))
@@ -235,9 +248,9 @@ def untasked_request(table: Any = REQUESTS) -> ColumnElement[bool]:
 
 
 def untasked_task() -> ColumnElement[bool]:
-    """Whether a task row is the gateway's wrapper around one request without a task id."""
-    calls = REQUESTS.alias("calls")
-    return exists().where(calls.c.task_id == TASKS.c.task_id, untasked_request(calls))
+    """Whether a task row is the gateway's wrapper around one request without a task id
+    (the writer sets the flag when such a request lands; migration 0005 set the old ones)."""
+    return TASKS.c.untasked
 
 
 def _status_filter(statuses: Sequence[str] | None, include_abandoned: bool) -> ColumnElement[bool]:
@@ -275,27 +288,34 @@ async def task_cost_stats(
     statuses: Sequence[str] | None = None,
     include_abandoned: bool = False,
     scope: ReadScope = EVERYTHING,
+    sql_percentiles: bool = True,
 ) -> list[TaskCostStats]:
     """Per group: tasks ended in the window (by finished_at) and their cost spread.
 
     Finished tasks only (closed by the client, with any outcome), unless `include_abandoned`
     adds those the idle timeout closed, or `statuses` names the outcomes to cover. Untasked
     requests are never tasks here (see `task_outcomes`), nor is a task with no request row
-    (a finish that arrived for a task never seen).
+    (a finish that arrived for a task never seen). On PostgreSQL the database computes
+    the statistics (gateway.ledger.task_stats) unless `sql_percentiles` is False.
     """
     group = _group_column(TASK_GROUPS, group_by)
-    statement = select(
-        group.label("group"),
-        TASKS.c.cost_total,
-        TASKS.c.cost_output,
-        TASKS.c.cost_reasoning,
-        TASKS.c.cost_cache_write,
-    ).where(
+    covered = and_(
         _status_filter(statuses, include_abandoned),
         TASKS.c.request_count > 0,
         not_(untasked_task()),
         task_rows(scope),
     )
+    if sql_percentiles and _dialect(db) == "postgresql":
+        in_sql = _window(task_stats.sql_stats(group, covered), TASKS.c.finished_at, since, until)
+        found = [TaskCostStats(**task_stats.from_sql(row)) for row in await _fetch(db, in_sql)]
+        return sorted(found, key=lambda s: (s.group is None, s.group or ""))
+    statement: Select[Any] = select(
+        group.label("group"),
+        TASKS.c.cost_total,
+        TASKS.c.cost_output,
+        TASKS.c.cost_reasoning,
+        TASKS.c.cost_cache_write,
+    ).where(covered)
     rows = await _fetch(db, _window(statement, TASKS.c.finished_at, since, until))
     by_group: dict[str | None, list[Row[Any]]] = {}
     for row in rows:
@@ -311,6 +331,7 @@ async def task_outcomes(
     until: datetime | None = None,
     *,
     scope: ReadScope = EVERYTHING,
+    use_rollups: bool = True,
 ) -> list[TaskOutcomes]:
     """Per group: finished and abandoned tasks (by finished_at) and untasked requests (by
     created_at), each counted and costed on its own line, within `scope`."""
@@ -327,21 +348,45 @@ async def task_outcomes(
         task_rows(scope),
     )
     ended = _window(ended, TASKS.c.finished_at, since, until).group_by(task_group, abandoned)
-    request_group = _group_column(SPEND_GROUPS, group_by)
-    loose = select(
-        request_group.label("group"),
-        func.count(REQUESTS.c.request_id.distinct()).label("count"),
-        func.sum(REQUESTS.c.cost_total).label("cost"),
-    ).where(untasked_request(), request_rows(scope))
-    loose = _window(loose, REQUESTS.c.created_at, since, until).group_by(request_group)
+    loose = _loose(_group_column(SPEND_GROUPS, group_by), since, until, scope, use_rollups)
     totals: dict[str | None, dict[str, Any]] = {}
     for row in await _fetch(db, ended):
         kind = ABANDONED if row.abandoned else FINISHED
         _add_outcome(totals, row.group, kind, row.count, row.cost)
     for row in await _fetch(db, loose):
-        _add_outcome(totals, row.group, UNTASKED, row.count, row.cost)
+        if row.untasked_requests or row.untasked_cost:
+            _add_outcome(totals, row.group, UNTASKED, row.untasked_requests, row.untasked_cost)
     ordered = sorted(totals, key=lambda g: (g is None, g or ""))
     return [TaskOutcomes(group=key, **totals[key]) for key in ordered]
+
+
+def _loose(
+    group: ColumnElement[Any],
+    since: datetime | None,
+    until: datetime | None,
+    scope: ReadScope,
+    use_rollups: bool,
+) -> Select[Any]:
+    """Untasked requests (at their first attempt) and their attempts' cost per group."""
+    if use_rollups and scope.caller is None:
+        filters = {"team": scope.team, "project": scope.project}
+        return windows.request_sums(group.name, since, until, filters)
+    untasked, zero = untasked_request(), literal(0, REQUESTS.c.cost_total.type)
+    statement = select(
+        group.label("group"),
+        func.sum(case((and_(untasked, REQUESTS.c.attempt == 0), 1), else_=0)).label(
+            "untasked_requests"
+        ),
+        func.sum(case((untasked, REQUESTS.c.cost_total), else_=zero)).label("untasked_cost"),
+    ).where(untasked, request_rows(scope))
+    return _window(statement, REQUESTS.c.created_at, since, until).group_by(group)
+
+
+def _dialect(db: Database) -> str:
+    """The name of the database behind any handle."""
+    if isinstance(db, AsyncSession):
+        return db.get_bind().dialect.name
+    return db.dialect.name
 
 
 def _add_outcome(

@@ -1,9 +1,11 @@
 """Apply ledger entries to the database: idempotent request inserts and task aggregates.
 
 Everything here runs inside one transaction the caller opens. Replaying the same entries
-changes nothing: request rows are keyed by their uuid (ON CONFLICT DO NOTHING), task
-aggregates only add the rows that insert actually wrote (RETURNING tells which), and a
-finish only moves a task that is still open.
+changes nothing: request rows are keyed by their uuid (ON CONFLICT DO NOTHING; on
+PostgreSQL, whose partitioned table can only have keys holding the partition column, by
+(id, created_at), which a replayed record repeats exactly), task aggregates and the
+rollups (gateway.ledger.rollup) only add the rows that insert actually wrote (RETURNING
+tells which), and a finish only moves a task that is still open.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.ledger.models import RequestRow, TaskRow
+from gateway.ledger.partitions import ensure_partitions
 from gateway.ledger.records import (
     ABANDONED,
     COST_FIELDS,
@@ -30,6 +33,7 @@ from gateway.ledger.records import (
     TaskFinish,
     utcnow,
 )
+from gateway.ledger.rollup import add_to_rollups, is_untasked
 
 REQUESTS: Table = RequestRow.__table__  # type: ignore[assignment]
 TASKS: Table = TaskRow.__table__  # type: ignore[assignment]
@@ -67,15 +71,21 @@ async def insert_requests(
     unique = list(by_id.values())
     if not unique:
         return []
+    key = ["id"]
+    if connection.dialect.name == "postgresql":
+        await ensure_partitions(connection, {record.created_at.date() for record in unique})
+        key.append("created_at")
     statement = (
         _insert(connection, REQUESTS)
-        .on_conflict_do_nothing(index_elements=["id"])
+        .on_conflict_do_nothing(index_elements=key)
         .returning(REQUESTS.c.id)
     )
     rows = [{name: getattr(record, name) for name in _REQUEST_COLUMNS} for record in unique]
     result = await connection.execute(statement, rows)
-    written = {row[0] for row in result}
-    return [record for record in unique if record.id in written]
+    written_ids = {row[0] for row in result}
+    written = [record for record in unique if record.id in written_ids]
+    await add_to_rollups(connection, written)
+    return written
 
 
 def task_deltas(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
@@ -91,6 +101,7 @@ def task_deltas(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
         delta["last_activity_at"] = max(delta["last_activity_at"], record.created_at)
         if delta["first_ttft_ms"] is None:
             delta["first_ttft_ms"] = record.ttft_ms
+        delta["untasked"] = delta["untasked"] or is_untasked(record)
     # A fixed order makes concurrent upserts lock rows in the same order: no deadlocks.
     return [deltas[task_id] for task_id in sorted(deltas)]
 
@@ -106,6 +117,7 @@ def _new_delta(record: RequestRecord) -> dict[str, Any]:
         "last_activity_at": record.created_at,
         "finished_at": None,
         "first_ttft_ms": None,
+        "untasked": False,
     }
     delta.update({name: 0 for name in ("request_count", *TOKEN_FIELDS)})
     delta.update({name: Decimal(0) for name in COST_FIELDS})
@@ -124,6 +136,7 @@ async def upsert_tasks(connection: AsyncConnection, deltas: list[dict[str, Any]]
         team=func.coalesce(old.team, new.team),
         project=func.coalesce(old.project, new.project),
         first_ttft_ms=func.coalesce(old.first_ttft_ms, new.first_ttft_ms),
+        untasked=old.untasked | new.untasked,
         started_at=case((new.started_at < old.started_at, new.started_at), else_=old.started_at),
         last_activity_at=case(
             (new.last_activity_at > old.last_activity_at, new.last_activity_at),
@@ -167,6 +180,7 @@ async def _insert_finished_placeholder(connection: AsyncConnection, finish: Task
         "last_activity_at": finish.at,
         "finished_at": finish.at,
         "first_ttft_ms": None,
+        "untasked": False,
     }
     row.update({name: 0 for name in ("request_count", *TOKEN_FIELDS)})
     row.update({name: Decimal(0) for name in COST_FIELDS})

@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Table, func, inspect, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.ledger.records import COST_FIELDS, TOKEN_FIELDS, RequestRecord
-from gateway.ledger.store import REQUESTS
+from gateway.ledger.store import REQUESTS, TASKS, task_deltas
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -70,3 +71,21 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(0.01)
+
+
+async def fill_as_old_revision(connection: AsyncConnection, records: list[RequestRecord]) -> None:
+    """Write request rows and their new tasks with only the columns an older revision has,
+    as the release of that revision did (today's writer also fills later tables)."""
+
+    def columns(sync: Connection, table: Table) -> set[str]:
+        return {c["name"] for c in inspect(sync).get_columns(table.name)}
+
+    for table, rows in ((REQUESTS, [vars_of(r) for r in records]), (TASKS, task_deltas(records))):
+        known = await connection.run_sync(columns, table)
+        await connection.execute(table.insert(), [{k: v for k, v in row.items() if k in known}
+                                                  for row in rows])  # fmt: skip
+
+
+def vars_of(item: RequestRecord) -> dict[str, Any]:
+    """A record's fields by name."""
+    return {name: getattr(item, name) for name in item.__slots__}  # type: ignore[attr-defined]

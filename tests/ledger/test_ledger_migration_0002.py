@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import command
-from ledger_helpers import record
+from ledger_helpers import fill_as_old_revision, record
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gateway.ledger import get_task, make_engine, migrate
 from gateway.ledger.engine import alembic_config
 from gateway.ledger.records import TOKEN_FIELDS
-from gateway.ledger.store import REQUESTS, insert_requests, task_deltas, upsert_tasks
+from gateway.ledger.store import insert_requests, task_deltas, upsert_tasks
 
 # Just under the 32-bit limit of 0001's columns.
 OLD_ROWS = [record("old", id=f"old-{i}", prompt_tokens=2_000_000_000 + i) for i in range(3)]
@@ -24,10 +24,7 @@ def _columns(connection: Connection, table: str) -> dict[str, str]:
 
 async def _fill_as_0001(connection: AsyncConnection) -> None:
     """Write rows with only the columns 0001 created, as the previous release did."""
-    known = set(await connection.run_sync(_columns, "requests"))
-    rows = [{name: getattr(item, name) for name in known} for item in OLD_ROWS]
-    await connection.execute(REQUESTS.insert(), rows)
-    await upsert_tasks(connection, task_deltas(OLD_ROWS))
+    await fill_as_old_revision(connection, OLD_ROWS)
 
 
 async def test_0002_upgrades_a_filled_0001_ledger(db_url: str) -> None:

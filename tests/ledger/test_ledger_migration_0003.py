@@ -5,14 +5,14 @@ from __future__ import annotations
 from decimal import Decimal
 
 from alembic import command
-from ledger_helpers import record
+from ledger_helpers import fill_as_old_revision, record
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
 from gateway.ledger import get_task, make_engine, migrate
 from gateway.ledger.engine import alembic_config
 from gateway.ledger.records import RequestRecord
-from gateway.ledger.store import REQUESTS, insert_requests, task_deltas, upsert_tasks
+from gateway.ledger.store import insert_requests, task_deltas, upsert_tasks
 
 NEW = ("tier_confirmed", "prefix_lost_usd", "thinking_enforcement", "dropped_params")
 
@@ -29,8 +29,7 @@ async def test_0003_upgrades_a_filled_0002_ledger(db_url: str) -> None:
         async with engine.begin() as connection:
             known = await connection.run_sync(_columns)
             assert not known & set(NEW)
-            await connection.execute(REQUESTS.insert(), [{n: getattr(old, n) for n in known}])
-            await upsert_tasks(connection, task_deltas([old]))
+            await fill_as_old_revision(connection, [old])
         await migrate(db_url)
         new = record(
             "t3", id="after", tier_confirmed=False, prefix_lost_usd=Decimal("0.0123456789"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import command
-from ledger_helpers import record
+from ledger_helpers import fill_as_old_revision, record
 from sqlalchemy import inspect, select
 from sqlalchemy.engine import Connection
 
@@ -12,7 +12,7 @@ from gateway.keys.model import KeyAttributes
 from gateway.keys.store import KeyStore
 from gateway.ledger import make_engine, migrate
 from gateway.ledger.engine import alembic_config
-from gateway.ledger.store import REQUESTS, insert_requests
+from gateway.ledger.store import REQUESTS
 
 NEW = {"api_keys", "audit_log"}
 
@@ -27,7 +27,7 @@ async def test_0004_upgrades_a_filled_0003_ledger(db_url: str) -> None:
     try:
         async with engine.begin() as connection:
             assert not await connection.run_sync(_tables) & NEW
-            await insert_requests(connection, [record("t4", id="before")])
+            await fill_as_old_revision(connection, [record("t4", id="before")])
         await migrate(db_url)
         made = await KeyStore(engine).create(KeyAttributes(team="research"))
         audit = AuditLog(engine)

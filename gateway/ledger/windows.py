@@ -1,0 +1,133 @@
+"""Read request sums through the rollups: a time window split into days, hours and the rest.
+
+A window `since <= t < until` is cut into whole UTC days (read from `rollup_daily`), the
+whole hours around them (`rollup_hourly`) and the partial hours at its edges (the
+`requests` rows themselves, at most two hours of them). The pieces are disjoint and
+cover the window, so the sums equal the base table's to the last digit; each piece
+returns the same labelled columns and `request_sums` adds them up in SQL.
+
+Only sums by the rollup's key columns can be read this way; a grouping or a filter on
+anything else (a step, a caller) reads the `requests` table (see queries.spend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, Table, and_, case, func, literal, select, true
+from sqlalchemy.sql.selectable import Subquery
+
+from gateway.ledger.records import COST_FIELDS, TOKEN_FIELDS
+from gateway.ledger.rollup import DAILY, DIMENSIONS, HOURLY, MEASURES, day_of, hour_of
+from gateway.ledger.store import REQUESTS
+
+HOUR, DAY = timedelta(hours=1), timedelta(days=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One part of a window and the table that answers it; None is an open end."""
+
+    table: Table
+    since: datetime | None
+    until: datetime | None
+
+
+def _ceil(moment: datetime, floor: Any, step: timedelta) -> datetime:
+    start = floor(moment)
+    return start if start == moment else start + step
+
+
+def pieces(since: datetime | None, until: datetime | None) -> list[Piece]:
+    """Cut `since <= t < until` into disjoint pieces: edges, hours, days, hours, edges."""
+    h_lo = None if since is None else _ceil(since, hour_of, HOUR)
+    h_hi = None if until is None else hour_of(until)
+    if h_lo is not None and h_hi is not None and h_lo >= h_hi:
+        return [Piece(REQUESTS, since, until)]
+    found: list[Piece] = []
+    if since is not None and h_lo is not None and since < h_lo:
+        found.append(Piece(REQUESTS, since, h_lo))
+    d_lo = None if h_lo is None else _ceil(h_lo, day_of, DAY)
+    d_hi = None if h_hi is None else day_of(h_hi)
+    if d_lo is None or d_hi is None or d_lo < d_hi:
+        if h_lo is not None and d_lo is not None and h_lo < d_lo:
+            found.append(Piece(HOURLY, h_lo, d_lo))
+        found.append(Piece(DAILY, d_lo, d_hi))
+        if h_hi is not None and d_hi is not None and d_hi < h_hi:
+            found.append(Piece(HOURLY, d_hi, h_hi))
+    else:
+        found.append(Piece(HOURLY, h_lo, h_hi))
+    if until is not None and h_hi is not None and h_hi < until:
+        found.append(Piece(REQUESTS, h_hi, until))
+    return found
+
+
+def untasked_row(table: Any = REQUESTS) -> ColumnElement[bool]:
+    """Whether a request row had no task id: its task is `task-` + its request id's hex."""
+    return and_(
+        func.substr(table.c.task_id, 1, 5) == "task-",
+        func.substr(table.c.request_id, 1, 4) == "req-",
+        func.substr(table.c.task_id, 6) == func.substr(table.c.request_id, 5),
+    )
+
+
+def _base_measures() -> list[ColumnElement[Any]]:
+    """The rollup's sums, computed from request rows."""
+    untasked = untasked_row()
+    zero = literal(0, REQUESTS.c.cost_total.type)
+    return [
+        func.count().label("request_count"),
+        *(func.sum(REQUESTS.c[name]).label(name) for name in (*TOKEN_FIELDS, *COST_FIELDS)),
+        func.sum(case((and_(untasked, REQUESTS.c.attempt == 0), 1), else_=0)).label(
+            "untasked_requests"
+        ),
+        func.sum(case((untasked, REQUESTS.c.cost_total), else_=zero)).label("untasked_cost"),
+    ]
+
+
+def _piece_select(piece: Piece, group: str | None, filters: dict[str, str | None]) -> Select[Any]:
+    """The sums of one piece, grouped by `group` (a rollup key column) if given."""
+    table = piece.table
+    moment = table.c.created_at if table is REQUESTS else table.c.bucket
+    if table is REQUESTS:
+        measures = _base_measures()
+    else:
+        measures = [func.sum(table.c[name]).label(name) for name in MEASURES]
+    key = table.c[group].label("group") if group else literal(None).label("group")
+    statement = select(key, *measures).where(
+        *(table.c[name] == value for name, value in filters.items() if value is not None)
+    )
+    if piece.since is not None:
+        statement = statement.where(moment >= piece.since)
+    if piece.until is not None:
+        statement = statement.where(moment < piece.until)
+    return statement.group_by(table.c[group]) if group else statement
+
+
+def request_sums(
+    group: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    filters: dict[str, str | None],
+) -> Select[Any]:
+    """One SELECT of the request sums per `group` in the window, through the rollups.
+
+    `group` and the keys of `filters` are rollup key columns (DIMENSIONS).
+    """
+    for name in (group, *filters):
+        if name is not None and name not in DIMENSIONS:
+            raise ValueError(f"rollups are keyed by {', '.join(DIMENSIONS)}, not {name!r}")
+    parts = [_piece_select(piece, group, filters) for piece in pieces(since, until)]
+    union: Subquery = (parts[0] if len(parts) == 1 else parts[0].union_all(*parts[1:])).subquery()
+    outer = select(
+        union.c.group, *(func.sum(union.c[name]).label(name) for name in MEASURES)
+    ).where(true())
+    return outer.group_by(union.c.group)
+
+
+def covers(group: str | None, filters: Sequence[str]) -> bool:
+    """Whether the rollups can answer a grouping and filters on these columns."""
+    return all(name in DIMENSIONS for name in (*filters, *([group] if group else [])))
