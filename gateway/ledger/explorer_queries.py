@@ -1,0 +1,345 @@
+"""The cost explorer's reads: spend over time, where the money went, cache money, task costs.
+
+Each takes an `ExplorerFilter` (the reader's `ReadScope`, a half-open time window and an
+optional model alias) and applies all of it inside the SQL, as `gateway.ledger.queries`
+does. Time buckets are computed by the database (`date_trunc` on PostgreSQL, a prefix of
+the stored UTC text on SQLite) and come back as the same aware UTC datetimes on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
+
+from sqlalchemy import ColumnElement, Executable, and_, exists, func, not_, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.ledger.queries import SHARE_QUANTUM, SPEND_GROUPS, percentile, untasked_task
+from gateway.ledger.records import COST_FIELDS, OPEN, TOKEN_FIELDS
+from gateway.ledger.scope import EVERYTHING, ReadScope, request_rows, task_rows
+from gateway.ledger.store import REQUESTS, TASKS
+
+SERIES_GROUPS = ("team", "project", "model", "backend", "tier")
+# Characters of SQLite's stored text ("2025-03-01 12:34:56.000000") that name the bucket.
+_SQLITE_PREFIX = {"hour": 13, "day": 10}
+_PG_FORMAT = {"hour": "YYYY-MM-DD HH24", "day": "YYYY-MM-DD"}
+_PY_FORMAT = {"hour": "%Y-%m-%d %H", "day": "%Y-%m-%d"}
+
+
+@dataclass(frozen=True, slots=True)
+class ExplorerFilter:
+    """The rows a panel reads: the reader's scope, `since <= t < until`, one model alias."""
+
+    scope: ReadScope = EVERYTHING
+    since: datetime | None = None
+    until: datetime | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesPoint:
+    """Requests and cost of one group in one time bucket."""
+
+    start: datetime
+    group: str | None
+    request_count: int
+    cost_total: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Where the money went: tokens and cost per kind, and the shares a reader looks for."""
+
+    request_count: int
+    tokens: dict[str, int]
+    cost: dict[str, Decimal]  # input, cached, cache_write, output, reasoning, total
+    output_share: Decimal
+    reasoning_share: Decimal
+    output_and_reasoning_share: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class CacheUse:
+    """Cache reads of one model and tier: what they cost, to be priced against full input."""
+
+    model: str
+    tier: str
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    cost_cached: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixVerdicts:
+    """How many requests got each verdict (`hit`, `miss`, ...) and what the breaks cost."""
+
+    verdict: str
+    requests: int
+    lost_usd: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class BreakCause:
+    """Requests whose prompt prefix diverged for one reason, and the cache money it lost."""
+
+    reason: str
+    requests: int
+    lost_usd: Decimal
+    expected_cached_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeStats:
+    """Cost per task of one team and outcome; percentiles are nearest-rank, so exact."""
+
+    team: str | None
+    outcome: str
+    tasks: int
+    cost_total: Decimal
+    cost_p50: Decimal
+    cost_p95: Decimal
+    cost_max: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class TopTask:
+    """One of the most expensive tasks."""
+
+    task_id: str
+    team: str | None
+    project: str | None
+    status: str
+    request_count: int
+    started_at: datetime
+    finished_at: datetime | None
+    cost_total: Decimal
+    cost_output: Decimal
+    cost_reasoning: Decimal
+
+
+async def _rows(engine: AsyncEngine, statement: Executable) -> Sequence[Any]:
+    async with engine.connect() as connection:
+        return (await connection.execute(statement)).all()
+
+
+def _requests_where(f: ExplorerFilter) -> ColumnElement[bool]:
+    """The request rows `f` selects."""
+    conditions = [request_rows(f.scope)]
+    if f.since is not None:
+        conditions.append(REQUESTS.c.created_at >= f.since)
+    if f.until is not None:
+        conditions.append(REQUESTS.c.created_at < f.until)
+    if f.model is not None:
+        conditions.append(REQUESTS.c.model_alias == f.model)
+    return and_(*conditions)
+
+
+def _tasks_where(f: ExplorerFilter, column: Any) -> ColumnElement[bool]:
+    """Tasks of `f`'s scope with `column` in the window; with a model, those that called it."""
+    conditions = [task_rows(f.scope), TASKS.c.request_count > 0, not_(untasked_task())]
+    if f.since is not None:
+        conditions.append(column >= f.since)
+    if f.until is not None:
+        conditions.append(column < f.until)
+    if f.model is not None:
+        calls = REQUESTS.alias("by_model")
+        conditions.append(
+            exists().where(calls.c.task_id == TASKS.c.task_id, calls.c.model_alias == f.model)
+        )
+    return and_(*conditions)
+
+
+def _bucket(dialect: str, unit: str) -> ColumnElement[Any]:
+    """The UTC bucket of a request's `created_at` as text, the same on both databases."""
+    if dialect == "sqlite":
+        return func.substr(REQUESTS.c.created_at, 1, _SQLITE_PREFIX[unit])
+    utc = func.timezone("UTC", REQUESTS.c.created_at)
+    return func.to_char(func.date_trunc(unit, utc), _PG_FORMAT[unit])
+
+
+def _bucket_start(text: str, unit: str) -> datetime:
+    return datetime.strptime(text, _PY_FORMAT[unit]).replace(tzinfo=UTC)
+
+
+async def spend_series(
+    engine: AsyncEngine, by: str, unit: str, f: ExplorerFilter
+) -> list[SeriesPoint]:
+    """Requests and cost per `unit` bucket (hour or day) and group, oldest bucket first."""
+    if by not in SERIES_GROUPS or unit not in _SQLITE_PREFIX:
+        raise ValueError(f"cannot bucket by {unit!r} and group by {by!r}")
+    group, bucket = SPEND_GROUPS[by], _bucket(engine.dialect.name, unit).label("bucket")
+    statement = (
+        select(
+            bucket,
+            group.label("group"),
+            func.count().label("request_count"),
+            func.sum(REQUESTS.c.cost_total).label("cost_total"),
+        )
+        .where(_requests_where(f))
+        .group_by(bucket, group)
+    )
+    points = [
+        SeriesPoint(
+            _bucket_start(row.bucket, unit), row.group, int(row.request_count), row.cost_total
+        )
+        for row in await _rows(engine, statement)
+    ]
+    return sorted(points, key=lambda p: (p.start, p.group is None, p.group or ""))
+
+
+async def money_breakdown(engine: AsyncEngine, f: ExplorerFilter) -> Breakdown:
+    """Tokens and cost by kind over the selected requests."""
+    sums = [func.sum(REQUESTS.c[name]).label(name) for name in (*TOKEN_FIELDS, *COST_FIELDS)]
+    statement = select(func.count().label("request_count"), *sums).where(_requests_where(f))
+    [row] = await _rows(engine, statement)
+    tokens = {name: int(getattr(row, name) or 0) for name in TOKEN_FIELDS}
+    cost = {name.removeprefix("cost_"): getattr(row, name) or Decimal(0) for name in COST_FIELDS}
+    total = cost["total"]
+    return Breakdown(
+        request_count=int(row.request_count),
+        tokens=tokens,
+        cost=cost,
+        output_share=share(cost["output"], total),
+        reasoning_share=share(cost["reasoning"], total),
+        output_and_reasoning_share=share(cost["output"] + cost["reasoning"], total),
+    )
+
+
+async def cache_use(engine: AsyncEngine, f: ExplorerFilter) -> list[CacheUse]:
+    """Cache reads per model and tier served, the ones with any first."""
+    model, tier = REQUESTS.c.model_alias, REQUESTS.c.tier_served
+    statement = (
+        select(
+            model.label("model"),
+            tier.label("tier"),
+            func.count().label("requests"),
+            func.sum(REQUESTS.c.prompt_tokens).label("prompt_tokens"),
+            func.sum(REQUESTS.c.cached_tokens).label("cached_tokens"),
+            func.sum(REQUESTS.c.cost_cached).label("cost_cached"),
+        )
+        .where(_requests_where(f))
+        .group_by(model, tier)
+    )
+    found = [
+        CacheUse(
+            row.model,
+            row.tier,
+            int(row.requests),
+            int(row.prompt_tokens or 0),
+            int(row.cached_tokens or 0),
+            row.cost_cached or Decimal(0),
+        )
+        for row in await _rows(engine, statement)
+    ]
+    return sorted(found, key=lambda c: (-c.cached_tokens, c.model, c.tier))
+
+
+async def prefix_breaks(
+    engine: AsyncEngine, f: ExplorerFilter
+) -> tuple[list[PrefixVerdicts], list[BreakCause]]:
+    """Requests per prefix verdict, and per divergence reason (`miss:volatile_value` is a
+    miss whose reason is `volatile_value`), the costliest reason first."""
+    status = REQUESTS.c.prefix_status
+    statement = (
+        select(
+            status.label("status"),
+            func.count().label("requests"),
+            func.sum(REQUESTS.c.prefix_lost_usd).label("lost"),
+            func.sum(REQUESTS.c.expected_cached_tokens).label("expected"),
+            func.sum(REQUESTS.c.cached_tokens).label("cached"),
+        )
+        .where(_requests_where(f), status.is_not(None))
+        .group_by(status)
+    )
+    verdicts: dict[str, list[Any]] = {}
+    causes: dict[str, list[Any]] = {}
+    for row in await _rows(engine, statement):
+        verdict, _, reason = str(row.status).partition(":")
+        lost = row.lost or Decimal(0)
+        _add(verdicts, verdict, int(row.requests), lost)
+        if reason:
+            _add(causes, reason, int(row.requests), lost, int(row.expected or 0), int(row.cached))
+    return (
+        sorted(
+            (PrefixVerdicts(name, *values) for name, values in verdicts.items()),
+            key=lambda v: (-v.requests, v.verdict),
+        ),
+        sorted(
+            (BreakCause(name, *values) for name, values in causes.items()),
+            key=lambda c: (-c.lost_usd, -c.requests, c.reason),
+        ),
+    )
+
+
+def share(part: Decimal, whole: Decimal) -> Decimal:
+    """part / whole to a tenth of a percent (as `/v1/spend/tasks` rounds), 0 of nothing."""
+    if not whole:
+        return Decimal(0)
+    return (part / whole).quantize(SHARE_QUANTUM, rounding=ROUND_HALF_EVEN)
+
+
+def _add(totals: dict[str, list[Any]], key: str, *values: Any) -> None:
+    line = totals.setdefault(key, [0 * value for value in values])
+    for index, value in enumerate(values):
+        line[index] += value
+
+
+async def outcome_stats(engine: AsyncEngine, f: ExplorerFilter) -> list[OutcomeStats]:
+    """Cost per ended task by team and outcome (abandoned ones on lines of their own),
+    over tasks that ended in the window (by `finished_at`)."""
+    statement = select(TASKS.c.team, TASKS.c.status, TASKS.c.cost_total).where(
+        TASKS.c.status != OPEN, _tasks_where(f, TASKS.c.finished_at)
+    )
+    groups: dict[tuple[str | None, str], list[Decimal]] = {}
+    for row in await _rows(engine, statement):
+        groups.setdefault((row.team, row.status), []).append(row.cost_total)
+    stats = []
+    for (team, outcome), costs in groups.items():
+        costs.sort()
+        stats.append(
+            OutcomeStats(
+                team,
+                outcome,
+                len(costs),
+                sum(costs, Decimal(0)),
+                percentile(costs, 50),
+                percentile(costs, 95),
+                costs[-1],
+            )
+        )
+    return sorted(stats, key=lambda s: (s.team is None, s.team or "", s.outcome))
+
+
+async def top_tasks(engine: AsyncEngine, f: ExplorerFilter, limit: int) -> list[TopTask]:
+    """The `limit` costliest tasks that started in the window, open ones included."""
+    columns = [TASKS.c[name] for name in TopTask.__dataclass_fields__]
+    statement = (
+        select(*columns)
+        .where(_tasks_where(f, TASKS.c.started_at))
+        .order_by(TASKS.c.cost_total.desc(), TASKS.c.task_id)
+        .limit(limit)
+    )
+    return [TopTask(**row._asdict()) for row in await _rows(engine, statement)]
+
+
+async def hourly_tokens(engine: AsyncEngine, f: ExplorerFilter) -> dict[datetime, tuple[int, int]]:
+    """Uncached input and output tokens per UTC hour (what a GPU had to compute)."""
+    bucket = _bucket(engine.dialect.name, "hour").label("bucket")
+    statement = (
+        select(
+            bucket,
+            func.sum(REQUESTS.c.prompt_tokens - REQUESTS.c.cached_tokens).label("input"),
+            func.sum(REQUESTS.c.completion_tokens).label("output"),
+        )
+        .where(_requests_where(f))
+        .group_by(bucket)
+    )
+    return {
+        _bucket_start(row.bucket, "hour"): (int(row.input or 0), int(row.output or 0))
+        for row in await _rows(engine, statement)
+    }
