@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway import __version__
-from gateway.api import admin, admin_keys, chat, gpu, health, models, prefix, spend, tasks
+from gateway.api import admin, admin_keys, chat, explorer, gpu, health, models, prefix, spend, tasks
 from gateway.api import messages as messages_api
 from gateway.api import metrics as metrics_api
 from gateway.audit import AuditLog
@@ -45,6 +45,7 @@ from gateway.services import Observer, Services, Snapshot
 from gateway.settings import Settings
 from gateway.state import open_state
 from gateway.tenants import open_limiter
+from gateway.ui import routes as ui
 from gateway.upstream.registry import Upstreams
 
 log = logging.getLogger("farebox")
@@ -91,6 +92,8 @@ def create_app(
         tasks.router,
         spend.router,
         gpu.router,
+        explorer.router,
+        ui.router,
         prefix.router,
         admin.router,
         admin_keys.router,

@@ -29,6 +29,8 @@ class RouteClass(StrEnum):
 # Glob patterns (`*`: anything), first match wins; exact paths are looked up first.
 ROUTES: tuple[tuple[str, RouteClass], ...] = (
     ("/healthz", RouteClass.PUBLIC),
+    ("/ui", RouteClass.PUBLIC),  # the explorer page and its assets hold no data
+    ("/ui/*", RouteClass.PUBLIC),
     ("/admin/*", RouteClass.ADMIN),
     ("/v1/chat/completions", RouteClass.MODEL),
     ("/v1/completions", RouteClass.MODEL),
@@ -41,6 +43,7 @@ ROUTES: tuple[tuple[str, RouteClass], ...] = (
     ("/v1/tasks*", RouteClass.READ),
     ("/v1/spend*", RouteClass.READ),
     ("/v1/gpu", RouteClass.READ),
+    ("/v1/explorer/*", RouteClass.READ),
     ("/v1/cost/estimate", RouteClass.READ),
     ("/v1/models", RouteClass.READ),
     ("/v1/models/*", RouteClass.READ),

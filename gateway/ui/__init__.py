@@ -1,0 +1,1 @@
+"""The cost explorer page (`/ui`): static HTML, JS and CSS over the `/v1/explorer` reads."""
