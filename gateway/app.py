@@ -29,9 +29,11 @@ from gateway.drain import InFlight, InFlightMiddleware
 from gateway.embedded_sim import start_embedded_sim
 from gateway.errors import FareboxError, error_body
 from gateway.heap import freeze_heap
+from gateway.json_body import JsonBodyMiddleware
 from gateway.keys.cache import KeyCache
 from gateway.keys.store import KeyStore
 from gateway.ledger import LedgerWriter, WriterConfig, migrate
+from gateway.ledger.maintenance import LedgerMaintenance
 from gateway.ledger.reads import bounded_engine
 from gateway.loopwatch import LoopWatch
 from gateway.metrics import Metrics
@@ -40,6 +42,7 @@ from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
 from gateway.reloader import ConfigReloader
 from gateway.request_id import RequestIdMiddleware, request_id_of
+from gateway.route_hint import missing_v1_hint
 from gateway.schemas.body import invalid_field
 from gateway.services import Observer, Services, Snapshot
 from gateway.settings import Settings
@@ -68,6 +71,7 @@ def create_app(
         async with AsyncExitStack() as stack:
             services = await _build_services(stack, settings, config, observers or [])
             app.state.services = services  # for tests and the CLI banner
+            services.metrics.in_flight.set_function(lambda: len(app.state.in_flight))
             # In the background: the port opens now, /readyz says `warming` until it is done.
             services.upstreams.warm(services.config.models.values())
             if not services.upstreams.warming:
@@ -100,7 +104,9 @@ def create_app(
         metrics_api.router,
     ):
         app.include_router(router)
+    chat.mount(app)  # the hot path as plain ASGI, ahead of FastAPI's routing
     _install_error_handlers(app)
+    app.add_middleware(JsonBodyMiddleware)  # every body is JSON, content-type or not
     app.add_middleware(
         BodyGuard,
         prompt_limit=settings.max_body_bytes,
@@ -184,6 +190,9 @@ async def _open_ledger(
     writer = LedgerWriter(engine, writer_config, on_task_finished=metrics.observe_task)
     await writer.start()
     stack.push_async_callback(writer.close)  # flushes every pending row on shutdown
+    upkeep = LedgerMaintenance(engine, settings.ledger_retention_days)  # partitions, retention
+    await upkeep.start()
+    stack.push_async_callback(upkeep.close)
     return reads, writer
 
 
@@ -212,6 +221,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         message = f"{request.method} {request.url.path}: {exc.detail}"
+        hint = None
+        if exc.status_code == 404:
+            hint = missing_v1_hint(app.routes, request.scope, str(request.base_url))
+        message += f"; {hint}" if hint else ""
         return JSONResponse(error_body(message, kind), status_code=exc.status_code)
 
     async def validation_error(request: Request, exc: Exception) -> JSONResponse:

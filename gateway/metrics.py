@@ -7,6 +7,7 @@ tiers and kinds are fixed sets, and free-form values (teams from a header) are c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Protocol
 
@@ -21,6 +22,7 @@ CHECK_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 TASK_COST_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
 TOKEN_KINDS = ("input", "cached", "cache_write", "output", "reasoning")
+BREAKER_STATES = ("closed", "open", "half_open")
 
 
 class LedgerStats(Protocol):
@@ -232,6 +234,46 @@ class Metrics:
             ["scope", "scope_id", "period"],
             registry=r,
         )
+        # For the dashboards and alerts (docs/dashboards.md): latency by backend and tier,
+        # fallbacks, breaker states and GPU prices, none of which the series above carry.
+        self.backend_ttft = Histogram(
+            "farebox_backend_time_to_first_token_seconds",
+            "Time to the first token by backend and tier served (streams only).",
+            ["backend", "tier"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.backend_ttfat = Histogram(
+            "farebox_backend_time_to_first_answer_token_seconds",
+            "Time to the first answer token by backend and tier served (streams only).",
+            ["backend", "tier"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "farebox_fallbacks",
+            "Requests sent on to a fallback target after a failure, from (model, tier) to "
+            "(to_model, to_tier).",
+            ["model", "tier", "to_model", "to_tier"],
+            registry=r,
+        )
+        self.breaker_state = Gauge(
+            "farebox_circuit_breaker_state",
+            "1 for the state each upstream's circuit breaker is in (closed, open, half_open).",
+            ["upstream", "state"],
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "farebox_http_requests_in_flight",
+            "HTTP requests in progress (a scrape on the API port counts itself).",
+            registry=r,
+        )
+        self.gpu_cost_per_hour = Gauge(
+            "farebox_gpu_cost_per_hour_usd",
+            "GPU-priced models: what the whole deployment costs per hour, from the prices.",
+            ["model"],
+            registry=r,
+        )
 
     def observe_ledger(self, stats: LedgerStats) -> None:
         """Copy the ledger writer's counters into gauges, at scrape time."""
@@ -244,6 +286,18 @@ class Metrics:
         if rejected > self._ledger_rejected_seen:
             self.ledger_rejected.inc(rejected - self._ledger_rejected_seen)
             self._ledger_rejected_seen = rejected
+
+    def observe_breakers(self, states: Mapping[str, str]) -> None:
+        """Copy each upstream's breaker state into the gauge, at scrape time."""
+        for upstream, current in states.items():
+            for state in BREAKER_STATES:
+                self.breaker_state.labels(upstream[:128], state).set(int(state == current))
+
+    def observe_gpu_prices(self, hourly: Mapping[str, Decimal]) -> None:
+        """Publish each GPU-priced model's hourly cost, at scrape time (prices reload)."""
+        self.gpu_cost_per_hour.clear()  # a model a reload removed leaves the dashboards
+        for model, cost in hourly.items():
+            self.gpu_cost_per_hour.labels(model).set(float(cost))
 
     def state_degraded(self, degraded: bool) -> None:
         """Shared state fell back to per-process (True), or Redis is back (False)."""

@@ -18,6 +18,7 @@ import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import Receive, Scope, Send
 
+from gateway.api.metrics import observe_at_scrape
 from gateway.services import Services
 
 
@@ -54,7 +55,7 @@ class MetricsServer:
         elif scope["method"] not in ("GET", "HEAD"):
             status, body, kind = 405, b"GET /metrics\n", "text/plain"
         else:
-            self.services.metrics.observe_ledger(self.services.ledger.stats())
+            observe_at_scrape(self.services)
             body = self.services.metrics.render()
         headers = [(b"content-type", kind.encode()), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})

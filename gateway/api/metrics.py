@@ -7,6 +7,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
 from gateway.api.deps import ServicesDep
+from gateway.services import Services
 
 router = APIRouter()
 
@@ -14,5 +15,13 @@ router = APIRouter()
 @router.get("/metrics")
 async def metrics(services: ServicesDep) -> Response:
     """Every `farebox_` metric, plus the ledger writer's backlog."""
-    services.metrics.observe_ledger(services.ledger.stats())
+    observe_at_scrape(services)
     return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def observe_at_scrape(services: Services) -> None:
+    """Read what only a scrape samples: the ledger's backlog, breakers, GPU prices."""
+    services.metrics.observe_ledger(services.ledger.stats())
+    services.metrics.observe_breakers(services.breakers.states())
+    gpu = {alias: p.gpu.hourly_cost for alias, p in services.config.prices.items() if p.gpu}
+    services.metrics.observe_gpu_prices(gpu)

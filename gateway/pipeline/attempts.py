@@ -115,6 +115,8 @@ async def call_with_recovery(
         number = number + 1 if recovery.action == "retry" else 1
         await asyncio.sleep(recovery.delay_s)
         if recovery.action == "fallback":
+            to = recovery.target
+            services.metrics.fallbacks.labels(current.alias, current.tier, to.alias, to.tier).inc()
             current = recovery.target
             tried.append(current)
             _replan(ctx, services, base_edits, current)

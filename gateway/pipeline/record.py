@@ -203,12 +203,16 @@ def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
 
 def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> None:
     timings = ctx.timings
+    assert ctx.route is not None
+    where = (backend_of(ctx.route), ctx.tier_served or "standard")  # as farebox_requests_total
     ttft = timings.ms_since_sent(timings.first_token)
     if ttft is not None:
         metrics.ttft.labels(model=model).observe(ttft / 1000)
+        metrics.backend_ttft.labels(*where).observe(ttft / 1000)
     ttfat = timings.ms_since_sent(timings.first_answer_token)
     if ttfat is not None:
         metrics.ttfat.labels(model=model).observe(ttfat / 1000)
+        metrics.backend_ttfat.labels(*where).observe(ttfat / 1000)
     speed = decode_speed(ctx)
     if speed is not None:
         metrics.decode_speed.labels(model=model).observe(speed)

@@ -1,0 +1,116 @@
+"""The dashboards' panels and queries, and Grafana's variables and macros filled in for a test."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = sorted((ROOT / "dashboards" / "grafana").glob("*.json"))
+DATASOURCES = sorted((ROOT / "dashboards" / "provisioning" / "datasources").glob("*.yml"))
+PROVIDERS = sorted((ROOT / "dashboards" / "provisioning" / "dashboards").glob("*.yml"))
+RULES = ROOT / "dashboards" / "alerts" / "farebox.rules.yml"
+RULE_TESTS = sorted((ROOT / "dashboards" / "alerts").glob("*.test.yml"))
+
+# Grafana's own variables; any other `$name` must be a template variable of the dashboard.
+BUILT_IN = {"__range", "__rate_interval", "__interval", "__timeFilter", "__timeGroupAlias"}
+VARIABLE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
+SQL_MACRO = re.compile(r"\$__(timeFilter|timeGroupAlias)\(([^)]*)\)")
+
+
+@dataclass(frozen=True)
+class Query:
+    """One target of one panel."""
+
+    dashboard: str
+    panel: str
+    ref: str
+    kind: str  # datasource type: prometheus or postgres
+    text: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.dashboard}: {self.panel} [{self.ref}]"
+
+
+def load(path: Path) -> dict[str, Any]:
+    """One dashboard's JSON."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def datasources() -> dict[str, str]:
+    """uid -> type of every provisioned data source."""
+    found: dict[str, str] = {}
+    for path in DATASOURCES:
+        for source in yaml.safe_load(path.read_text())["datasources"]:
+            found[source["uid"]] = source["type"]
+    return found
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel, those nested in collapsed rows included."""
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def queries() -> list[Query]:
+    """Every query target of every panel of every dashboard."""
+    found = []
+    for path in DASHBOARDS:
+        board = load(path)
+        for panel in panels(board):
+            for target in panel.get("targets", []):
+                kind = (target.get("datasource") or panel["datasource"])["type"]
+                text = target["expr"] if kind == "prometheus" else target["rawSql"]
+                found.append(Query(board["title"], panel["title"], target["refId"], kind, text))
+    return found
+
+
+def variables_used(text: str) -> set[str]:
+    """The `$name` and `${name:format}` variables a query refers to."""
+    return {a or b for a, b in VARIABLE.findall(text)}
+
+
+def promql(text: str, chosen: dict[str, str]) -> str:
+    """The PromQL with Grafana's intervals and the template variables filled in."""
+    text = text.replace("$__rate_interval", "1m").replace("$__range", "5m")
+    text = text.replace("$__interval", "15s")
+    return VARIABLE.sub(lambda m: chosen[m.group(1) or m.group(2)], text)
+
+
+def sql(text: str, chosen: dict[str, str], start: datetime, end: datetime) -> str:
+    """The SQL with Grafana's PostgreSQL macros and the template variables filled in."""
+
+    def macro(match: re.Match[str]) -> str:
+        name, args = match.group(1), [a.strip() for a in match.group(2).split(",")]
+        if name == "timeFilter":
+            return f"{args[0]} BETWEEN '{start.isoformat()}' AND '{end.isoformat()}'"
+        seconds = 60  # $__interval on a one-hour range
+        return f'floor(extract(epoch from {args[0]}) / {seconds}) * {seconds} AS "time"'
+
+    text = SQL_MACRO.sub(macro, text)
+    return VARIABLE.sub(lambda m: chosen[m.group(1) or m.group(2)], text)
+
+
+def rules() -> list[dict[str, Any]]:
+    """Every rule of the rule file (recording and alerting)."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+# A comparison with a number (`> 0.144`, `< 0.5`, `== 1`): what remains is the measured part.
+THRESHOLD = re.compile(r"\s*(?:[<>]=?|==|!=)\s*(?:bool\s+)?[0-9.]+(?:e-?[0-9]+)?(?=\s|\)|$)")
+
+
+def measured(expr: str) -> str:
+    """An alert's expression without its threshold comparisons: the values it compares."""
+    return THRESHOLD.sub("", expr)
