@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     ledger_read_timeout_s: float = Field(
         default=10.0, gt=0, description="Statement timeout of a ledger read (/v1/spend, ...)."
     )
+    ledger_retention_days: int | None = Field(
+        default=None, ge=1, description="Forget ledger days older than this (whole partitions)."
+    )
     shutdown_grace_s: float = Field(
         default=30.0, ge=0, description="On SIGTERM, how long in-flight requests may finish."
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Table, and_, case, func, literal, select, true
+from sqlalchemy import ColumnElement, Select, Table, and_, case, func, literal, select
 from sqlalchemy.sql.selectable import Subquery
 
 from gateway.ledger.records import COST_FIELDS, TOKEN_FIELDS
@@ -75,17 +75,19 @@ def untasked_row(table: Any = REQUESTS) -> ColumnElement[bool]:
 
 
 def _base_measures() -> list[ColumnElement[Any]]:
-    """The rollup's sums, computed from request rows."""
+    """The rollup's sums computed from request rows, in MEASURES order (a UNION matches
+    columns by position, not by name)."""
     untasked = untasked_row()
     zero = literal(0, REQUESTS.c.cost_total.type)
-    return [
-        func.count().label("request_count"),
-        *(func.sum(REQUESTS.c[name]).label(name) for name in (*TOKEN_FIELDS, *COST_FIELDS)),
-        func.sum(case((and_(untasked, REQUESTS.c.attempt == 0), 1), else_=0)).label(
-            "untasked_requests"
-        ),
-        func.sum(case((untasked, REQUESTS.c.cost_total), else_=zero)).label("untasked_cost"),
-    ]
+    sums: dict[str, ColumnElement[Any]] = {
+        name: func.sum(REQUESTS.c[name]) for name in (*TOKEN_FIELDS, *COST_FIELDS)
+    }
+    sums["request_count"] = func.count()
+    sums["untasked_requests"] = func.sum(
+        case((and_(untasked, REQUESTS.c.attempt == 0), 1), else_=0)
+    )
+    sums["untasked_cost"] = func.sum(case((untasked, REQUESTS.c.cost_total), else_=zero))
+    return [sums[name].label(name) for name in MEASURES]
 
 
 def _piece_select(piece: Piece, group: str | None, filters: dict[str, str | None]) -> Select[Any]:
@@ -122,9 +124,7 @@ def request_sums(
             raise ValueError(f"rollups are keyed by {', '.join(DIMENSIONS)}, not {name!r}")
     parts = [_piece_select(piece, group, filters) for piece in pieces(since, until)]
     union: Subquery = (parts[0] if len(parts) == 1 else parts[0].union_all(*parts[1:])).subquery()
-    outer = select(
-        union.c.group, *(func.sum(union.c[name]).label(name) for name in MEASURES)
-    ).where(true())
+    outer = select(union.c.group, *(func.sum(union.c[name]).label(name) for name in MEASURES))
     return outer.group_by(union.c.group)
 
 
