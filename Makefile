@@ -1,28 +1,51 @@
-# Two commands do all the set-up: `make run` and `make test` (see README.md).
+# Two commands do all the set-up: `make run` and `make test` (see README.md, docs/install.md).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-HOST   ?= 127.0.0.1
-PORT   ?= 4000
+# Empty: farebox's own default (FAREBOX_HOST / FAREBOX_PORT, else 127.0.0.1:4000).
+HOST   ?=
+PORT   ?=
+# uv installs the exact versions in uv.lock; it is bootstrapped from PyPI into the venv, so
+# nothing but Python is needed. INSTALLER=pip installs with pip from pyproject.toml's ranges.
+INSTALLER  ?= uv
+UV_VERSION ?= 0.13.9
+export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
+INSTALL_TOOL := $(if $(filter pip,$(INSTALLER)),$(BIN)/python,$(BIN)/uv)
 
 .PHONY: run test check lint typecheck unit bench fuzz services clean
 
 $(BIN)/python:
+	@echo "farebox: creating the virtual environment $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 
-# Re-install only when the project's metadata changed.
-$(VENV)/.installed: pyproject.toml setup.py gateway/prefix/_locate.c gateway/_rawjson.c | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+$(BIN)/uv: | $(BIN)/python
+	@echo "farebox: installing uv $(UV_VERSION) into $(VENV) (it installs what uv.lock pins)"
+	$(BIN)/pip install --disable-pip-version-check "uv==$(UV_VERSION)"
+
+# Re-install only when the project's metadata, lock or C sources changed. No --quiet: the
+# first install downloads ~110 packages and says so as it goes.
+$(VENV)/.installed: pyproject.toml setup.py uv.lock gateway/prefix/_locate.c gateway/_rawjson.c | $(INSTALL_TOOL)
+	@echo "farebox: installing Farebox and its dependencies into $(VENV) ($(INSTALLER))"
+ifeq ($(INSTALLER),pip)
+	$(BIN)/pip install --disable-pip-version-check -e .
+else
+	$(BIN)/uv sync --inexact
+endif
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[test]'
+$(VENV)/.installed-test: pyproject.toml uv.lock $(VENV)/.installed
+	@echo "farebox: installing the test tools into $(VENV) ($(INSTALLER))"
+ifeq ($(INSTALLER),pip)
+	$(BIN)/pip install --disable-pip-version-check -e '.[test]'
+else
+	$(BIN)/uv sync --inexact --extra test
+endif
 	touch $@
 
+# PORT=... and HOST=... are passed on only when given, so FAREBOX_PORT and FAREBOX_HOST
+# work too; the gateway's banner prints the base_url once it is listening.
 run: $(VENV)/.installed
-	@echo "Farebox: point your OpenAI SDK at base_url=http://$(HOST):$(PORT)/v1 (any api_key)"
-	$(BIN)/farebox serve --host $(HOST) --port $(PORT)
+	$(BIN)/farebox serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 services:
 	@bash .ci/services

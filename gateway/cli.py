@@ -14,8 +14,9 @@ from rich.console import Console
 
 from gateway import __version__
 from gateway.config import ConfigError, load_config
+from gateway.ledger.diagnosis import shown
 from gateway.services import Services
-from gateway.settings import Settings
+from gateway.settings import DEFAULT_CONFIG, Settings
 
 app = typer.Typer(
     name="farebox",
@@ -26,9 +27,58 @@ app = typer.Typer(
 err = Console(stderr=True)
 
 
+def version_line() -> str:
+    """`farebox --version`: the version, and whether the native modules were built."""
+    import platform
+
+    from gateway import rawjson
+    from gateway.prefix import locate
+
+    built = [
+        name
+        for name, on in (("prefix locator", locate.NATIVE), ("JSON walker", rawjson.NATIVE))
+        if on
+    ]
+    native = f"native: {', '.join(built)}" if built else "pure Python: no native module built"
+    return f"farebox {__version__} ({native}; Python {platform.python_version()})"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Show the version."),
+    ] = False,
+) -> None:
+    """Farebox: an OpenAI-compatible, cost-aware LLM gateway."""
+
+
+def _config_lines(settings: Settings, simulator: str | None) -> list[str]:
+    """What the banner says of the configuration: where it comes from, whether it reloads."""
+    if settings.uses_default_config():
+        lines = [
+            f"  config: the embedded default, {DEFAULT_CONFIG} (part of the package: not "
+            "reloaded); to change it, serve a copy, which reloads on change:",
+            f"    cp {DEFAULT_CONFIG} farebox.yaml && FAREBOX_CONFIG=farebox.yaml farebox serve",
+        ]
+        why = "no upstream configured; set FAREBOX_CONFIG to serve real ones"
+    else:
+        lines = [f"  config: {settings.config_path()} (reloaded on change and on SIGHUP)"]
+        why = "the configuration's `base_url: sim` models"
+    if simulator:
+        lines.append(f"  backend: the bundled simulator at {simulator} ({why})")
+    return lines
+
+
 def _banner(settings: Settings) -> Callable[[Services], None]:
     def show(services: Services) -> None:
-        out = Console()
+        out = Console(soft_wrap=True)  # never wrapped: URLs, paths and commands stay copyable
         base = f"http://{settings.host}:{settings.port}/v1"
         out.print(f"[bold]Farebox {__version__}[/] serving on {base}")
         if settings.admin_key is None:
@@ -41,13 +91,11 @@ def _banner(settings: Settings) -> Callable[[Services], None]:
         else:
             out.print(f'  OpenAI SDK: OpenAI(base_url="{base}", api_key="<a fbx- key>")')
             out.print("  auth: keys (every endpoint but /healthz needs one; docs/security.md)")
-        out.print(f"  config: {settings.config_path()}")
-        out.print(f"  models: {', '.join(services.config.models) or 'none'}")
-        if services.sim_base_url:
-            out.print(
-                f"  backend: the bundled simulator at {services.sim_base_url} "
-                "(no upstream configured; set FAREBOX_CONFIG to serve real ones)"
-            )
+        lines = _config_lines(settings, services.sim_base_url)
+        lines.append(f"  models: {', '.join(services.config.models) or 'none'}")
+        lines.append(f"  ledger: {shown(settings.ledger_url())}")
+        for line in lines:
+            out.print(line, markup=False, highlight=False)
 
     return show
 
@@ -86,6 +134,7 @@ def serve(
     """Start the gateway."""
     from gateway.app import create_app
     from gateway.drain import DrainingServer
+    from gateway.preflight import PreflightError, bind, check_ledger
     from gateway.server import server_config
 
     overrides = {k: v for k, v in {"host": host, "port": port, "config": config}.items() if v}
@@ -103,13 +152,18 @@ def serve(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
     try:
+        listener = bind(settings.host, settings.port)  # before any banner: a busy port fails
         gateway_config = load_config(settings.config_path())
-    except ConfigError as exc:
-        err.print(f"[red]farebox: {exc}[/]")
-        raise typer.Exit(2) from exc
+        check_ledger(settings)
+    except (ConfigError, PreflightError) as exc:
+        err.print(f"farebox: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    settings = settings.model_copy(update={"port": listener.getsockname()[1]})  # for --port 0
     application = create_app(settings, gateway_config, on_ready=_banner(settings))
     server = server_config(application, settings)
-    DrainingServer(server, application.state.in_flight, settings.shutdown_grace_s).run()
+    DrainingServer(server, application.state.in_flight, settings.shutdown_grace_s).run(
+        sockets=[listener]
+    )
 
 
 def _register_commands() -> None:

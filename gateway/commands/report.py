@@ -26,6 +26,7 @@ from gateway.api.jsonable import jsonable
 from gateway.commands.report_remote import RemoteReadError, query, read_remote
 from gateway.commands.tables import Column, money, percent, print_table
 from gateway.ledger import SpendRow, TaskCostStats, spend, task_cost_stats
+from gateway.ledger.diagnosis import FAILURES, explain, missing_ledger
 from gateway.ledger.queries import TaskOutcomes, task_outcomes
 from gateway.ledger.reads import LEDGER_DOWN, bounded_engine
 from gateway.ledger.records import ABANDONED, OPEN
@@ -34,7 +35,7 @@ from gateway.settings import Settings
 
 err = Console(stderr=True)
 GROUPS = ("team", "project", "model", "backend", "tier", "step", "step_kind")
-_READ_FAILURES: tuple[type[BaseException], ...] = (SQLAlchemyError, *LEDGER_DOWN)
+_READ_FAILURES: tuple[type[BaseException], ...] = (SQLAlchemyError, *LEDGER_DOWN, *FAILURES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,13 +227,18 @@ def _from_database(
 ) -> Report:
     settings = Settings(database_url=database_url) if database_url else Settings()
     url = settings.ledger_url()
-    try:
-        return asyncio.run(
-            _read(settings, group_by, since, until, statuses, include_abandoned, scope)
-        )
-    except _READ_FAILURES as exc:
-        err.print(f"farebox report: cannot read the ledger at {url.split('@')[-1]}: {exc}")
-        raise typer.Exit(2) from exc
+    setting = "--database-url" if database_url else "FAREBOX_DATABASE_URL"
+    # Before connecting: opening a missing SQLite file would create it (and its folder).
+    problem = missing_ledger(url, "--database-url")
+    if problem is None:
+        try:
+            return asyncio.run(
+                _read(settings, group_by, since, until, statuses, include_abandoned, scope)
+            )
+        except _READ_FAILURES as exc:
+            problem = f"cannot read the ledger: {explain(exc, url, setting)}"
+    err.print(f"farebox report: {problem}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
 
 
 def _print(found: Report, group_by: str, which: list[str], json_output: bool) -> None:

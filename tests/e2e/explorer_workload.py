@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.e2e.explorer_browser import CHROMIUM, Browser
 
 ADMIN_KEY = "farebox-admin-explorer-0123456789"
 GUIDE = "You are the release agent. Follow the runbook exactly, step by step. " * 120
@@ -51,21 +52,6 @@ prices:
   chat:
     gpu: {{cost_per_hour: "3.60", prefill_tokens_per_second: 10000, decode_tokens_per_second: 1000}}
 """
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-extensions",
-    "--no-first-run",
-    "--no-default-browser-check",
-    "--hide-scrollbars",
-    "--mute-audio",
-)
 TASKS = {  # task id: (team key, outcome or None when left open)
     "alpha-release": ("alpha", "success"),
     "alpha-docs": ("alpha", "success"),
@@ -163,23 +149,6 @@ def run_workload(url: str) -> Workload:
     return work
 
 
-def chromium(url: str, *extra: str, timeout: float = 60) -> str:
-    """Load `url` in headless Chromium (a profile of its own) and return its stdout."""
-    with tempfile.TemporaryDirectory(prefix="farebox-chromium-") as profile:
-        command = [
-            CHROMIUM,
-            *CHROMIUM_FLAGS,
-            f"--user-data-dir={profile}",
-            "--virtual-time-budget=10000",
-            *extra,
-            url,
-        ]
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, check=True, cwd=profile
-        )
-    return done.stdout
-
-
 VIEWS = {
     "overview": "?view=overview&range=24h&by=team",
     "tasks": "?view=tasks&range=24h",
@@ -191,11 +160,11 @@ def screenshots(work: Workload, directory: Path) -> list[Path]:
     """A PNG of each view, seen with the admin key."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, query in VIEWS.items():
-        path = directory.resolve() / f"explorer-{name}.png"
-        url = f"{work.url}/ui{query}#key={work.keys['admin']}"
-        chromium(url, f"--screenshot={path}", "--window-size=1280,1400")
-        written.append(path)
+    with Browser(timeout=60) as browser:
+        for name, query in VIEWS.items():
+            path = directory / f"explorer-{name}.png"
+            browser.screenshot(f"{work.url}/ui{query}#key={work.keys['admin']}", path)
+            written.append(path)
     return written
 
 

@@ -212,7 +212,7 @@ async function loadCache() {
 async function loadGpu() {
   const section = panel("gpu");
   const query = filters();
-  if (!query.since || state.range === "30d") {
+  if (!query.since || RANGES[state.range] > 167) {
     query.since = new Date(Date.now() - 167 * 3600e3).toISOString(); // the panel's limit: 168 hours
   }
   const doc = await api("/v1/explorer/gpu", query);
@@ -222,7 +222,7 @@ async function loadGpu() {
     values: m.hours.map((h) => (h.effective_per_million === null ? null : Number(h.effective_per_million))),
   })), 3600);
   table(section, ".rows",
-    ["model", "#GPU $/hour", "#planned in $/M", "#planned out $/M", "#tokens", "#utilisation", "#effective $/M"],
+    ["model", "#GPU $/hour", "#planned in $/M", "#planned out $/M", "#tokens", "#utilisation", "#effective $/M, window"],
     doc.data.map((m) => Object.assign([
       m.model, money(m.gpu_cost_per_hour), money(m.planned_input_per_million),
       money(m.planned_output_per_million),
@@ -268,14 +268,14 @@ async function loadTask() {
   const doc = await api("/v1/tasks/" + encodeURIComponent(state.task));
   const cost = doc.cost;
   table(summary, ".rows", ["team", "project", "status", "ended", "#calls", "#input", "#cached",
-    "#cache writes", "#output", "#reasoning", "#total"], [[
+    "#cache writes", "#output", "#reasoning", "#total"], [Object.assign([
     doc.team ?? "", doc.project ?? "", doc.status, doc.ended, count(doc.request_count),
     valued(money(cost.input), "cost_input", cost.input), valued(money(cost.cached), "cost_cached", cost.cached),
     valued(money(cost.cache_write), "cost_cache_write", cost.cache_write),
     valued(money(cost.output), "cost_output", cost.output),
     valued(money(cost.reasoning), "cost_reasoning", cost.reasoning),
     valued(money(cost.total), "cost_total", cost.total),
-  ]]);
+  ], { attrs: { "data-task-id": doc.task_id } })]);
   done(summary, 1);
   table(calls, ".rows", ["#", "step", "step kind", "model", "tier", "status", "#input tokens",
     "#cached", "#cache writes", "#output", "#reasoning", "#cached share", "#TTFT ms", "#cost"],
