@@ -12,7 +12,7 @@ UV_VERSION ?= 0.13.9
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 INSTALL_TOOL := $(if $(filter pip,$(INSTALLER)),$(BIN)/python,$(BIN)/uv)
 
-.PHONY: run test check lint typecheck unit bench fuzz services clean
+.PHONY: run test check lint typecheck unit bench fuzz services clean chromium screenshots
 
 $(BIN)/python:
 	@echo "farebox: creating the virtual environment $(VENV) with $(PYTHON)"
@@ -50,12 +50,20 @@ run: $(VENV)/.installed
 services:
 	@bash .ci/services
 
+# Debian's Chromium, for the cost explorer's browser test and screenshots (.ci/chromium).
+chromium:
+	@bash .ci/chromium
+
+# A PNG of each view of the cost explorer (/ui) after a small workload, in docs/screenshots.
+screenshots: $(VENV)/.installed-test chromium
+	$(BIN)/python -m tests.e2e.explorer_workload --screenshots docs/screenshots
+
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check gateway tests $(wildcard bench)
 	$(BIN)/mypy
 
 # Four workers, each test file on one of them (files share their servers and fixtures).
-test: $(VENV)/.installed-test services lint
+test: $(VENV)/.installed-test services chromium lint
 	$(BIN)/pytest -q -n 4 --dist loadfile
 
 unit: $(VENV)/.installed-test
