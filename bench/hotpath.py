@@ -1,0 +1,300 @@
+"""The hot path, side by side: direct, minproxy.py, Farebox (SQLite; PostgreSQL + Redis),
+LiteLLM's proxy, and Farebox with 1 and 2 workers, against perf-floor's instant mock.
+
+    .venv/bin/python bench/hotpath.py [--quick | --full | --tiny] [--profile]
+        [--no-litellm] [--no-postgres] [--json-out FILE] [--results FILE]
+
+The process under test runs pinned to core 1, the mock and loadgen to core 0; everything is
+loopback. Writes bench/RESULTS.md (machine, versions, commands, each target of issue 12
+met or missed by how much) and, with --json-out, the same as JSON. Modes bound the time:
+--tiny (the test's, seconds), --quick (the default and `make bench`'s, ~4-5 min) and
+--full (~8-10 min). Exits 1 when a target failed or a run completed no request (never for a
+missed target: the file says which are), 2 when the perf-floor tools are missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hotpath_goals import FB, PG, W2, Results, goals
+from hotpath_load import (
+    ALL,
+    SMALL,
+    SMALL_JSON_C1,
+    SMALL_JSON_C64,
+    THROUGHPUT,
+    Budget,
+    LoadSetup,
+    LoadWorker,
+    Scenario,
+    loadgen_args,
+    measure,
+    probe_ready,
+    write_history,
+)
+from hotpath_procs import GATEWAY_CORE, LOAD_CORE, RssWatch
+from hotpath_profile import Profile, finish, start
+from hotpath_report import Context, machine, markdown, report, versions
+from hotpath_targets import (
+    MODEL,
+    ROOT,
+    Target,
+    farebox_workers_flag,
+    litellm_version,
+    start_farebox,
+    start_litellm,
+    start_minproxy,
+    start_mock,
+)
+
+MODES = {
+    "tiny": Budget(
+        seconds=2, small_c1=40, small_c64=150, large=3, warmup_c1=5, warmup_c64=64, warmup_large=1
+    ),
+    "quick": Budget(seconds=4, small_c1=400, small_c64=4000, large=30),
+    "full": Budget(seconds=9, small_c1=1500, small_c64=15000, large=80),
+}
+FLOOR = Path(os.environ.get("FAREBOX_PERF_FLOOR", ROOT.parent / "shared" / "perf-floor"))
+LITELLM_VENV = ROOT / "bench" / ".litellm-venv"
+
+
+class Bench:
+    """One invocation: the mock, the load set-up, and what each target measured."""
+
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.args, self.workdir = args, workdir
+        self.budget = MODES[args.mode]
+        self.results = Results()
+        self.profile: Profile | None = None
+        self.ctx = Context(args.mode, "bench/hotpath.py " + shlex.join(sys.argv[1:]))
+        self.python = sys.executable
+        self.tiny = args.mode == "tiny"
+        history = write_history(workdir / "history-1mb.json")
+        self.mock, mock_url = start_mock(self.python, args.floor, workdir, LOAD_CORE)
+        self.ctx.launches["mock (direct)"] = self.mock.shown(ROOT)
+        worker = LoadWorker(self.python, args.floor, LOAD_CORE)
+        self.setup = LoadSetup(args.floor, self.python, history, LOAD_CORE, mock_url, worker)
+        for scenario in ALL:
+            argv = loadgen_args(self.setup, "URL", MODEL, scenario, self.budget, Path("OUT.json"))
+            self.ctx.loadgen.append(_shown(self.setup.shown(argv)))
+
+    def run_target(self, target: Target, scenarios: tuple[Scenario, ...]) -> None:
+        """Wait for the target's first 200, warm it up, then measure each scenario."""
+        name = target.name
+        print(f"[hotpath] {name}: starting", file=sys.stderr, flush=True)
+        if target.proc is not None:
+            self.ctx.launches[name] = target.proc.shown(ROOT)
+            target.watch = RssWatch(target.proc.pid).start()
+            ready = probe_ready(
+                self.setup, target.url, MODEL, target.proc.launched, target.proc.pid
+            )
+            self.results.ready_s[name] = ready
+            self._prewarm(target)
+        runs = self.results.runs.setdefault(name, {})
+        for scenario in scenarios:
+            run = measure(self.setup, name, target.pid, target.url, MODEL, scenario, self.budget)
+            runs[scenario.key] = run
+            print(
+                f"[hotpath] {name} {scenario.key}: {run.rps} req/s p50 {run.p50_ms} ms "
+                f"cpu {run.cpu_ms_per_request} ms/req opens {run.upstream_opens}",
+                file=sys.stderr,
+                flush=True,
+            )
+        if name == FB and self.args.profile:
+            self.profile = self._profiled(target)
+        if target.watch is not None:
+            target.watch.stop()
+            self.results.rss_mib[name] = target.watch.per_process_mib()
+            self.results.rss_total_mib[name] = target.watch.total_mib()
+
+    def _prewarm(self, target: Target) -> None:
+        """Unmeasured c=64 runs: pools filled, caches warm, so runs after are steady state
+        (--tiny relies on each run's own warm-up)."""
+        if self.tiny:
+            return
+        short = Budget(seconds=2, small_c1=0, small_c64=256, large=0, warmup_c64=0)
+        for scenario in THROUGHPUT:
+            measure(self.setup, target.name, target.pid, target.url, MODEL, scenario, short)
+
+    def _profiled(self, target: Target) -> Profile:
+        """py-spy over one more (unmeasured) c=64 whole-reply run."""
+        assert target.pid is not None
+        out = self.workdir / "profile.raw"
+        sampler = start(target.pid, self.budget.seconds, out, LOAD_CORE)
+        measure(self.setup, target.name, target.pid, target.url, MODEL, SMALL_JSON_C64, self.budget)
+        return finish(sampler, out)
+
+    def each(self) -> None:
+        """Every target in turn, each stopped before the next starts."""
+        direct = Target("direct", f"{self.setup.mock_url}/v1/chat/completions", None)
+        self.run_target(direct, ALL)
+        floor = start_minproxy(self.python, self.args.floor, self.workdir, self.setup.mock_url)
+        self._one(floor, THROUGHPUT if self.tiny else ALL)
+        self._one(self._farebox(FB, postgres=False), ALL)
+        self.results.import_s = None if self.tiny else _import_seconds()
+        if self.args.no_postgres:
+            self.results.skipped[PG] = "--no-postgres"
+        else:
+            scenarios = THROUGHPUT if self.tiny else (SMALL_JSON_C1, *THROUGHPUT)
+            self._one(self._farebox(PG, postgres=True), scenarios)
+        self._litellm()
+        self._workers()
+
+    def _one(self, target: Target, scenarios: tuple[Scenario, ...]) -> None:
+        try:
+            self.run_target(target, scenarios)
+        except RuntimeError as exc:  # one broken target leaves the others measured
+            self.results.skipped[target.name] = f"failed: {exc}"[:400].replace("\n", " ")
+            print(f"[hotpath] {target.name} failed: {exc}", file=sys.stderr, flush=True)
+        finally:
+            target.stop()
+
+    def _farebox(
+        self, name: str, postgres: bool, workers: int | None = None, core: str = GATEWAY_CORE
+    ) -> Target:
+        return start_farebox(name, self.workdir, self.setup.mock_url, core, postgres, workers)
+
+    def _litellm(self) -> None:
+        version = litellm_version(self.args.litellm_venv)
+        self.ctx.versions["litellm proxy (bench venv)"] = version or "absent"
+        if self.args.no_litellm:
+            self.results.skipped["litellm"] = "--no-litellm"
+        elif version is None:
+            self.results.skipped["litellm"] = (
+                f"no venv at {self.args.litellm_venv} (make bench makes it)"
+            )
+        else:
+            self._one(
+                start_litellm(self.args.litellm_venv, self.workdir, self.setup.mock_url), SMALL
+            )
+
+    def _workers(self) -> None:
+        """1 vs 2 workers, both allowed on both cores (the load shares core 0 either way)."""
+        if not farebox_workers_flag():
+            self.results.skipped[W2] = "not available (`farebox serve --workers` does not exist)"
+        elif self.args.mode == "tiny":
+            self.results.skipped[W2] = "not run in --tiny mode"
+        else:
+            both = f"{LOAD_CORE},{GATEWAY_CORE}"
+            self._one(self._farebox("farebox-1-worker", False, 1, both), THROUGHPUT)
+            self._one(self._farebox(W2, False, 2, both), THROUGHPUT)
+
+    def configs(self) -> dict[str, str]:
+        """The configuration files the gateways ran with."""
+        found = {}
+        for name in (f"{FB}.yaml", "litellm.yaml"):
+            path = self.workdir / name
+            if path.exists():
+                found[name] = path.read_text().replace(self.setup.mock_url, "http://127.0.0.1:MOCK")
+        return found
+
+    def close(self) -> None:
+        self.setup.worker.close()
+        self.mock.stop()
+
+
+def _shown(command: object) -> str:
+    parts = [str(part) for part in command] if isinstance(command, list | tuple) else [str(command)]
+    return shlex.join(parts).replace(str(ROOT) + "/", "")
+
+
+def _import_seconds() -> float | None:
+    """Wall seconds to import the gateway's app on the gateway core (start-up's floor)."""
+    code = (
+        "import time; t = time.perf_counter(); import gateway.app; print(time.perf_counter() - t)"
+    )
+    done = subprocess.run(
+        ["taskset", "-c", GATEWAY_CORE, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    try:
+        return round(float(done.stdout.strip()), 3)
+    except ValueError:
+        return None
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    for name in MODES:
+        mode.add_argument(f"--{name}", dest="mode", action="store_const", const=name)
+    parser.set_defaults(mode="quick")
+    parser.add_argument("--profile", action="store_true", help="py-spy the Farebox process")
+    parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--floor", type=Path, default=FLOOR, help="perf-floor tools' folder")
+    parser.add_argument("--litellm-venv", type=Path, default=LITELLM_VENV)
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument("--keep", type=Path, default=None, help="work here and keep the logs")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if not (args.floor / "loadgen.py").exists():
+        print(
+            f"perf-floor tools not found in {args.floor} (set FAREBOX_PERF_FLOOR)", file=sys.stderr
+        )
+        return 2
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="farebox-hotpath-") as folder:
+        workdir = args.keep or Path(folder)
+        workdir.mkdir(parents=True, exist_ok=True)
+        bench = Bench(args, workdir)
+        bench.ctx.machine, bench.ctx.versions = machine(), versions(None)
+        bench.ctx.loadavg.append("at start: " + _loadavg())
+        try:
+            bench.each()
+            bench.ctx.configs = bench.configs()
+        finally:
+            bench.close()
+    ctx, results = bench.ctx, bench.results
+    ctx.loadavg.append("at end: " + _loadavg())
+    ctx.notes += _notes(time.monotonic() - started)
+    judged = goals(results)
+    args.results.write_text(markdown(ctx, results, judged, bench.profile))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(report(ctx, results, judged, bench.profile), indent=1))
+    print(args.results.read_text())
+    return 1 if _broken(results) else 0
+
+
+def _broken(results: Results) -> bool:
+    """A target that failed, or a run that completed nothing (a skip asked for is fine)."""
+    failed = any(why.startswith("failed") for why in results.skipped.values())
+    return failed or any(
+        run.completed == 0 for runs in results.runs.values() for run in runs.values()
+    )
+
+
+def _loadavg() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _notes(seconds: float) -> list[str]:
+    return [
+        f"The whole run took {seconds:.0f} s.",
+        "Each process under test ran under `taskset -c 1`, the mock and loadgen under "
+        "`taskset -c 0` (the workers comparison lets the gateway use both cores).",
+        "Before its measured runs each target got unmeasured c=64 runs (whole and streamed), "
+        "so connection counts are at steady state; each loadgen run also has its own warm-up.",
+        "This box is shared with other work: the load average above is part of the result. "
+        "CPU per request (from /proc) is the figure that holds across runs; req/s and "
+        "latency move with the load.",
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""Issue 12's targets, each judged against one bench/hotpath.py run.
+
+Every goal reads runs measured side by side in the same invocation: added latency is a
+gateway percentile minus the direct-to-mock percentile of the same scenario; ratios are
+to minproxy.py (the floor) or to LiteLLM's proxy from the same run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from hotpath_load import Run
+
+FB, PG, W2 = "farebox-sqlite", "farebox-pg-redis", "farebox-2-workers"
+
+
+@dataclass
+class Results:
+    """What one invocation measured, keyed by target name then scenario key."""
+
+    runs: dict[str, dict[str, Run]] = field(default_factory=dict)
+    ready_s: dict[str, float | None] = field(default_factory=dict)
+    rss_mib: dict[str, float] = field(default_factory=dict)  # largest single process
+    rss_total_mib: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # target -> why it did not run
+    import_s: float | None = None  # `import gateway.app` on the gateway core
+
+    def run(self, target: str, scenario: str) -> Run | None:
+        return self.runs.get(target, {}).get(scenario)
+
+
+@dataclass
+class Goal:
+    """One target of the issue: the value measured, the verdict and what bounds it."""
+
+    name: str
+    goal: str
+    measured: str = "not measured"
+    verdict: str = "not measured"
+    bound: str = ""
+
+    def report(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _judge(goal: Goal, value: float | None, limit: float, unit: str, at_most: bool) -> Goal:
+    """Fill `goal` from `value` against `limit` (an upper bound when `at_most`)."""
+    if value is None:
+        return goal
+    goal.measured = f"{value:,.3g} {unit}".strip() if abs(value) < 100 else f"{value:,.0f} {unit}"
+    met = value < limit if at_most else value >= limit
+    gap = value - limit if at_most else limit - value
+    gap_text = f"{gap:,.3g}" if abs(gap) < 100 else f"{gap:,.0f}"
+    goal.verdict = "met" if met else f"missed by {gap_text} {unit}".rstrip()
+    return goal
+
+
+def _added(r: Results, target: str, scenario: str, field_name: str) -> float | None:
+    ours, direct = r.run(target, scenario), r.run("direct", scenario)
+    if ours is None or direct is None:
+        return None
+    a, b = getattr(ours, field_name), getattr(direct, field_name)
+    return None if a is None or b is None else round(a - b, 3)
+
+
+def _attr(r: Results, target: str, scenario: str, name: str) -> float | None:
+    run = r.run(target, scenario)
+    value = getattr(run, name) if run else None
+    return None if value is None else float(value)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 2)
+
+
+def _cpu_bound(r: Results, target: str, scenario: str) -> str:
+    """The one-core ceiling implied by CPU per request, against the rate measured."""
+    run = r.run(target, scenario)
+    if run is None or not run.cpu_ms_per_request:
+        return ""
+    ceiling = 1000 / run.cpu_ms_per_request
+    return (
+        f"{run.cpu_ms_per_request} ms CPU/request caps one core at {ceiling:,.0f} req/s; "
+        f"measured {run.rps:,.0f} req/s with load average {run.loadavg_1m:.1f} on the box"
+    )
+
+
+def _in_line(r: Results, scenario: str, added: float | None) -> str:
+    """At c=1 a request's CPU is spent in line; what is added beyond it is waiting."""
+    run = r.run(FB, scenario)
+    if run is None or run.cpu_ms_per_request is None or added is None:
+        return ""
+    waited = added - run.cpu_ms_per_request
+    text = f"{run.cpu_ms_per_request} ms of CPU per request, spent in line"
+    if waited > 0:
+        text += (
+            f"; the other {waited:.1f} ms is the extra hop and waiting for the core "
+            f"(load average {run.loadavg_1m:.1f})"
+        )
+    return text
+
+
+def goals(r: Results) -> list[Goal]:
+    """Every target of issue 12, in the issue's order."""
+    out: list[Goal] = []
+    out += _latency_goals(r)
+    out += _throughput_goals(r)
+    out += _cpu_goals(r)
+    out += _large_goals(r)
+    out += _connection_goals(r)
+    out += _process_goals(r)
+    for goal in out:
+        if goal.verdict == "met":
+            goal.bound = ""
+    return out
+
+
+def _latency_goals(r: Results) -> list[Goal]:
+    out = []
+    for scenario, field_name, what in (
+        ("json-c1", "p50_ms", "p50"),
+        ("json-c1", "p99_ms", "p99"),
+        ("sse-c1", "ttft_p50_ms", "TTFT p50"),
+        ("sse-c1", "ttft_p99_ms", "TTFT p99"),
+    ):
+        limit = 0.5 if "50" in what else 1.5
+        goal = Goal(
+            f"added latency, c=1 small {'stream' if 'sse' in scenario else 'whole'} {what}",
+            f"< {limit} ms",
+        )
+        _judge(goal, _added(r, FB, scenario, field_name), limit, "ms", at_most=True)
+        goal.bound = _in_line(r, scenario, _added(r, FB, scenario, field_name))
+        out.append(goal)
+    return out
+
+
+def _throughput_goals(r: Results) -> list[Goal]:
+    out = []
+    for target, limit in ((FB, 1500.0), (PG, 1000.0)):
+        for scenario in ("json-c64", "sse-c64"):
+            kind = "streamed" if scenario.startswith("sse") else "whole"
+            label = "SQLite" if target == FB else "PostgreSQL + Redis"
+            goal = Goal(f"req/s at c=64, {kind}, {label}", f">= {limit:,.0f}")
+            _judge(goal, _attr(r, target, scenario, "rps"), limit, "req/s", at_most=False)
+            goal.bound = _cpu_bound(r, target, scenario)
+            out.append(goal)
+    for scenario in ("json-c64", "sse-c64"):
+        goal = Goal(f"req/s vs LiteLLM's proxy at c=64, {scenario[:-4]}", ">= about 15x")
+        ratio = _ratio(_attr(r, FB, scenario, "rps"), _attr(r, "litellm", scenario, "rps"))
+        _judge(goal, ratio, 15.0, "x", at_most=False)
+        if "litellm" in r.skipped:
+            goal.measured = f"not measured ({r.skipped['litellm']})"
+        out.append(goal)
+    return out
+
+
+def _cpu_goals(r: Results) -> list[Goal]:
+    out = []
+    for scenario in ("json-c64", "sse-c64"):
+        cpu = _attr(r, FB, scenario, "cpu_ms_per_request")
+        goal = Goal(f"CPU per request, c=64 {scenario[:-4]}", "< 0.6 ms")
+        _judge(goal, cpu, 0.6, "ms", at_most=True)
+        goal.bound = "see the profile below" if cpu else ""
+        out.append(goal)
+        floor = _attr(r, "minproxy", scenario, "cpu_ms_per_request")
+        ratio = Goal(f"CPU per request vs minproxy.py, c=64 {scenario[:-4]}", "<= 3x")
+        _judge(ratio, _ratio(cpu, floor), 3.0001, "x", at_most=True)
+        ratio.bound = f"minproxy.py: {floor} ms" if floor else ""
+        out.append(ratio)
+    return out
+
+
+def _large_goals(r: Results) -> list[Goal]:
+    out = []
+    for scenario, field_name, limit, label in (
+        ("agent-1mb", "p50_ms", 3.0, "1 MB agent step, added p50"),
+        ("agent-1mb", "p99_ms", 10.0, "1 MB agent step, added p99"),
+        ("fresh-1mb", "p50_ms", 5.0, "1 MB fresh prompt, added p50"),
+    ):
+        goal = Goal(label, f"< {limit:g} ms")
+        _judge(goal, _added(r, FB, scenario, field_name), limit, "ms", at_most=True)
+        goal.bound = _in_line(r, scenario, _added(r, FB, scenario, field_name))
+        out.append(goal)
+    return out
+
+
+def _connection_goals(r: Results) -> list[Goal]:
+    out = []
+    for scenario in ("json-c64", "sse-c64"):
+        run = r.run(FB, scenario)
+        goal = Goal(
+            f"upstream connections opened per request, {scenario[:-4]} (steady state)", "<= 0.01"
+        )
+        _judge(goal, run.opens_per_request if run else None, 0.0100001, "", at_most=True)
+        if run and run.upstream_opens is not None:
+            goal.bound = f"{run.upstream_opens} connections opened for {run.sent} requests"
+        out.append(goal)
+    return out
+
+
+def _process_goals(r: Results) -> list[Goal]:
+    workers = Goal("2 workers vs 1, req/s at c=64 whole", ">= 1.8x")
+    if W2 in r.skipped:
+        workers.measured = workers.verdict = r.skipped[W2]
+    else:
+        ratio = _ratio(
+            _attr(r, W2, "json-c64", "rps"), _attr(r, "farebox-1-worker", "json-c64", "rps")
+        )
+        _judge(workers, ratio, 1.8, "x", at_most=False)
+        workers.bound = _cpu_bound(r, W2, "json-c64")
+    rss = Goal("RSS per worker (peak over the run)", "< 150 MiB")
+    _judge(rss, r.rss_mib.get(FB), 150.0, "MiB", at_most=True)
+    start = Goal("first request served after start", "< 1.5 s")
+    _judge(start, r.ready_s.get(FB), 1.5, "s", at_most=True)
+    if r.import_s is not None:
+        start.bound = f"importing gateway.app alone takes {r.import_s:.2f} s on the gateway core"
+    return [workers, rss, start]

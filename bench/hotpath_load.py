@@ -1,0 +1,258 @@
+"""One measured load run for bench/hotpath.py: perf-floor's loadgen.py against one target.
+
+Around each run it reads the target's CPU ticks (its whole process tree), the mock's count
+of accepted connections and the namespace's ActiveOpens, so a run yields CPU per request
+(ticks over loadgen's `sent`, warm-up included) and upstream connections opened per request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hotpath_procs import TICK_S, active_opens, cpu_ticks, get_json
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What loadgen sends: small JSON or SSE at a concurrency, or a 1 MB prompt."""
+
+    key: str
+    title: str
+    stream: bool
+    concurrency: int
+    history: str | None = None  # "agent" (same history + one turn, task id) or "fresh"
+
+
+SMALL_JSON_C1 = Scenario("json-c1", "small, whole reply, c=1", False, 1)
+SMALL_SSE_C1 = Scenario("sse-c1", "small, streamed, c=1", True, 1)
+SMALL_JSON_C64 = Scenario("json-c64", "small, whole reply, c=64", False, 64)
+SMALL_SSE_C64 = Scenario("sse-c64", "small, streamed, c=64", True, 64)
+AGENT_1MB = Scenario("agent-1mb", "1 MB agent step, c=1", False, 1, "agent")
+FRESH_1MB = Scenario("fresh-1mb", "1 MB fresh prompt, c=1", False, 1, "fresh")
+ALL = (SMALL_JSON_C1, SMALL_SSE_C1, SMALL_JSON_C64, SMALL_SSE_C64, AGENT_1MB, FRESH_1MB)
+SMALL = (SMALL_JSON_C1, SMALL_SSE_C1, SMALL_JSON_C64, SMALL_SSE_C64)
+THROUGHPUT = (SMALL_JSON_C64, SMALL_SSE_C64)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much one run may send and for how long (the mode's bound on the whole bench)."""
+
+    seconds: float
+    small_c1: int
+    small_c64: int
+    large: int
+    warmup_c1: int = 20
+    warmup_c64: int = 128
+    warmup_large: int = 3
+
+    def requests(self, scenario: Scenario) -> tuple[int, int]:
+        """(measured requests, warm-up requests) for `scenario`."""
+        if scenario.history:
+            return self.large, self.warmup_large
+        if scenario.concurrency == 1:
+            return self.small_c1, self.warmup_c1
+        return self.small_c64, self.warmup_c64
+
+
+@dataclass
+class Run:
+    """One scenario against one target: loadgen's summary plus what /proc and the mock say."""
+
+    target: str
+    scenario: str
+    completed: int = 0
+    sent: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    rps: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    cpu_ms_per_request: float | None = None
+    upstream_opens: int | None = None
+    opens_per_request: float | None = None
+    active_opens_delta: int = 0
+    loadavg_1m: float = 0.0
+
+    def report(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class LoadWorker:
+    """bench/hotpath_loadworker.py pinned to the load core: loadgen.py runs, one at a time."""
+
+    def __init__(self, python: str, floor: Path, core: str) -> None:
+        script = Path(__file__).resolve().parent / "hotpath_loadworker.py"
+        env = {**os.environ, "FAREBOX_PERF_FLOOR": str(floor)}
+        self.popen = subprocess.Popen(
+            ["taskset", "-c", core, python, str(script)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+    def run(self, argv: list[str]) -> tuple[int, list[str]]:
+        """loadgen.py's exit status and what it printed, for `argv`."""
+        assert self.popen.stdin is not None and self.popen.stdout is not None
+        self.popen.stdin.write(json.dumps(argv) + "\n")
+        self.popen.stdin.flush()
+        printed: list[str] = []
+        for line in self.popen.stdout:
+            if line.startswith("HOTPATH-DONE "):
+                return int(line.split()[1]), printed
+            printed.append(line.rstrip("\n"))
+        raise RuntimeError(f"the load worker exited ({self.popen.wait()}): {printed[-5:]}")
+
+    def close(self) -> None:
+        if self.popen.stdin is not None:
+            self.popen.stdin.close()
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+
+
+@dataclass(frozen=True)
+class LoadSetup:
+    """Where loadgen lives, what runs it and the 1 MB history it sends."""
+
+    floor: Path
+    python: str
+    history_file: Path
+    core: str
+    mock_url: str  # http://127.0.0.1:P, for the connection count
+    worker: LoadWorker
+
+    def shown(self, argv: list[str]) -> list[str]:
+        """The equivalent stand-alone command line."""
+        return ["taskset", "-c", self.core, self.python, str(self.floor / "loadgen.py"), *argv]
+
+
+def loadgen_args(
+    setup: LoadSetup, url: str, model: str, scenario: Scenario, budget: Budget, out: Path
+) -> list[str]:
+    """loadgen.py's arguments for one scenario."""
+    measured, warmup = budget.requests(scenario)
+    argv = ["--url", url, "--model", model, "-c", str(scenario.concurrency)]
+    argv += ["-n", str(measured), "--warmup", str(warmup), "--max-seconds", str(budget.seconds)]
+    argv += ["--label", scenario.key, "--json-out", str(out), "--timeout", "60"]
+    if scenario.stream:
+        argv += ["--stream", "--drain"]  # read to the end, as SDKs do: reusable connections
+    if scenario.history:
+        argv += ["--history-file", str(setup.history_file), "--history-mode", scenario.history]
+        if scenario.history == "agent":
+            argv += ["--task-prefix", "bench-agent", "--tasks", "1"]
+    return argv
+
+
+def measure(
+    setup: LoadSetup,
+    target: str,
+    pid: int | None,
+    url: str,
+    model: str,
+    scenario: Scenario,
+    budget: Budget,
+) -> Run:
+    """Run loadgen once; `pid` is the process tree under test (None: direct to the mock)."""
+    with tempfile.TemporaryDirectory(prefix="hotpath-") as folder:
+        out = Path(folder) / "run.json"
+        argv = loadgen_args(setup, url, model, scenario, budget, out)
+        opens_before, snmp_before = _mock_connections(setup), active_opens()
+        ticks_before = cpu_ticks(pid) if pid else 0
+        status, printed = setup.worker.run(argv)
+        ticks_after = cpu_ticks(pid) if pid else 0
+        opens_after, snmp_after = _mock_connections(setup), active_opens()
+        if status != 0 or not out.exists():
+            raise RuntimeError(f"loadgen failed ({target} {scenario.key}): {printed[-5:]}")
+        summary = json.loads(out.read_text().splitlines()[-1])
+    run = _from_summary(target, scenario, summary)
+    run.active_opens_delta = snmp_after - snmp_before
+    run.loadavg_1m = os.getloadavg()[0]
+    if pid and run.sent:
+        run.cpu_ms_per_request = round((ticks_after - ticks_before) * TICK_S * 1000 / run.sent, 3)
+    if pid and run.sent and opens_before is not None and opens_after is not None:
+        run.upstream_opens = opens_after - opens_before
+        run.opens_per_request = round(run.upstream_opens / run.sent, 4)
+    return run
+
+
+def _mock_connections(setup: LoadSetup) -> int | None:
+    try:
+        return int(str(get_json(f"{setup.mock_url}/bench/connections")["connections"]))
+    except OSError:
+        return None
+
+
+def _from_summary(target: str, scenario: Scenario, summary: dict[str, object]) -> Run:
+    lat = _dict(summary["lat_ms"])
+    run = Run(target, scenario.key)
+    run.completed = int(str(summary["completed"]))
+    run.sent = int(str(summary["sent"]))
+    run.errors = {str(k): int(str(v)) for k, v in _dict(summary.get("errors") or {}).items()}
+    run.rps = float(str(summary["rps"]))
+    run.p50_ms, run.p99_ms = float(str(lat["p50"])), float(str(lat["p99"]))
+    if scenario.stream:
+        ttft = _dict(summary["ttft_content_ms"])
+        run.ttft_p50_ms, run.ttft_p99_ms = float(str(ttft["p50"])), float(str(ttft["p99"]))
+    return run
+
+
+def _dict(value: object) -> dict[str, object]:
+    assert isinstance(value, dict)
+    return value
+
+
+def probe_ready(setup: LoadSetup, url: str, model: str, launched: float, pid: int) -> float:
+    """Seconds from launch to the first chat request answered 200 (loadgen --probe-ready)."""
+    argv = ["--probe-ready", "--url", url, "--model", model, "--t0", repr(launched)]
+    status, printed = setup.worker.run([*argv, "--pid", str(pid), "--max-seconds", "120"])
+    ready = json.loads(printed[-1]).get("ready_s") if printed else None
+    if status != 0 or ready is None:
+        raise RuntimeError(f"{url} served no request: {printed[-3:]}")
+    return float(ready)
+
+
+def write_history(path: Path, size: int = 1_000_000) -> Path:
+    """A coding agent's history of about `size` bytes (1 MB: under aiohttp's 1 MiB body limit,
+    which minproxy.py keeps): system, then user/assistant/tool turns.
+
+    The system prompt carries loadgen's `§N§` mark, so a fresh prompt differs from its first
+    bytes on (nothing cacheable) while an agent step repeats the same history.
+    """
+    messages: list[dict[str, object]] = [
+        {"role": "system", "content": "You are a coding agent. Session §N§. Follow the plan."}
+    ]
+    turn, used = 0, 0
+    while used < size:
+        code = "".join(
+            f"def step_{turn}_{line}(x):\n    return x * {line} + {turn}  # keep\n"
+            for line in range(40)
+        )
+        call_id = f"call_{turn}"
+        messages += [
+            {"role": "user", "content": f"Turn {turn}: read module {turn} and fix the bug."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": f'{{"n": {turn}}}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call_id, "content": code},
+        ]
+        used += len(json.dumps(messages[-3:])) + 3
+        turn += 1
+    path.write_text(json.dumps(messages))
+    return path

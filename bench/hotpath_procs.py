@@ -1,0 +1,192 @@
+"""Processes under test for bench/hotpath.py: start them pinned, read their cost from /proc.
+
+Everything here is loopback only. The process under test runs under `taskset -c 1`; the
+mock upstream and the load generator under `taskset -c 0` (perf-floor's README). CPU is
+utime+stime of the whole process tree (a master and its workers), in clock ticks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+GATEWAY_CORE, LOAD_CORE = "1", "0"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and every live descendant (uvicorn workers, spawned helpers)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            tasks = Path(f"/proc/{current}/task").iterdir()
+            for task in tasks:
+                children = (task / "children").read_text().split()
+                todo.extend(int(child) for child in children)
+        except OSError:
+            continue
+    return found
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime+stime (fields 14 and 15 of /proc/PID/stat) summed over the process tree."""
+    total = 0
+    for member in tree(pid):
+        try:
+            stat = Path(f"/proc/{member}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces
+        total += int(fields[11]) + int(fields[12])
+    return total
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of one process, KiB (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def active_opens() -> int:
+    """ActiveOpens of the `Tcp:` line of /proc/net/snmp (the whole network namespace)."""
+    lines = [ln.split() for ln in Path("/proc/net/snmp").read_text().splitlines()]
+    names, values = [ln for ln in lines if ln[0] == "Tcp:"][:2]
+    return int(values[names.index("ActiveOpens")])
+
+
+def get_json(url: str, timeout: float = 5.0) -> dict[str, object]:
+    with urllib.request.urlopen(url, timeout=timeout) as reply:
+        data: dict[str, object] = json.loads(reply.read())
+    return data
+
+
+@dataclass
+class RssWatch:
+    """The largest VmRSS of each process in a tree, sampled in a thread while it runs."""
+
+    pid: int
+    interval_s: float = 0.1
+    peak_kib: dict[int, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> RssWatch:
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        for member in tree(self.pid):
+            kib = rss_kib(member)
+            self.peak_kib[member] = max(self.peak_kib.get(member, 0), kib)
+
+    def stop(self) -> None:
+        self.sample()
+        self._stop.set()
+
+    def per_process_mib(self) -> float:
+        """The largest RSS any single process of the tree reached (a worker's, or the only)."""
+        return round(max(self.peak_kib.values(), default=0) / 1024, 1)
+
+    def total_mib(self) -> float:
+        return round(sum(self.peak_kib.values()) / 1024, 1)
+
+
+@dataclass
+class Proc:
+    """One started process: its pid, log and launch time (epoch seconds)."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    launched: float
+    settings: dict[str, str] = field(default_factory=dict)  # environment set for it
+
+    def shown(self, root: Path) -> str:
+        """The command line with its settings, as a reader would type it."""
+        words = [f"{k}={v}" for k, v in self.settings.items()]
+        words += [str(part) for part in self.popen.args]  # type: ignore[union-attr]
+        return shlex.join(words).replace(f"{root}/", "")
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()  # SIGTERM: a gateway flushes its ledger
+            try:
+                self.popen.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def launch(
+    name: str, command: Sequence[str], core: str, workdir: Path, settings: dict[str, str]
+) -> Proc:
+    """Start `command` pinned to `core` (a taskset list) with `settings` in a clean
+    environment, output to workdir/NAME.log."""
+    log = workdir / f"{name}.log"
+    launched = time.time()
+    with log.open("wb") as out:  # the child keeps its own handle
+        popen = subprocess.Popen(
+            ["taskset", "-c", core, *command],
+            env=clean_env(**settings),
+            cwd=workdir,
+            stdout=out,
+            stderr=out,
+        )
+    return Proc(name, popen, log, launched, settings)
+
+
+def wait_http(url: str, proc: Proc, timeout_s: float = 60.0) -> None:
+    """Poll `url` until it answers; fail with the log's tail when the process died."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited: {tail(proc.log)}")
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{proc.name} never answered {url}: {tail(proc.log)}")
+
+
+def tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without FAREBOX_* or LITELLM_* settings of the caller, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAREBOX_", "LITELLM_"))}
+    env.update(extra)
+    return env

@@ -1,0 +1,212 @@
+"""bench/RESULTS.md and the JSON report of one bench/hotpath.py run."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+from hotpath_goals import Goal, Results
+from hotpath_load import ALL, Run
+from hotpath_profile import Profile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Context:
+    """Machine, versions and commands: what a reader needs to rerun and compare."""
+
+    mode: str
+    command: str
+    started: str = field(default_factory=lambda: f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC")
+    machine: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    launches: dict[str, str] = field(default_factory=dict)  # target -> command line
+    loadgen: list[str] = field(default_factory=list)  # one command line per scenario
+    loadavg: list[str] = field(default_factory=list)
+    configs: dict[str, str] = field(default_factory=dict)  # file name -> text
+    notes: list[str] = field(default_factory=list)
+
+
+def machine() -> dict[str, str]:
+    model = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return {"cpu": model, "cores": str(os.cpu_count()), "kernel": platform.release()}
+
+
+def versions(litellm: str | None) -> dict[str, str]:
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=12"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    found = {
+        "python": platform.python_version(),
+        "farebox commit": commit or "unknown",
+        "litellm proxy (bench venv)": litellm or "absent",
+    }
+    for name in ("uvicorn", "uvloop", "httptools", "httpx", "aiohttp", "orjson", "starlette"):
+        present = importlib.util.find_spec(name) is not None
+        found[name] = version(name) if present else "absent"
+    return found
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _added(base: Run | None, run: Run, name: str) -> str:
+    if base is None or run.target == "direct":
+        return "-"
+    a, b = getattr(run, name), getattr(base, name)
+    return "-" if a is None or b is None else f"{a - b:+.2f}"
+
+
+def _side_by_side(results: Results) -> list[str]:
+    lines = ["## Side by side", ""]
+    lines.append(
+        "Latency in ms (TTFT: time to the first content token); *added* is the target's "
+        "percentile minus direct's in the same run. CPU: the process tree's utime+stime "
+        "over loadgen's `sent` (warm-up included). Opens: connections the mock accepted "
+        "from the target per request; ActiveOpens Δ: /proc/net/snmp over the run "
+        "(includes loadgen's own connections and other processes on the box)."
+    )
+    for scenario in ALL:
+        rows = [(t, runs[scenario.key]) for t, runs in results.runs.items() if scenario.key in runs]
+        if not rows:
+            continue
+        base = results.run("direct", scenario.key)
+        lines += ["", f"### {scenario.title}", ""]
+        lines.append(
+            "| target | p50 | p99 | added p50 | added p99 | TTFT p50 | TTFT p99 "
+            "| added TTFT p50 | added TTFT p99 | req/s | CPU ms/req | opens/req "
+            "| ActiveOpens Δ | done/sent | errors |"
+        )
+        lines.append("|" + " --- |" * 15)
+        for target, run in rows:
+            lines.append(
+                f"| {target} | {_num(run.p50_ms)} | {_num(run.p99_ms)} "
+                f"| {_added(base, run, 'p50_ms')} | {_added(base, run, 'p99_ms')} "
+                f"| {_num(run.ttft_p50_ms)} | {_num(run.ttft_p99_ms)} "
+                f"| {_added(base, run, 'ttft_p50_ms')} | {_added(base, run, 'ttft_p99_ms')} "
+                f"| {_num(run.rps, 0)} | {_num(run.cpu_ms_per_request, 3)} "
+                f"| {_num(run.opens_per_request, 4)} | {run.active_opens_delta} "
+                f"| {run.completed}/{run.sent} | {sum(run.errors.values()) or 0} |"
+            )
+    return lines
+
+
+def _processes(results: Results) -> list[str]:
+    lines = [
+        "## Processes",
+        "",
+        "| target | start to first 200 (s) | peak RSS, largest process "
+        "(MiB) | peak RSS, whole tree (MiB) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for target in results.runs:
+        if target == "direct":
+            continue
+        lines.append(
+            f"| {target} | {_num(results.ready_s.get(target))} "
+            f"| {_num(results.rss_mib.get(target), 1)} "
+            f"| {_num(results.rss_total_mib.get(target), 1)} |"
+        )
+    for target, why in results.skipped.items():
+        lines.append(f"| {target} | not run: {why} | - | - |")
+    return lines
+
+
+def _profile(profile: Profile | None) -> list[str]:
+    if profile is None:
+        return ["## Profile", "", "Not taken (run with `--profile`)."]
+    lines = ["## Profile of farebox-sqlite, c=64 whole replies (py-spy)", ""]
+    if not profile.samples:
+        return [*lines, profile.note]
+    lines += [
+        f"{profile.samples} samples. Share of samples whose stack passes through each "
+        "part (inclusive: shares overlap):",
+        "",
+        "| part | share % |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {label} | {share} |" for label, share in profile.parts]
+    lines += ["", "Top leaf functions (self time):", "", "| function | share % |", "| --- | --- |"]
+    lines += [f"| `{name}` | {share} |" for name, share in profile.leaves]
+    return lines
+
+
+def markdown(ctx: Context, results: Results, goals: list[Goal], profile: Profile | None) -> str:
+    lines = [
+        "# Hot path: Farebox against a bare proxy and LiteLLM's proxy",
+        "",
+        f"Written by `{ctx.command}` ({ctx.mode} mode), {ctx.started}. "
+        "How to run and read it: [docs/performance.md](../docs/performance.md).",
+        "",
+        "## Machine and versions",
+        "",
+    ]
+    lines += [f"- {k}: {v}" for k, v in {**ctx.machine, **ctx.versions}.items()]
+    lines += [f"- load average (1, 5, 15 min) {text}" for text in ctx.loadavg]
+    lines += [
+        "",
+        "## Targets (issue 12)",
+        "",
+        "| target | goal | measured | verdict | what bounds it |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| {g.name} | {g.goal} | {g.measured} | {g.verdict} | {g.bound} |" for g in goals]
+    lines += ["", *_side_by_side(results), "", *_processes(results), "", *_profile(profile)]
+    lines += ["", "## Commands", "", "```sh"]
+    lines += [f"# {target}\n{command}" for target, command in ctx.launches.items()]
+    lines += ["# load (one per scenario; URL and port vary by target)", *ctx.loadgen, "```"]
+    for name, text in ctx.configs.items():
+        lines += ["", f"`{name}`:", "", "```yaml", text.rstrip(), "```"]
+    if ctx.notes:
+        lines += ["", "## Notes", "", *[f"- {note}" for note in ctx.notes]]
+    return "\n".join(lines) + "\n"
+
+
+def report(
+    ctx: Context, results: Results, goals: list[Goal], profile: Profile | None
+) -> dict[str, object]:
+    return {
+        "mode": ctx.mode,
+        "command": ctx.command,
+        "started": ctx.started,
+        "machine": ctx.machine,
+        "versions": ctx.versions,
+        "loadavg": ctx.loadavg,
+        "launches": ctx.launches,
+        "loadgen": ctx.loadgen,
+        "notes": ctx.notes,
+        "configs": ctx.configs,
+        "goals": [g.report() for g in goals],
+        "runs": {
+            t: {k: run.report() for k, run in runs.items()} for t, runs in results.runs.items()
+        },
+        "ready_s": results.ready_s,
+        "rss_mib": results.rss_mib,
+        "rss_total_mib": results.rss_total_mib,
+        "skipped": results.skipped,
+        "import_s": results.import_s,
+        "profile": profile.report() if profile else None,
+        "argv": sys.argv,
+    }

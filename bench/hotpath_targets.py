@@ -1,0 +1,161 @@
+"""The servers bench/hotpath.py compares, each started pinned, with the same one model.
+
+- `mock`: perf-floor's instant upstream (counting its connections), on the load core;
+  "direct" runs go straight to it.
+- `minproxy`: perf-floor's aiohttp + uvloop pass-through, the floor.
+- `farebox`: `farebox serve` with every feature on (prefix check, a policy with rules,
+  the ledger), SQLite, or PostgreSQL with Redis state; `--workers N` when it exists.
+- `litellm`: LiteLLM's proxy from its own virtual environment, one model routed to the
+  mock, no database, no callbacks.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hotpath_procs import (
+    GATEWAY_CORE,
+    Proc,
+    RssWatch,
+    clean_env,
+    free_port,
+    launch,
+    wait_http,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "bench-chat"  # the alias clients send; the upstream knows it as UPSTREAM_MODEL
+UPSTREAM_MODEL = "mock-gpt"
+POSTGRES_URL = "postgresql+asyncpg://127.0.0.1:5432/test"
+REDIS_URL = "redis://127.0.0.1:6379/13"
+
+FAREBOX_CONFIG = """\
+# bench/hotpath.py: one model on the instant mock, every feature on.
+models:
+  {model}: {{provider: openai, model: {upstream}, base_url: "{base}", family: openai}}
+prices:
+  {model}: {{input: 2, output: 10}}
+defaults:
+  max_tokens: {{default: 1024, ceiling: 4096}}
+rules:
+  - name: short-tool-steps
+    match: {{step: tool_result}}
+    max_tokens: {{default: 512}}
+  - name: user-turns
+    match: {{step: user_turn}}
+    max_tokens: {{default: 1024}}
+"""
+
+LITELLM_CONFIG = """\
+# bench/hotpath.py: LiteLLM's best case, one model on the mock, no database, no callbacks.
+model_list:
+  - model_name: {model}
+    litellm_params:
+      model: openai/{upstream}
+      api_base: "{base}"
+      api_key: sk-bench
+"""
+
+
+@dataclass
+class Target:
+    """A started server: where to send chat requests, and its process tree's cost."""
+
+    name: str
+    url: str
+    proc: Proc | None  # None: direct to the mock
+    watch: RssWatch | None = None
+    ready_s: float | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def stop(self) -> None:
+        if self.watch:
+            self.watch.stop()
+        if self.proc:
+            self.proc.stop()
+
+
+def chat_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/v1/chat/completions"
+
+
+def start_mock(python: str, floor: Path, workdir: Path, core: str) -> tuple[Proc, str]:
+    """The counting mock upstream; returns it and its base URL."""
+    port = free_port()
+    command = [python, str(ROOT / "bench" / "hotpath_mock.py"), "--port", str(port)]
+    command += ["--model-id", UPSTREAM_MODEL]
+    proc = launch("mock", command, core, workdir, {"FAREBOX_PERF_FLOOR": str(floor)})
+    base = f"http://127.0.0.1:{port}"
+    wait_http(f"{base}/health", proc)
+    return proc, base
+
+
+def start_minproxy(python: str, floor: Path, workdir: Path, mock: str) -> Target:
+    port = free_port()
+    command = [python, str(floor / "minproxy.py"), str(port), f"{mock}/v1/chat/completions"]
+    proc = launch("minproxy", command, GATEWAY_CORE, workdir, {})
+    return Target("minproxy", chat_url(port), proc)
+
+
+def farebox_workers_flag() -> bool:
+    """Whether `farebox serve --workers` exists in this checkout."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=clean_env(COLUMNS="200"),
+    )
+    return "--workers" in done.stdout
+
+
+def start_farebox(
+    name: str, workdir: Path, mock: str, core: str, postgres: bool, workers: int | None
+) -> Target:
+    """`farebox serve` on the mock; SQLite in its own data dir, or PostgreSQL + Redis."""
+    config = workdir / f"{name}.yaml"
+    config.write_text(
+        FAREBOX_CONFIG.format(model=MODEL, upstream=UPSTREAM_MODEL, base=f"{mock}/v1")
+    )
+    settings = {"FAREBOX_CONFIG": str(config), "FAREBOX_DATA_DIR": str(workdir / f"{name}-data")}
+    if postgres:
+        settings |= {"FAREBOX_DATABASE_URL": POSTGRES_URL, "FAREBOX_REDIS_URL": REDIS_URL}
+    port = free_port()
+    command = [sys.executable, "-m", "gateway", "serve", "--port", str(port)]
+    if workers:
+        command += ["--workers", str(workers)]
+    proc = launch(name, command, core, workdir, settings)
+    return Target(name, chat_url(port), proc)
+
+
+def litellm_version(venv: Path) -> str | None:
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return None
+    done = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or None
+
+
+def start_litellm(venv: Path, workdir: Path, mock: str) -> Target:
+    config = workdir / "litellm.yaml"
+    config.write_text(
+        LITELLM_CONFIG.format(model=MODEL, upstream=UPSTREAM_MODEL, base=f"{mock}/v1")
+    )
+    port = free_port()
+    command = [str(venv / "bin" / "litellm"), "--config", str(config)]
+    command += ["--host", "127.0.0.1", "--port", str(port)]
+    # The bundled price map instead of a download: loopback only.
+    settings = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "DISABLE_ADMIN_UI": "True"}
+    proc = launch("litellm", command, GATEWAY_CORE, workdir, settings)
+    return Target("litellm", chat_url(port), proc)
