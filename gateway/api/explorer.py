@@ -180,6 +180,8 @@ def _hours(since: datetime | None, until: datetime | None) -> list[datetime]:
     end = _hour_start(until - timedelta(microseconds=1) if until else datetime.now(UTC))
     first = _hour_start(since) if since else end - timedelta(hours=23)
     count = int((end - first) / timedelta(hours=1)) + 1
+    if count < 1:
+        raise InvalidRequestError("since is later than now (or until)", param="since")
     if count > MAX_GPU_HOURS:
         raise InvalidRequestError(
             f"the GPU panel covers at most {MAX_GPU_HOURS} hours; narrow since/until",

@@ -250,6 +250,7 @@ def test_filters_narrow_by_project_model_and_time(work: Workload) -> None:
     [
         ("spend", {"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "until"),
         ("gpu", {"since": "2020-01-01T00:00:00Z"}, "since"),
+        ("gpu", {"since": "2999-01-01T00:00:00Z"}, "since"),
         ("spend", {"bucket": "week"}, "bucket"),
         ("spend", {"by": "step"}, "by"),
         ("tasks", {"limit": "0"}, "limit"),
@@ -264,6 +265,17 @@ def test_bad_filters_are_a_400_naming_them(
     )
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
+
+
+def test_extreme_windows_and_odd_names_answer_normally(work: Workload) -> None:
+    wide = {"since": "0001-01-01T00:00:00", "until": "9999-12-31T23:59:59+00:00"}
+    total = work.get("admin", "/v1/explorer/breakdown")["cost"]["total"]
+    assert work.get("admin", "/v1/explorer/breakdown", **wide)["cost"]["total"] == total
+    for path in ("spend", "cache", "tasks"):
+        assert work.get("admin", f"/v1/explorer/{path}", **wide)["object"] == f"explorer.{path}"
+    odd = {"team": "O'Brien %_", "project": "日本", "model": "a'b;--"}
+    assert work.get("admin", "/v1/explorer/spend", **odd)["data"] == []
+    assert work.get("admin", "/v1/explorer/tasks", **odd)["top"] == []
 
 
 def test_the_page_and_its_assets_need_no_key_and_hold_no_data(work: Workload) -> None:
