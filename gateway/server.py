@@ -2,16 +2,18 @@
 
 uvicorn bounds idle keep-alive connections but not a client that sends its request
 headers a byte at a time, answers malformed HTTP in plain text, and its concurrency
-limit answers in plain text too. `FareboxProtocol` (a subclass of uvicorn's h11
-protocol) adds a header-read deadline, a connection limit and OpenAI-shaped answers
-for all three; the body-read deadline and size limits live in `gateway.body_guard`,
-where the route is known. `server_config` builds the one configuration that
-`farebox serve` and the tests run.
+limit answers in plain text too. `FareboxHttpToolsProtocol` (a subclass of uvicorn's
+httptools protocol; `FareboxH11Protocol` where httptools is not installed) adds a
+header-read deadline, a size limit on the request head, a connection limit and
+OpenAI-shaped answers for all of them; the server runs on uvloop where it exists.
+The body-read deadline and size limits live in `gateway.body_guard`, where the route
+is known. `server_config` builds the one configuration that `farebox serve` and the tests run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, ClassVar
@@ -30,6 +32,18 @@ from gateway.errors import (
 )
 from gateway.request_id import new_request_id, request_id_header
 from gateway.settings import Settings
+
+# The most a request line and headers may take; one over it is refused with 400.
+MAX_HEAD_BYTES = 64 * 1024
+# C parser and loop: a fraction of h11's and asyncio's CPU per request
+# (docs/performance.md); h11 and asyncio where their wheels do not exist (uvloop: Windows).
+HTTP_PARSER = "httptools" if importlib.util.find_spec("httptools") else "h11"
+LOOP = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+
+if HTTP_PARSER == "httptools":
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+else:  # pragma: no cover - the base is never used without httptools
+    HttpToolsProtocol = H11Protocol  # type: ignore[misc,assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,19 +71,105 @@ def raw_response(error: FareboxError) -> bytes:
     return head.encode("ascii") + body
 
 
-class FareboxProtocol(H11Protocol):
-    """uvicorn's h11 protocol with a header deadline, a connection cap and JSON errors."""
+class _Guard:
+    """The header deadline, the connection cap and JSON errors, for either HTTP parser.
+
+    Mixed in before uvicorn's protocol class: `_headers_arrived` must be called by the
+    subclass when a request's headers are complete.
+    """
 
     limits: ClassVar[ConnectionLimits]
     _header_timer: asyncio.TimerHandle | None = None
+    # Provided by uvicorn's protocol classes.
+    app: Any
+    connections: set[Any]
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    def _guard_connection(self) -> None:
         self._arm_header_timer()
         if len(self.connections) > self.limits.max_connections:
             # Read the request (within the header deadline), then answer 503 and close:
             # closing at once would reset the socket under a client still writing.
             self.app = _overloaded
+
+    def _answer_and_close(self, error: FareboxError) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(raw_response(error))
+            self.transport.close()
+
+    def _arm_header_timer(self) -> None:
+        self._cancel_header_timer()
+        self._header_timer = self.loop.call_later(
+            self.limits.header_timeout_s, self._header_timeout
+        )
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        seconds = self.limits.header_timeout_s
+        self._answer_and_close(
+            RequestTimeoutError(
+                f"request headers not received within {seconds:g} s (FAREBOX_HEADER_TIMEOUT_S)"
+            )
+        )
+
+
+class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
+    """uvicorn's httptools protocol with a header deadline, a connection cap, JSON errors.
+
+    llhttp bounds nothing itself, so a request head over `MAX_HEAD_BYTES` is refused
+    here (h11 refuses one over 16 KiB the same way).
+    """
+
+    _head_bytes = 0
+    _in_head = True
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._guard_connection()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._in_head and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self.send_400_response(f"request head over {MAX_HEAD_BYTES} bytes")
+
+    def on_message_begin(self) -> None:
+        self._in_head, self._head_bytes = True, 0
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._cancel_header_timer()  # the deadline is met
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        # A pipelined request already parsed starts now: its headers are in.
+        if not self.pipeline:
+            self._arm_header_timer()  # the next request's headers
+        super().on_response_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        """Answer malformed HTTP in OpenAI's error shape, then close."""
+        self._answer_and_close(BadHttpError(f"malformed HTTP request: {msg}"))
+
+
+class FareboxH11Protocol(_Guard, H11Protocol):
+    """The same on uvicorn's h11 protocol: the fallback where httptools is missing."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._guard_connection()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
@@ -88,32 +188,7 @@ class FareboxProtocol(H11Protocol):
 
     def send_400_response(self, msg: str) -> None:
         """Answer malformed HTTP in OpenAI's error shape, then close."""
-        error = BadHttpError(f"malformed HTTP request: {msg}")
-        if not self.transport.is_closing():
-            self.transport.write(raw_response(error))
-            self.transport.close()
-
-    def _arm_header_timer(self) -> None:
-        self._cancel_header_timer()
-        self._header_timer = self.loop.call_later(
-            self.limits.header_timeout_s, self._header_timeout
-        )
-
-    def _cancel_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _header_timeout(self) -> None:
-        self._header_timer = None
-        if self.transport.is_closing():
-            return
-        seconds = self.limits.header_timeout_s
-        error = RequestTimeoutError(
-            f"request headers not received within {seconds:g} s (FAREBOX_HEADER_TIMEOUT_S)"
-        )
-        self.transport.write(raw_response(error))
-        self.transport.close()
+        self._answer_and_close(BadHttpError(f"malformed HTTP request: {msg}"))
 
 
 async def _overloaded(scope: Any, receive: Any, send: Any) -> None:
@@ -122,9 +197,10 @@ async def _overloaded(scope: Any, receive: Any, send: Any) -> None:
     await send_error(send, error, ((b"retry-after", b"1"), request_id_header(scope)))
 
 
-def protocol_class(limits: ConnectionLimits) -> type[FareboxProtocol]:
+def protocol_class(limits: ConnectionLimits, parser: str = HTTP_PARSER) -> type[_Guard]:
     """A protocol class bound to `limits` (uvicorn builds one protocol per connection)."""
-    return type("FareboxProtocol", (FareboxProtocol,), {"limits": limits})
+    base = FareboxHttpToolsProtocol if parser == "httptools" else FareboxH11Protocol
+    return type(base.__name__, (base,), {"limits": limits})
 
 
 def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Config:
@@ -137,7 +213,9 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
         "access_log": False,
         "lifespan": "on",
         "http": protocol_class(limits),
-        # uvicorn's own limit answers in plain text; FareboxProtocol enforces ours.
+        "loop": LOOP,
+        "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
+        # uvicorn's own limit answers in plain text; the protocol enforces ours.
         "limit_concurrency": None,
         # On SIGTERM: stop accepting, let in-flight requests (streams) finish; past the
         # grace period `gateway.drain` cuts them; this is uvicorn's backstop after that.

@@ -34,8 +34,10 @@ class ServerThread:
         self.port: int = self.sock.getsockname()[1]
         if settings is None:
             config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-        else:  # the configuration `farebox serve` runs, limits and all
+            self.loop_factory = None
+        else:  # the configuration `farebox serve` runs, limits and loop (uvloop) and all
             config = server_config(app, settings, log_level="warning")
+            self.loop_factory = config.get_loop_factory()
         self.server = _QuietServer(config)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -44,7 +46,8 @@ class ServerThread:
         return f"http://127.0.0.1:{self.port}"
 
     def _run(self) -> None:
-        asyncio.run(self.server.serve(sockets=[self.sock]))
+        with asyncio.Runner(loop_factory=self.loop_factory) as runner:
+            runner.run(self.server.serve(sockets=[self.sock]))
 
     def start(self) -> ServerThread:
         self.thread.start()

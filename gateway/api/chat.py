@@ -1,10 +1,21 @@
-"""POST /v1/chat/completions."""
+"""POST /v1/chat/completions.
+
+The hot path is served by `ChatEndpoint`, a plain ASGI app mounted ahead of the FastAPI
+routers (`mount`): no Request object, no dependency solving, no FastAPI request
+handler per call (docs/performance.md, "Server, framework and workers"). The FastAPI
+declaration below stays for the OpenAPI document and, where `mount` is not called,
+serves the same way through `forward`.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
 from starlette.background import BackgroundTask
 from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from gateway.api.deps import ServicesDep
 from gateway.auth.principal import principal_of
@@ -15,7 +26,9 @@ from gateway.pipeline.parse import check_size
 from gateway.request_id import request_id_of
 from gateway.schemas.chat import ChatRequest
 from gateway.schemas.openapi import openapi_body
+from gateway.services import Services
 
+PATH = "/v1/chat/completions"
 router = APIRouter()
 
 
@@ -34,14 +47,20 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-@router.post("/v1/chat/completions", openapi_extra=openapi_body(ChatRequest))
+@router.post(PATH, openapi_extra=openapi_body(ChatRequest))
 async def chat_completions(request: Request, services: ServicesDep) -> Response:
     """Forward a chat completion, streamed or whole, through the pipeline."""
     raw = await read_body(request, services.settings.max_body_bytes)
-    request_id = request_id_of(request.scope)  # the id the response header and ledger share
-    principal = principal_of(request.scope)  # set by the auth middleware on every request
-    headers = dict(request.headers)
-    ctx = RequestContext(raw_body=raw, headers=headers, request_id=request_id, principal=principal)
+    return await forward(request.scope, raw, services)
+
+
+async def forward(scope: Scope, raw: bytes, services: Services) -> Response:
+    """Run the pipeline on `raw`; the response frees the request's data after it is sent."""
+    request_id = request_id_of(scope)  # the id the response header and ledger share
+    principal = principal_of(scope)  # set by the auth middleware on every request
+    ctx = RequestContext(
+        raw_body=raw, headers=_headers(scope), request_id=request_id, principal=principal
+    )
     try:
         response = await handle_chat(ctx, services)
     except Exception:
@@ -50,6 +69,51 @@ async def chat_completions(request: Request, services: ServicesDep) -> Response:
     # After the last byte (and, for a stream, its booking), never on the loop.
     response.background = BackgroundTask(_release, ctx)
     return response
+
+
+class ChatEndpoint:
+    """POST /v1/chat/completions as a plain ASGI app (errors go to the app's handlers)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        services: Services = scope["state"]["services"]
+        raw = await _receive_body(scope, receive, services.settings.max_body_bytes)
+        if raw is None:
+            return  # the client left before its body arrived: nobody to answer
+        response = await forward(scope, raw, services)
+        await response(scope, receive, send)
+
+
+def mount(app: FastAPI) -> None:
+    """Serve chat through `ChatEndpoint`, matched before every other route."""
+    app.router.routes.insert(0, Route(PATH, ChatEndpoint(), methods=["POST"]))
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    """The request headers as Starlette's `dict(request.headers)` gives them: first wins."""
+    headers: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return headers
+
+
+async def _receive_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
+    """The body (the body guard has buffered it: one message), or None on a disconnect."""
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit():
+            check_size(int(value), limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message: Any = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        check_size(size, limit)
+        if chunk:
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def _release(ctx: RequestContext) -> None:
