@@ -10,14 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import orjson
 
 from gateway.errors import UpstreamProtocolError
 from gateway.upstream import failures
 from gateway.upstream.base import UpstreamCall, UpstreamReply
-from gateway.upstream.http_stream import SseStream, read_at_most, whole_reply
-from gateway.upstream.openai_compat import MAX_ERROR_BYTES, MAX_REPLY_BYTES
+from gateway.upstream.http_stream import (
+    HttpClient,
+    HttpRequest,
+    SseStream,
+    open_reply,
+    response_headers,
+    whole_reply,
+)
+from gateway.upstream.openai_compat import (
+    MAX_ERROR_BYTES,
+    MAX_REPLY_BYTES,
+    call_timeout,
+    sized_body,
+)
 
 ANTHROPIC_API = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
@@ -67,53 +78,32 @@ def json_object(body: bytes, where: str) -> dict[str, Any]:
     return payload
 
 
-def _timeout(call: UpstreamCall) -> httpx.Timeout:
-    read = call.timeouts.idle_stream if call.stream else call.timeouts.first_token
-    return httpx.Timeout(connect=call.timeouts.connect, read=read, write=30.0, pool=30.0)
-
-
 class AnthropicMessagesUpstream:
     """Sends Messages API calls to `{base_url}/v1/messages[/count_tokens]`."""
 
-    def __init__(self, client: httpx.AsyncClient):
+    def __init__(self, client: HttpClient):
         self._client = client
 
-    def _request(self, call: UpstreamCall, path: str) -> httpx.Request:
+    def _request(self, call: UpstreamCall, path: str) -> HttpRequest:
         headers = {**call.extra_headers}
         if call.stream:
             headers["accept"] = "text/event-stream"
             headers["accept-encoding"] = "identity"
-        return self._client.build_request(
-            "POST",
-            messages_url(call.base_url, path),
-            content=call.body,
-            headers=headers,
-            timeout=_timeout(call),
-        )
+        body = sized_body(call.body, headers)
+        url = messages_url(call.base_url, path)
+        return HttpRequest(url, body, headers, call_timeout(call), (call.api_key,))
 
     async def complete(self, call: UpstreamCall, path: str = MESSAGES) -> UpstreamReply:
         """A whole reply (a message, or a token count), checked to be a JSON object."""
         where = failures.describe_upstream(call.alias, call.base_url or ANTHROPIC_API)
         limits = (MAX_REPLY_BYTES, MAX_ERROR_BYTES)
         request = self._request(call, path)
-        response, body = await whole_reply(self._client, request, where, call.api_key, limits)
+        response, body = await whole_reply(self._client, request, where, limits)
         payload = json_object(body, where)
-        return UpstreamReply(response.status_code, body, dict(response.headers), payload)
+        return UpstreamReply(response.status, body, response_headers(response), payload)
 
     async def open_stream(self, call: UpstreamCall) -> SseStream:
         where = failures.describe_upstream(call.alias, call.base_url or ANTHROPIC_API)
-        try:
-            response = await self._client.send(self._request(call, MESSAGES), stream=True)
-        except httpx.HTTPError as exc:
-            raise failures.from_transport_error(exc, where) from exc
-        if response.status_code >= 400:
-            try:
-                body, _ = await read_at_most(response, MAX_ERROR_BYTES)
-            except httpx.HTTPError:
-                body = b""
-            finally:
-                await response.aclose()
-            raise failures.from_status(
-                response.status_code, body, where, [call.api_key], dict(response.headers)
-            )
+        request = self._request(call, MESSAGES)
+        response = await open_reply(self._client, request, where, MAX_ERROR_BYTES)
         return SseStream(response, where)

@@ -10,8 +10,10 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 import orjson
+from aiohttp.http_exceptions import ContentEncodingError
 
 from gateway.errors import (
     UpstreamError,
@@ -62,6 +64,25 @@ def from_transport_error(exc: httpx.HTTPError, where: str) -> UpstreamError:
     if isinstance(exc, httpx.ConnectError):
         return UpstreamUnreachableError(f"upstream {where} is unreachable (connection failed)")
     if isinstance(exc, httpx.DecodingError):
+        return UpstreamProtocolError(
+            f"upstream {where} sent a reply that cannot be decoded (its content-encoding)"
+        )
+    return UpstreamUnreachableError(
+        f"upstream {where} failed: {type(exc).__name__} before a complete reply"
+    )
+
+
+def from_client_error(exc: BaseException, where: str) -> UpstreamError:
+    """An aiohttp exception (or its timeout) raised before or while reading a reply."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return UpstreamTimeoutError(f"upstream {where} timed out while connecting")
+    if isinstance(exc, TimeoutError):  # aiohttp's read timeouts are subclasses
+        return UpstreamTimeoutError(f"upstream {where} timed out while waiting for a reply")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return UpstreamUnreachableError(f"upstream {where} is unreachable (connection failed)")
+    if isinstance(exc, aiohttp.ClientPayloadError) and isinstance(
+        exc.__cause__, ContentEncodingError
+    ):
         return UpstreamProtocolError(
             f"upstream {where} sent a reply that cannot be decoded (its content-encoding)"
         )

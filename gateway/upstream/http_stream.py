@@ -1,21 +1,109 @@
-"""What every HTTP upstream shares: a bounded whole reply and an open SSE stream."""
+"""What every native HTTP upstream shares: one pooled client, a bounded whole reply, an SSE stream.
+
+The chat (`openai_compat`) and Messages (`anthropic_messages`) upstreams send through one
+aiohttp session: measured under load it costs about a quarter of httpx's CPU per request
+(httpcore's pool bookkeeping and its socket poll per pooled connection per request were
+39% of the gateway's CPU; docs/performance.md). litellm keeps its httpx client.
+
+A connection goes back to the pool only when its reply was read to the end; a reply
+left part-read (a client gone mid-stream, a refused reply) closes its connection, which
+is also how an upstream learns to stop generating.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 
 from gateway.errors import UpstreamProtocolError
 from gateway.upstream import failures
-from gateway.upstream.sse import iter_events
+from gateway.upstream.sse import DONE, event_data, iter_events
+
+POOL_SIZE = 1000
+"""Open upstream connections at most, all hosts together."""
+KEEPALIVE_S = 30.0
+"""An idle pooled connection is closed after this long."""
 
 
-async def read_at_most(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """One POST to an upstream: its URL, body, headers and limits."""
+
+    url: str
+    body: bytes | AsyncIterator[bytes]
+    headers: dict[str, str]
+    timeout: aiohttp.ClientTimeout
+    secrets: tuple[str | None, ...] = field(default=())
+
+
+def client_timeout(connect: float, read: float) -> aiohttp.ClientTimeout:
+    """`connect` for the TCP (and TLS) handshake, `read` for each wait on the socket.
+
+    `sock_read` restarts on every read, as httpx's read timeout did: a whole reply must
+    start within it, a stream may pause at most that long between events.
+    """
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
+
+
+class HttpClient:
+    """The pooled client of the native upstreams; its session is made on first use.
+
+    An aiohttp session belongs to the loop it was made on, so it is made lazily by the
+    first request (inside the serving loop), never at construction.
+    """
+
+    def __init__(self, pool_size: int = POOL_SIZE, keepalive_s: float = KEEPALIVE_S) -> None:
+        self._pool_size, self._keepalive_s = pool_size, keepalive_s
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._pool_size, keepalive_timeout=self._keepalive_s
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                cookie_jar=aiohttp.DummyCookieJar(),  # one tenant's cookies are not another's
+                auto_decompress=True,
+                trust_env=False,
+            )
+        return self._session
+
+    async def send(self, request: HttpRequest, where: str) -> aiohttp.ClientResponse:
+        """Send `request`; a transport failure is raised as the gateway's upstream error."""
+        try:
+            return await self.session().post(
+                request.url,
+                data=request.body,
+                headers=request.headers,
+                timeout=request.timeout,
+                allow_redirects=False,
+            )
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise failures.from_client_error(exc, where) from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def response_headers(response: aiohttp.ClientResponse) -> dict[str, str]:
+    """The reply's headers, names in lower case, repeated ones joined as HTTP allows."""
+    headers: dict[str, str] = {}
+    for name, value in response.headers.items():
+        key = name.lower()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return headers
+
+
+async def read_at_most(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
     """The decoded body, and whether it was whole: reading stops past `limit` bytes."""
     parts: list[bytes] = []
     size = 0
-    async for part in response.aiter_bytes():
+    async for part in response.content.iter_any():
         parts.append(part)
         size += len(part)
         if size > limit:
@@ -24,51 +112,87 @@ async def read_at_most(response: httpx.Response, limit: int) -> tuple[bytes, boo
 
 
 async def whole_reply(
-    client: httpx.AsyncClient,
-    request: httpx.Request,
-    where: str,
-    api_key: str | None,
-    limits: tuple[int, int],
-) -> tuple[httpx.Response, bytes]:
+    client: HttpClient, request: HttpRequest, where: str, limits: tuple[int, int]
+) -> tuple[aiohttp.ClientResponse, bytes]:
     """Send `request` and read its whole body, at most `limits` (reply, error) bytes.
 
     A transport failure, an error status or a reply over its limit raises the upstream
-    error the pipeline books; the response comes back closed, with its body.
+    error the pipeline books; the response comes back released, with its body.
     """
     reply_limit, error_limit = limits
+    response = await client.send(request, where)
     try:
-        response = await client.send(request, stream=True)
-        try:
-            limit = error_limit if response.status_code >= 400 else reply_limit
-            body, whole = await read_at_most(response, limit)
-        finally:
-            await response.aclose()
-    except httpx.HTTPError as exc:
-        raise failures.from_transport_error(exc, where) from exc
-    if response.status_code >= 400:
-        raise failures.from_status(
-            response.status_code, body, where, [api_key], dict(response.headers)
-        )
+        limit = error_limit if response.status >= 400 else reply_limit
+        body, whole = await read_at_most(response, limit)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise failures.from_client_error(exc, where) from exc
+    finally:
+        response.release()  # back to the pool when read to its end, else closed
+    if response.status >= 400:
+        headers = response_headers(response)
+        raise failures.from_status(response.status, body, where, request.secrets, headers)
     if not whole:
         message = f"upstream {where} sent a reply over {reply_limit} bytes (decoded)"
         raise UpstreamProtocolError(message)
     return response, body
 
 
-class SseStream:
-    """An open streaming reply; `aclose` also cancels the upstream generation."""
+async def open_reply(
+    client: HttpClient, request: HttpRequest, where: str, error_limit: int
+) -> aiohttp.ClientResponse:
+    """Send a streamed request; an error status is read (at most `error_limit`) and raised."""
+    response = await client.send(request, where)
+    if response.status < 400:
+        return response
+    try:
+        body, _ = await read_at_most(response, error_limit)
+    except (TimeoutError, aiohttp.ClientError):
+        body = b""
+    finally:
+        response.release()
+    headers = response_headers(response)
+    raise failures.from_status(response.status, body, where, request.secrets, headers)
 
-    def __init__(self, response: httpx.Response, where: str):
+
+def _is_final(event: bytes | None) -> bool:
+    """`[DONE]` (OpenAI's last event) or `message_stop` (Anthropic's)."""
+    if event is None:
+        return False
+    data = event_data(event)
+    return data is not None and (data.strip() == DONE or b'"message_stop"' in data[:40])
+
+
+class SseStream:
+    """An open streaming reply; `aclose` also cancels the upstream generation.
+
+    After the stream's last event the connection is kept for the next request when the
+    end of the body (the chunked encoding's last chunk) has arrived or arrives within one
+    pass of the loop; otherwise it is closed, never waited on.
+    """
+
+    def __init__(self, response: aiohttp.ClientResponse, where: str):
         self._response = response
         self._where = where
-        self.headers = dict(response.headers)
+        self._last: bytes | None = None
+        self.headers = response_headers(response)
 
     async def events(self) -> AsyncIterator[bytes]:
         try:
-            async for event in iter_events(self._response.aiter_bytes(), where=self._where):
+            chunks = self._response.content.iter_any()
+            async for event in iter_events(chunks, where=self._where):
+                self._last = event
                 yield event
-        except httpx.HTTPError as exc:
-            raise failures.from_transport_error(exc, self._where) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise failures.from_client_error(exc, self._where) from exc
 
     async def aclose(self) -> None:
-        await self._response.aclose()
+        response = self._response
+        if response.closed:
+            return
+        content = response.content
+        if not content.is_eof() and _is_final(self._last):
+            await asyncio.sleep(0)  # the last chunk is usually in the socket already
+        if content.is_eof() and content.exception() is None:
+            response.release()  # read to its end: the connection is reused
+        else:
+            response.close()  # part-read: closing tells the upstream to stop

@@ -19,6 +19,7 @@ from gateway.config import ModelRoute
 from gateway.heap import freeze_heap
 from gateway.settings import Timeouts
 from gateway.upstream.base import Upstream, UpstreamCall
+from gateway.upstream.http_stream import HttpClient
 from gateway.upstream.openai_compat import OpenAICompatUpstream
 
 if TYPE_CHECKING:
@@ -32,11 +33,15 @@ log = logging.getLogger("farebox.upstream")
 
 
 class Upstreams:
-    """The adapters of one gateway process; litellm's is built on first use only."""
+    """The adapters of one gateway process; litellm's is built on first use only.
+
+    `client` (httpx) is litellm's; the native adapters share one aiohttp pool of their own.
+    """
 
     def __init__(self, client: httpx.AsyncClient, sim_base_url: str | None, timeouts: Timeouts):
         self._client = client
-        self.openai = OpenAICompatUpstream(client)
+        self._native = HttpClient()
+        self.openai = OpenAICompatUpstream(self._native)
         self._litellm: LiteLLMUpstream | None = None
         self.sim_base_url = sim_base_url
         self.timeouts = timeouts
@@ -50,9 +55,9 @@ class Upstreams:
         return self._litellm_adapter() if route.via_litellm else self.openai
 
     @property
-    def http(self) -> httpx.AsyncClient:
-        """The pooled HTTP client (also used by the native Messages path, /v1/messages)."""
-        return self._client
+    def http(self) -> HttpClient:
+        """The pooled HTTP client of the native adapters (also the Messages path's)."""
+        return self._native
 
     def _litellm_adapter(self) -> LiteLLMUpstream:
         if self._litellm is None:
@@ -121,6 +126,7 @@ class Upstreams:
             self._warm_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._warm_task
-        await self.openai.aclose()
+        await self.openai.aclose()  # the native pool
         if self._litellm is not None:
             await self._litellm.aclose()
+        await self._client.aclose()
