@@ -67,6 +67,10 @@ ENDPOINTS = (
         {"model": "claude", "input_tokens": 1000, "output_tokens": 100},
     ),
     Endpoint("GET", "/v1/gpu", "/v1/gpu"),
+    *(
+        Endpoint("GET", f"/v1/explorer/{name}", f"/v1/explorer/{name}", params={"team": "alpha"})
+        for name in ("spend", "breakdown", "cache", "tasks", "gpu")
+    ),
     Endpoint("POST", "/v1/prefix/lint", "/v1/prefix/lint", CHAT),
     Endpoint("POST", "/admin/reload", "/admin/reload"),
     Endpoint("POST", "/admin/keys", "/admin/keys", {"team": "gamma"}),
@@ -187,7 +191,7 @@ def _expected(endpoint: Endpoint, state: str) -> tuple[int, str | None]:
         return 403, "task_not_owned"
     if path == "/v1/tasks/{task_id}":
         return 404, "task_not_found"
-    if path.startswith("/v1/spend"):
+    if path.startswith(("/v1/spend", "/v1/explorer")):
         return 403, "team_not_allowed"
     return 200, None
 
