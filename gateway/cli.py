@@ -137,7 +137,8 @@ def serve(
     from gateway.preflight import PreflightError, bind, check_ledger
     from gateway.server import server_config
 
-    overrides = {k: v for k, v in {"host": host, "port": port, "config": config}.items() if v}
+    given = {"host": host, "port": port, "config": config}
+    overrides = {k: v for k, v in given.items() if v is not None}  # --port 0: any free port
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:  # its str() would echo the input: an admin key
@@ -151,11 +152,14 @@ def serve(
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
+    listener = None
     try:
         listener = bind(settings.host, settings.port)  # before any banner: a busy port fails
         gateway_config = load_config(settings.config_path())
         check_ledger(settings)
     except (ConfigError, PreflightError) as exc:
+        if listener is not None:
+            listener.close()
         err.print(f"farebox: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     settings = settings.model_copy(update={"port": listener.getsockname()[1]})  # for --port 0
