@@ -2,6 +2,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+
+# Some machines set PYTHONDONTWRITEBYTECODE: then every test worker and every `farebox serve`
+# a test starts would compile the package and rewrite the test modules again from source.
+unexport PYTHONDONTWRITEBYTECODE
 # Empty: farebox's own default (FAREBOX_HOST / FAREBOX_PORT, else 127.0.0.1:4000).
 HOST   ?=
 PORT   ?=
@@ -77,13 +81,22 @@ FUZZ_REQUESTS ?= 10000
 fuzz: $(VENV)/.installed-test
 	FUZZ_REQUESTS=$(FUZZ_REQUESTS) $(BIN)/pytest -q -s tests/e2e/test_fuzz_api.py
 
-bench: $(VENV)/.installed-test
+# LiteLLM's proxy for bench/hotpath.py, in a venv of its own at a pinned version.
+LITELLM_BENCH_VERSION ?= 1.108.7
+LITELLM_VENV := bench/.litellm-venv
+$(LITELLM_VENV)/.installed:
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install --quiet 'litellm[proxy]==$(LITELLM_BENCH_VERSION)'
+	touch $@
+
+bench: $(VENV)/.installed-test services $(LITELLM_VENV)/.installed
 	$(BIN)/python bench/prefix_bench.py
 	$(BIN)/python bench/rawjson_bench.py
 	$(BIN)/python bench/loop_stall.py
 	$(BIN)/python bench/budget_overshoot.py
 	$(BIN)/python bench/gateway_overshoot.py
 	$(BIN)/python bench/key_check.py
+	$(BIN)/python bench/hotpath.py --quick --profile
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

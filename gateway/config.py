@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway import yaml_text
 from gateway.policy.families import FamilyFinding, derive_family
 from gateway.policy.schema import Policy, RouteSettings, Rule, RuleActions
 from gateway.pricing.overrides import PriceOverride
@@ -158,7 +159,7 @@ def load_config(path: Path) -> GatewayConfig:
 def parse_config(text: str, source: str = "<config>") -> GatewayConfig:
     """Validate configuration text; errors carry the source name and line number."""
     try:
-        raw = yaml.safe_load(text) or {}
+        raw = yaml_text.load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
@@ -177,7 +178,7 @@ def parse_config(text: str, source: str = "<config>") -> GatewayConfig:
 
 def _line_of(text: str, loc: tuple[Any, ...]) -> int:
     """The 1-based line of the YAML node at `loc`, or of its nearest existing parent."""
-    node = yaml.compose(text)
+    node = yaml_text.compose(text)
     line = 1
     for part in loc:
         if node is None:

@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
+import certifi
 import httpx
 import pytest
 
 from tests.servers import ServerThread, running
+
+
+def _one_root_bundle() -> str:
+    """A CA bundle with one of certifi's roots, for every HTTP client the tests make.
+
+    Each httpx client (and so each `openai.OpenAI`) loads its CA bundle when it is made:
+    certifi's 150 roots cost 30-100 ms of CPU a client, minutes over the suite, and every
+    test connection is plain HTTP on loopback. Subprocesses inherit it with the environment.
+    """
+    pem = Path(certifi.where()).read_text(encoding="ascii")
+    end = "-----END CERTIFICATE-----"
+    first = pem[pem.index("-----BEGIN CERTIFICATE-----") : pem.index(end) + len(end)]
+    path = Path(tempfile.gettempdir()) / f"farebox-tests-ca-{os.getuid()}.pem"
+    if not path.exists() or path.read_text(encoding="ascii") != first + "\n":
+        partial = path.with_suffix(f".{os.getpid()}")
+        partial.write_text(first + "\n", encoding="ascii")
+        partial.replace(path)  # atomic: xdist workers write the same bytes
+    return str(path)
+
+
+os.environ["SSL_CERT_FILE"] = _one_root_bundle()
 
 
 @pytest.fixture(autouse=True)

@@ -9,10 +9,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
+import yaml
 
 from gateway.server import server_config
 from gateway.settings import Settings
@@ -104,3 +106,20 @@ def wait_ready(
         time.sleep(0.1)
     process.kill()
     raise AssertionError("farebox serve did not become ready")
+
+
+def sim_only_config(into: Path) -> Path:
+    """The embedded default configuration without its litellm route, written to `into`.
+
+    For `farebox serve` tests whose subject is not litellm: the default's `sim-claude`
+    route loads litellm at start (4-6 s of CPU a process, ~200 MB) before /readyz says 200.
+    """
+    from gateway.settings import DEFAULT_CONFIG
+    from gateway.yaml_text import load
+
+    config = load(DEFAULT_CONFIG.read_text(encoding="utf-8"))
+    models = config["models"]
+    config["models"] = {a: r for a, r in models.items() if r.get("provider") != "anthropic"}
+    config["prices"] = {a: p for a, p in config["prices"].items() if a in config["models"]}
+    into.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return into

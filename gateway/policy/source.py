@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from gateway import yaml_text
 from gateway.policy.schema import POLICY_KEYS, Policy
 
 Location = tuple[str | int, ...]
@@ -107,7 +108,7 @@ def validate_policy(raw: Mapping[str, Any]) -> Policy:
     except ValidationError as exc:
         # The data as a YAML tree, only to trim locations: there are no lines to report.
         try:
-            root: yaml.Node | None = yaml.compose(yaml.safe_dump(part))
+            root: yaml.Node | None = yaml_text.compose(yaml.safe_dump(part))
         except yaml.YAMLError:
             root = None
         raise PolicyError("<policy>", _problems(exc, root, with_lines=False)) from exc
@@ -140,8 +141,8 @@ def _yaml_problem(exc: yaml.YAMLError) -> Problem:
 def parse_policy(text: str, source: str = "<policy>") -> tuple[Policy, dict[str, Any]]:
     """Validate the policy keys of configuration text; return the policy and the whole mapping."""
     try:
-        root = yaml.compose(text)
-        raw = yaml.safe_load(text) or {}
+        root = yaml_text.compose(text)
+        raw = yaml_text.load(text) or {}
     except yaml.YAMLError as exc:
         raise PolicyError(source, [_yaml_problem(exc)]) from exc
     if not isinstance(raw, dict):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from gateway import yaml_text
 
 
 class TierTiming(BaseModel):
@@ -135,7 +136,7 @@ def default_config() -> SimConfig:
 def load_config(path: Path) -> SimConfig:
     """Read a SimConfig from a YAML file."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml_text.load(path.read_text(encoding="utf-8")) or {}
     except OSError as exc:
         raise ValueError(f"cannot read simulator config {path}: {exc}") from exc
     if not isinstance(data, dict):

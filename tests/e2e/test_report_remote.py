@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from tests.servers import free_port
+from tests.servers import free_port, sim_only_config
 
 ADMIN_KEY = "farebox-admin-report-remote-0123456789"
 
@@ -77,7 +77,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """`farebox serve` (bundled simulator) with an admin key, after two teams' work."""
     workdir = tmp_path_factory.mktemp("report-remote")
     port = free_port()
+    config = str(sim_only_config(workdir / "sim-only.yaml"))  # litellm is not the subject
     env = _env(FAREBOX_DATA_DIR=str(workdir / "data"), FAREBOX_ADMIN_KEY=ADMIN_KEY)
+    env["FAREBOX_CONFIG"] = config
     log = workdir / "serve.log"  # a file, not a pipe nobody drains while the server logs
     with log.open("wb") as output:
         process = subprocess.Popen(
