@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import free_port, wait_ready
+from tests.servers import free_port, sim_only_config, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_serve_starts_the_simulator_and_the_readme_example_works(
 
 def test_sighup_reloads_the_configuration(tmp_path: Path) -> None:
     config = tmp_path / "farebox.yaml"
-    config.write_text((ROOT / "policies" / "default.yaml").read_text())
+    sim_only_config(config)  # without litellm: reloading is the subject
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
     env.update(
