@@ -32,6 +32,7 @@ MONEY_QUANTUM = Decimal(1).scaleb(-MONEY_SCALE)
 MONEY_LIMIT = Decimal(100_000_000)
 OPEN = "open"
 ABANDONED = "abandoned"
+UNTASKED = "untasked"  # the status of a request without a task id, from its first row
 MAX_OUTCOME_LENGTH = 64
 
 

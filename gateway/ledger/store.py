@@ -27,6 +27,7 @@ from gateway.ledger.records import (
     COST_FIELDS,
     OPEN,
     TOKEN_FIELDS,
+    UNTASKED,
     FinishedTask,
     LedgerEntry,
     RequestRecord,
@@ -119,6 +120,8 @@ def _new_delta(record: RequestRecord) -> dict[str, Any]:
         "first_ttft_ms": None,
         "untasked": False,
     }
+    if is_untasked(record):  # one request without a task id: ended as it is written
+        delta.update(status=UNTASKED, finished_at=record.created_at)
     delta.update({name: 0 for name in ("request_count", *TOKEN_FIELDS)})
     delta.update({name: Decimal(0) for name in COST_FIELDS})
     return delta

@@ -89,8 +89,11 @@ async def finish(
     services.ledger.submit(ledger_record(ctx, booked, attempt=ctx.attempt))
     await quota.book(ctx, services, booked.total, usage.total_tokens, final)
     observe_metrics(services.metrics, ctx, booked)
-    ttl = services.config.tasks.idle_timeout_s * 2
-    ctx.task_cost = await services.state.add_task_cost(ctx.task.task_id, booked.total, ttl)
+    if ctx.task.implicit:  # a task of this request alone: its cost is its attempts' sum
+        ctx.task_cost = (ctx.task_cost or Decimal(0)) + booked.total
+    else:
+        ttl = services.config.tasks.idle_timeout_s * 2
+        ctx.task_cost = await services.state.add_task_cost(ctx.task.task_id, booked.total, ttl)
     if final:
         end_task(ctx, services)
     services.notify(ctx)
@@ -98,10 +101,16 @@ async def finish(
 
 def end_task(ctx: RequestContext, services: Services) -> None:
     """Close the task when this was its last request (`X-Task-Done`), as the last attempt
-    ended: `success`, `failed`, or `untasked` for a request without a task id."""
+    ended: `success` or `failed`.
+
+    A request without a task id costs nothing more: its row is stored `untasked` from the
+    start (no finish to write), and its cost is observed here, not after a ledger round.
+    """
     assert ctx.task is not None
+    if ctx.task.implicit:
+        services.metrics.observe_task(ctx.identity.team, "untasked", ctx.task_cost or Decimal(0))
+        return
     if not ctx.task.done:
         return
     outcome = "success" if ctx.status_code == 200 else "failed"
-    outcome = "untasked" if ctx.task.implicit else outcome  # no task id: not a task
     services.ledger.finish_task(ctx.task.task_id, outcome)
