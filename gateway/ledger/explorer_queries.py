@@ -2,41 +2,44 @@
 
 Each takes an `ExplorerFilter` (the reader's `ReadScope`, a half-open time window and an
 optional model alias) and applies all of it inside the SQL, as `gateway.ledger.queries`
-does. Time buckets are computed by the database (`date_trunc` on PostgreSQL, a prefix of
-the stored UTC text on SQLite) and come back as the same aware UTC datetimes on both.
+does. Sums by team, project, model, backend and tier are read through the rollups
+(`gateway.ledger.explorer_sums`; `use_rollups=False` reads the rows, and the tests compare
+both); time buckets are computed by the database and come back as aware UTC datetimes.
+Prefix verdicts and tasks are not in the rollups: they read `requests` and `tasks`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Executable, and_, exists, func, not_, select
+from sqlalchemy import (
+    ColumnElement,
+    Executable,
+    Numeric,
+    Select,
+    and_,
+    exists,
+    func,
+    literal_column,
+    not_,
+    select,
+    type_coerce,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.ledger.queries import SHARE_QUANTUM, SPEND_GROUPS, percentile, untasked_task
-from gateway.ledger.records import COST_FIELDS, OPEN, TOKEN_FIELDS
-from gateway.ledger.scope import EVERYTHING, ReadScope, request_rows, task_rows
+from gateway.ledger.explorer_sums import UNITS, ExplorerFilter, bucket_start, sums
+from gateway.ledger.queries import SHARE_QUANTUM, percentile, untasked_task
+from gateway.ledger.records import COST_FIELDS, MONEY_QUANTUM, OPEN, TOKEN_FIELDS
+from gateway.ledger.scope import request_rows, task_rows
 from gateway.ledger.store import REQUESTS, TASKS
 
-SERIES_GROUPS = ("team", "project", "model", "backend", "tier")
-# Characters of SQLite's stored text ("2025-03-01 12:34:56.000000") that name the bucket.
-_SQLITE_PREFIX = {"hour": 13, "day": 10}
-_PG_FORMAT = {"hour": "YYYY-MM-DD HH24", "day": "YYYY-MM-DD"}
-_PY_FORMAT = {"hour": "%Y-%m-%d %H", "day": "%Y-%m-%d"}
-
-
-@dataclass(frozen=True, slots=True)
-class ExplorerFilter:
-    """The rows a panel reads: the reader's scope, `since <= t < until`, one model alias."""
-
-    scope: ReadScope = EVERYTHING
-    since: datetime | None = None
-    until: datetime | None = None
-    model: str | None = None
+SERIES_GROUPS = {"team": "team", "project": "project", "model": "model_alias",
+                 "backend": "backend", "tier": "tier_served"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,54 +157,33 @@ def _tasks_where(f: ExplorerFilter, column: Any) -> ColumnElement[bool]:
     return and_(*conditions)
 
 
-def _bucket(dialect: str, unit: str) -> ColumnElement[Any]:
-    """The UTC bucket of a request's `created_at` as text, the same on both databases."""
-    if dialect == "sqlite":
-        return func.substr(REQUESTS.c.created_at, 1, _SQLITE_PREFIX[unit])
-    utc = func.timezone("UTC", REQUESTS.c.created_at)
-    return func.to_char(func.date_trunc(unit, utc), _PG_FORMAT[unit])
-
-
-def _bucket_start(text: str, unit: str) -> datetime:
-    return datetime.strptime(text, _PY_FORMAT[unit]).replace(tzinfo=UTC)
-
-
 async def spend_series(
-    engine: AsyncEngine, by: str, unit: str, f: ExplorerFilter
+    engine: AsyncEngine, by: str, unit: str, f: ExplorerFilter, use_rollups: bool = True
 ) -> list[SeriesPoint]:
     """Requests and cost per `unit` bucket (hour or day) and group, oldest bucket first."""
-    if by not in SERIES_GROUPS or unit not in _SQLITE_PREFIX:
+    if by not in SERIES_GROUPS or unit not in UNITS:
         raise ValueError(f"cannot bucket by {unit!r} and group by {by!r}")
-    group, bucket = SPEND_GROUPS[by], _bucket(engine.dialect.name, unit).label("bucket")
-    statement = (
-        select(
-            bucket,
-            group.label("group"),
-            func.count().label("request_count"),
-            func.sum(REQUESTS.c.cost_total).label("cost_total"),
-        )
-        .where(_requests_where(f))
-        .group_by(bucket, group)
-    )
+    key = SERIES_GROUPS[by]
+    measures = ("request_count", "cost_total")
+    statement = sums(engine.dialect.name, f, [key], measures, unit, use_rollups)
     points = [
-        SeriesPoint(
-            _bucket_start(row.bucket, unit), row.group, int(row.request_count), row.cost_total
-        )
+        SeriesPoint(bucket_start(row.bucket, unit), row[1], int(row.request_count), row.cost_total)
         for row in await _rows(engine, statement)
     ]
     return sorted(points, key=lambda p: (p.start, p.group is None, p.group or ""))
 
 
-async def money_breakdown(engine: AsyncEngine, f: ExplorerFilter) -> Breakdown:
+async def money_breakdown(
+    engine: AsyncEngine, f: ExplorerFilter, use_rollups: bool = True
+) -> Breakdown:
     """Tokens and cost by kind over the selected requests."""
-    sums = [func.sum(REQUESTS.c[name]).label(name) for name in (*TOKEN_FIELDS, *COST_FIELDS)]
-    statement = select(func.count().label("request_count"), *sums).where(_requests_where(f))
-    [row] = await _rows(engine, statement)
+    measures = ("request_count", *TOKEN_FIELDS, *COST_FIELDS)
+    [row] = await _rows(engine, sums(engine.dialect.name, f, [], measures, None, use_rollups))
     tokens = {name: int(getattr(row, name) or 0) for name in TOKEN_FIELDS}
     cost = {name.removeprefix("cost_"): getattr(row, name) or Decimal(0) for name in COST_FIELDS}
     total = cost["total"]
     return Breakdown(
-        request_count=int(row.request_count),
+        request_count=int(row.request_count or 0),
         tokens=tokens,
         cost=cost,
         output_share=share(cost["output"], total),
@@ -210,26 +192,18 @@ async def money_breakdown(engine: AsyncEngine, f: ExplorerFilter) -> Breakdown:
     )
 
 
-async def cache_use(engine: AsyncEngine, f: ExplorerFilter) -> list[CacheUse]:
+async def cache_use(
+    engine: AsyncEngine, f: ExplorerFilter, use_rollups: bool = True
+) -> list[CacheUse]:
     """Cache reads per model and tier served, the ones with any first."""
-    model, tier = REQUESTS.c.model_alias, REQUESTS.c.tier_served
-    statement = (
-        select(
-            model.label("model"),
-            tier.label("tier"),
-            func.count().label("requests"),
-            func.sum(REQUESTS.c.prompt_tokens).label("prompt_tokens"),
-            func.sum(REQUESTS.c.cached_tokens).label("cached_tokens"),
-            func.sum(REQUESTS.c.cost_cached).label("cost_cached"),
-        )
-        .where(_requests_where(f))
-        .group_by(model, tier)
-    )
+    measures = ("request_count", "prompt_tokens", "cached_tokens", "cost_cached")
+    keys = ("model_alias", "tier_served")
+    statement = sums(engine.dialect.name, f, keys, measures, None, use_rollups)
     found = [
         CacheUse(
-            row.model,
-            row.tier,
-            int(row.requests),
+            row.model_alias,
+            row.tier_served,
+            int(row.request_count or 0),
             int(row.prompt_tokens or 0),
             int(row.cached_tokens or 0),
             row.cost_cached or Decimal(0),
@@ -291,28 +265,53 @@ def _add(totals: dict[str, list[Any]], key: str, *values: Any) -> None:
 
 async def outcome_stats(engine: AsyncEngine, f: ExplorerFilter) -> list[OutcomeStats]:
     """Cost per ended task by team and outcome (abandoned ones on lines of their own),
-    over tasks that ended in the window (by `finished_at`)."""
-    statement = select(TASKS.c.team, TASKS.c.status, TASKS.c.cost_total).where(
-        TASKS.c.status != OPEN, _tasks_where(f, TASKS.c.finished_at)
-    )
-    groups: dict[tuple[str | None, str], list[Decimal]] = {}
-    for row in await _rows(engine, statement):
-        groups.setdefault((row.team, row.status), []).append(row.cost_total)
-    stats = []
-    for (team, outcome), costs in groups.items():
-        costs.sort()
-        stats.append(
-            OutcomeStats(
-                team,
-                outcome,
-                len(costs),
-                sum(costs, Decimal(0)),
-                percentile(costs, 50),
-                percentile(costs, 95),
-                costs[-1],
-            )
-        )
+    over tasks that ended in the window (by `finished_at`). PostgreSQL computes the
+    percentiles (`percentile_disc` is the nearest rank); SQLite has no such aggregate, so
+    its rows are sorted here."""
+    covered = and_(TASKS.c.status != OPEN, _tasks_where(f, TASKS.c.finished_at))
+    if engine.dialect.name == "postgresql":
+        stats = [_from_sql(row) for row in await _rows(engine, _outcome_select(covered))]
+    else:
+        statement = select(TASKS.c.team, TASKS.c.status, TASKS.c.cost_total).where(covered)
+        groups: dict[tuple[str | None, str], list[Decimal]] = {}
+        for row in await _rows(engine, statement):
+            groups.setdefault((row.team, row.status), []).append(row.cost_total)
+        stats = [
+            _from_costs(team, outcome, sorted(costs)) for (team, outcome), costs in groups.items()
+        ]
     return sorted(stats, key=lambda s: (s.team is None, s.team or "", s.outcome))
+
+
+def _from_costs(team: str | None, outcome: str, costs: list[Decimal]) -> OutcomeStats:
+    total = sum(costs, Decimal(0))
+    p50, p95 = percentile(costs, 50), percentile(costs, 95)
+    return OutcomeStats(team, outcome, len(costs), total, p50, p95, costs[-1])
+
+
+def _outcome_select(covered: ColumnElement[bool]) -> Select[Any]:
+    cost = TASKS.c.cost_total
+    fractions: ColumnElement[Any] = literal_column("ARRAY[0.5, 0.95]::float8[]")
+    spread = type_coerce(
+        func.percentile_disc(fractions).within_group(cost), ARRAY(Numeric(asdecimal=True))
+    )
+    return (
+        select(
+            TASKS.c.team,
+            TASKS.c.status,
+            func.count().label("tasks"),
+            func.sum(cost).label("cost_total"),
+            spread.label("spread"),
+            func.max(cost).label("cost_max"),
+        )
+        .where(covered)
+        .group_by(TASKS.c.team, TASKS.c.status)
+    )
+
+
+def _from_sql(row: Any) -> OutcomeStats:
+    p50, p95 = (Decimal(value).quantize(MONEY_QUANTUM) for value in row.spread)
+    return OutcomeStats(row.team, row.status, int(row.tasks), row.cost_total, p50, p95,
+                        row.cost_max)  # fmt: skip
 
 
 async def top_tasks(engine: AsyncEngine, f: ExplorerFilter, limit: int) -> list[TopTask]:
@@ -327,19 +326,16 @@ async def top_tasks(engine: AsyncEngine, f: ExplorerFilter, limit: int) -> list[
     return [TopTask(**row._asdict()) for row in await _rows(engine, statement)]
 
 
-async def hourly_tokens(engine: AsyncEngine, f: ExplorerFilter) -> dict[datetime, tuple[int, int]]:
+async def hourly_tokens(
+    engine: AsyncEngine, f: ExplorerFilter, use_rollups: bool = True
+) -> dict[datetime, tuple[int, int]]:
     """Uncached input and output tokens per UTC hour (what a GPU had to compute)."""
-    bucket = _bucket(engine.dialect.name, "hour").label("bucket")
-    statement = (
-        select(
-            bucket,
-            func.sum(REQUESTS.c.prompt_tokens - REQUESTS.c.cached_tokens).label("input"),
-            func.sum(REQUESTS.c.completion_tokens).label("output"),
-        )
-        .where(_requests_where(f))
-        .group_by(bucket)
-    )
+    measures = ("prompt_tokens", "cached_tokens", "completion_tokens")
+    statement = sums(engine.dialect.name, f, [], measures, "hour", use_rollups)
     return {
-        _bucket_start(row.bucket, "hour"): (int(row.input or 0), int(row.output or 0))
+        bucket_start(row.bucket, "hour"): (
+            int(row.prompt_tokens or 0) - int(row.cached_tokens or 0),
+            int(row.completion_tokens or 0),
+        )
         for row in await _rows(engine, statement)
     }

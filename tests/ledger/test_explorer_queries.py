@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.ledger import LedgerWriter, WriterConfig, make_engine, migrate
 from gateway.ledger.explorer_queries import (
+    SERIES_GROUPS,
     BreakCause,
     CacheUse,
     ExplorerFilter,
@@ -30,6 +31,7 @@ from gateway.ledger.explorer_queries import (
     spend_series,
     top_tasks,
 )
+from gateway.ledger.explorer_sums import UNITS
 from gateway.ledger.scope import ReadScope
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -227,3 +229,28 @@ async def test_hourly_tokens_a_gpu_computed(loaded: AsyncEngine) -> None:
 async def test_an_unknown_grouping_is_refused(loaded: AsyncEngine) -> None:
     with pytest.raises(ValueError, match="group by 'step'"):
         await spend_series(loaded, "step", "hour", ALL)
+
+
+WINDOWS = [
+    ExplorerFilter(),
+    ExplorerFilter(since=T0 + 7 * MIN, until=T0 + DAY + 75 * MIN),  # partial hours at both ends
+    ExplorerFilter(since=T0 + 30 * MIN),
+    ExplorerFilter(until=T0 + 65 * MIN),
+    ExplorerFilter(since=T0 - DAY, until=T0 + 2 * DAY),  # whole days from the daily rollup
+    ExplorerFilter(scope=ReadScope(team="beta"), model="smart"),
+    ExplorerFilter(scope=ReadScope(team="alpha", project="web"), since=T0 + MIN),
+    ExplorerFilter(scope=ReadScope(caller="key_1")),  # the rollups do not key callers: rows
+]
+
+
+@pytest.mark.parametrize("f", WINDOWS)
+async def test_rollups_and_rows_give_the_same_numbers(
+    loaded: AsyncEngine, f: ExplorerFilter
+) -> None:
+    for unit in UNITS:
+        for by in SERIES_GROUPS:
+            rolled = await spend_series(loaded, by, unit, f)
+            assert rolled == await spend_series(loaded, by, unit, f, use_rollups=False), (by, unit)
+    assert await money_breakdown(loaded, f) == await money_breakdown(loaded, f, use_rollups=False)
+    assert await cache_use(loaded, f) == await cache_use(loaded, f, use_rollups=False)
+    assert await hourly_tokens(loaded, f) == await hourly_tokens(loaded, f, use_rollups=False)
