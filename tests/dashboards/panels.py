@@ -17,7 +17,7 @@ DASHBOARDS = sorted((ROOT / "dashboards" / "grafana").glob("*.json"))
 DATASOURCES = sorted((ROOT / "dashboards" / "provisioning" / "datasources").glob("*.yml"))
 PROVIDERS = sorted((ROOT / "dashboards" / "provisioning" / "dashboards").glob("*.yml"))
 RULES = ROOT / "dashboards" / "alerts" / "farebox.rules.yml"
-RULE_TESTS = sorted((ROOT / "dashboards" / "alerts").glob("*.test.yml"))
+RULE_TESTS = sorted((ROOT / "dashboards" / "alerts" / "tests").glob("*.test.yml"))
 
 # Grafana's own variables; any other `$name` must be a template variable of the dashboard.
 BUILT_IN = {"__range", "__rate_interval", "__interval", "__timeFilter", "__timeGroupAlias"}
