@@ -16,7 +16,7 @@ UV_VERSION ?= 0.13.9
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 INSTALL_TOOL := $(if $(filter pip,$(INSTALLER)),$(BIN)/python,$(BIN)/uv)
 
-.PHONY: run test check lint typecheck unit bench fuzz services clean chromium screenshots
+.PHONY: run test check lint typecheck unit bench fuzz services clean chromium prometheus screenshots
 
 $(BIN)/python:
 	@echo "farebox: creating the virtual environment $(VENV) with $(PYTHON)"
@@ -58,6 +58,10 @@ services:
 chromium:
 	@bash .ci/chromium
 
+# Debian's Prometheus and promtool, for tests/dashboards (.ci/prometheus; fails if it cannot).
+prometheus:
+	@bash .ci/prometheus
+
 # A PNG of each view of the cost explorer (/ui) after a small workload, in docs/screenshots.
 screenshots: $(VENV)/.installed-test chromium
 	$(BIN)/python -m tests.e2e.explorer_workload --screenshots docs/screenshots
@@ -67,7 +71,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/mypy
 
 # Four workers, each test file on one of them (files share their servers and fixtures).
-test: $(VENV)/.installed-test services chromium lint
+test: $(VENV)/.installed-test services chromium prometheus lint
 	$(BIN)/pytest -q -n 4 --dist loadfile
 
 unit: $(VENV)/.installed-test
