@@ -10,6 +10,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from html.parser import HTMLParser
 
@@ -89,9 +90,11 @@ def work(sim_server: ServerThread, tmp_path_factory: pytest.TempPathFactory) -> 
 def pages(work: Workload) -> dict[str, Page]:
     """Each view, rendered once, in one browser."""
     admin, alpha = work.keys["admin"], work.keys["alpha"]
+    today = datetime.now(UTC).date()  # a from/to window of whole days holds the workload
+    yesterday = today - timedelta(days=1)
     urls = {
         "overview": f"{work.url}/ui?view=overview#key={admin}",
-        "tasks": f"{work.url}/ui?view=tasks#key={admin}",
+        "tasks": f"{work.url}/ui?view=tasks&from={yesterday}&to={today}#key={admin}",
         "task": f"{work.url}/ui?view=task&task=alpha-release#key={admin}",
         "alpha": f"{work.url}/ui?view=overview&range=7d&by=team#key={alpha}",  # by day
         "no key": f"{work.url}/ui?view=overview",

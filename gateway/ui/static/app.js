@@ -16,6 +16,7 @@ const COMPONENTS = [
 const COLORS = ["#2a6df4", "#e8590c", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599", "#c92a2a", "#5c7cfa"];
 
 const params = new URLSearchParams(location.search);
+const FORM_FIELDS = ["range", "from", "to", "team", "project", "model", "by"];
 const state = {
   view: ["overview", "tasks", "task"].includes(params.get("view")) ? params.get("view") : "overview",
   range: params.get("range") in RANGES || params.get("range") === "all" ? params.get("range") : "24h",
@@ -24,7 +25,11 @@ const state = {
   model: params.get("model") || "",
   by: params.get("by") || "team",
   task: params.get("task") || "",
+  // From/to dates (UTC, both days included) override the range.
+  from: /^\d{4}-\d{2}-\d{2}$/.test(params.get("from") || "") ? params.get("from") : "",
+  to: /^\d{4}-\d{2}-\d{2}$/.test(params.get("to") || "") ? params.get("to") : "",
 };
+const DAY_MS = 24 * 3600e3;
 
 // A key in the fragment (#key=...) is moved to sessionStorage and out of the address bar.
 function takeKeyFromFragment() {
@@ -61,11 +66,20 @@ function count(value) {
   return value === null || value === undefined ? "–" : Number(value).toLocaleString("en-US");
 }
 
+// The window in ms since the epoch: [since or null, until or null].
+function window_() {
+  if (state.from || state.to) {
+    return [state.from ? Date.parse(state.from + "T00:00:00Z") : null,
+      state.to ? Date.parse(state.to + "T00:00:00Z") + DAY_MS : null];
+  }
+  return [state.range === "all" ? null : Date.now() - RANGES[state.range] * 3600e3, null];
+}
+
 function filters() {
   const query = {};
-  if (state.range !== "all") {
-    query.since = new Date(Date.now() - RANGES[state.range] * 3600e3).toISOString();
-  }
+  const [since, until] = window_();
+  if (since !== null) query.since = new Date(since).toISOString();
+  if (until !== null) query.until = new Date(until).toISOString();
   for (const name of ["team", "project", "model"]) if (state[name]) query[name] = state[name];
   return query;
 }
@@ -152,7 +166,8 @@ function chart(section, title, xs, series, step) {
 
 async function loadSpend() {
   const section = panel("spend");
-  const bucket = state.range === "1h" || state.range === "24h" ? "hour" : "day";
+  const [since, until] = window_();
+  const bucket = since !== null && (until ?? Date.now()) - since <= 2 * DAY_MS ? "hour" : "day";
   const doc = await api("/v1/explorer/spend", { ...filters(), by: state.by, bucket });
   const starts = [...new Set(doc.data.map((p) => p.start))].sort();
   const shown = doc.groups.slice(0, COLORS.length).map((g) => g.group);
@@ -212,8 +227,9 @@ async function loadCache() {
 async function loadGpu() {
   const section = panel("gpu");
   const query = filters();
-  if (!query.since || RANGES[state.range] > 167) {
-    query.since = new Date(Date.now() - 167 * 3600e3).toISOString(); // the panel's limit: 168 hours
+  const end = query.until ? Date.parse(query.until) - 1 : Date.now();
+  if (!query.since || end - Date.parse(query.since) > 167 * 3600e3) {
+    query.since = new Date(end - 167 * 3600e3).toISOString(); // the panel's limit: 168 hours
   }
   const doc = await api("/v1/explorer/gpu", query);
   const xs = doc.data.length ? doc.data[0].hours.map((h) => Date.parse(h.start) / 1000) : [];
@@ -310,11 +326,11 @@ function fail(names, error) {
 
 function setUpForms() {
   const form = document.getElementById("filters");
-  for (const name of ["range", "team", "project", "model", "by"]) form.elements[name].value = state[name];
+  for (const name of FORM_FIELDS) form.elements[name].value = state[name];
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const query = new URLSearchParams({ view: state.view === "task" ? "tasks" : state.view });
-    for (const name of ["range", "team", "project", "model", "by"]) {
+    for (const name of FORM_FIELDS) {
       if (form.elements[name].value) query.set(name, form.elements[name].value);
     }
     location.search = query.toString();
