@@ -38,6 +38,7 @@ from gateway.ledger.reads import bounded_engine
 from gateway.loopwatch import LoopWatch
 from gateway.metrics import Metrics
 from gateway.metrics_server import MetricsServer
+from gateway.otel import open_tracing
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
 from gateway.reloader import ConfigReloader
@@ -65,6 +66,9 @@ def create_app(
     # Reload reads the file the configuration came from; an in-memory one has none.
     source = settings.config_path() if config is None or settings.config else None
     config = config if config is not None else load_config(settings.config_path())
+    tracing = open_tracing(settings)  # None unless FAREBOX_OTLP_ENDPOINT: no OTel SDK loaded
+    if tracing is not None:
+        observers = [*(observers or []), tracing.observe]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
@@ -120,6 +124,8 @@ def create_app(
     app.add_middleware(InFlightMiddleware, in_flight=app.state.in_flight)
     # Outermost of all: every answer below, errors included, carries `x-request-id`.
     app.add_middleware(RequestIdMiddleware)
+    if tracing is not None:  # outside the request id: the span covers the whole answer
+        app.add_middleware(type(tracing).middleware(), tracing=tracing)
     return app
 
 

@@ -93,6 +93,17 @@ class Settings(BaseSettings):
     ledger_retention_days: int | None = Field(
         default=None, ge=1, description="Forget ledger days older than this (whole partitions)."
     )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector (e.g. http://127.0.0.1:4318); unset: no traces.",
+    )
+    otlp_headers: SecretStr | None = Field(
+        default=None, description="Headers of the OTLP export, `k=v,k2=v2` (e.g. an API key)."
+    )
+    otlp_flush_interval_s: float = Field(
+        default=5.0, gt=0, description="How often buffered spans are exported."
+    )
+    otel_service_name: str = Field(default="farebox", description="service.name of the spans.")
     shutdown_grace_s: float = Field(
         default=30.0, ge=0, description="On SIGTERM, how long in-flight requests may finish."
     )

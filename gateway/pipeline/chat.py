@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from gateway.http_headers import safe_headers
+from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.context import RequestContext
@@ -103,7 +104,7 @@ def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:
     parsed = ctx.forwarded_body()
     call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
     call.timeouts = route_timeouts(ctx, services)
-    call.extra_headers = dict(ctx.upstream_headers)
+    call.extra_headers = {**ctx.upstream_headers, **upstream_trace_headers()}  # {} when off
     return call
 
 
