@@ -31,6 +31,7 @@ from gateway.errors import (
     ModelNotFoundError,
 )
 from gateway.http_headers import safe_headers
+from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.chat import apply_task_policy, first_event, route_timeouts
@@ -190,11 +191,12 @@ def _build_call(ctx: MessagesContext, services: Services) -> UpstreamCall:
     edits = native_edits(ctx.edits, ctx.body)
     body = ctx.raw_body
     if edits:
-        body = patch_object(body, edits.set_fields, edits.remove)
+        body = patch_object(body, edits.set_fields, edits.remove, trusted=True)  # parsed
     parsed = {k: v for k, v in ctx.body.items() if k not in edits.remove} | edits.set_fields
     call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
     call.timeouts = route_timeouts(ctx, services)
     call.extra_headers = upstream_headers(ctx.headers, ctx.upstream_headers, call.api_key)
+    call.extra_headers.update(upstream_trace_headers())  # a traceparent when tracing is on
     return call
 
 

@@ -28,6 +28,11 @@ from tests.e2e.conftest import GatewayFactory
 POLICY = """
 models:
   chat: {{provider: openai, model: sim-chat, base_url: "{sim}/v1", family: vllm}}
+  claude:
+    provider: anthropic
+    model: claude-sim
+    base_url: "{sim}"
+    api_key_env: FAREBOX_TEST_ANTHROPIC_KEY
 rules:
   - name: flex-first
     match: {{model: chat}}
@@ -39,6 +44,8 @@ routing:
     fallbacks:
       - {{from_tier: flex, statuses: [429], tier: standard}}
     retry: {{attempts: 0}}
+  claude:
+    capabilities: {{supports_reasoning: true}}
 prices:
   chat: {{base: claude-sonnet-4-5}}
 """
@@ -175,6 +182,24 @@ def test_spans_carry_genai_attributes_in_the_clients_trace_with_one_per_attempt(
     [streamed] = [s for s in collector.spans if s.trace_id.hex() != TRACE_ID
                   and s.kind == Span.SPAN_KIND_CLIENT]  # fmt: skip
     assert attributes(streamed)["farebox.time_to_first_token_ms"] >= 0
+
+    # Anthropic's Messages inbound is traced the same way, its attempt's id sent upstream.
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    reply = httpx.post(
+        f"{gateway.server.url}/v1/messages",
+        headers={"anthropic-version": "2023-06-01", "x-api-key": "k",
+                 "traceparent": f"00-{trace_id}-b7ad6b7169203331-01"},
+        json={"model": "claude", "max_tokens": 64,
+              "messages": [{"role": "user", "content": "Hi"}]},
+        timeout=30,
+    )  # fmt: skip
+    assert reply.status_code == 200, reply.text
+    [server, attempt] = sorted(wait_for(collector, trace_id, 2), key=lambda s: s.kind)
+    assert server.parent_span_id.hex() == "b7ad6b7169203331"
+    assert attempt.parent_span_id == server.span_id
+    assert attributes(attempt)["gen_ai.provider.name"] == "anthropic"
+    upstream = sim.requests()[-1]["headers"]["traceparent"]  # type: ignore[index]
+    assert upstream == f"00-{trace_id}-{attempt.span_id.hex()}-01"
 
 
 OFF = """
