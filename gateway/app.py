@@ -60,8 +60,13 @@ def create_app(
     config: GatewayConfig | None = None,
     observers: list[Observer] | None = None,
     on_ready: Callable[[Services], None] | None = None,
+    sim_url: str | None = None,
 ) -> FastAPI:
-    """The gateway app; the config is read from `settings` unless given."""
+    """The gateway app; the config is read from `settings` unless given.
+
+    `sim_url`: a simulator already running (`farebox serve --workers`), used instead of
+    starting one when the config needs it.
+    """
     settings = settings or Settings()
     # Reload reads the file the configuration came from; an in-memory one has none.
     source = settings.config_path() if config is None or settings.config else None
@@ -73,7 +78,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         async with AsyncExitStack() as stack:
-            services = await _build_services(stack, settings, config, observers or [])
+            services = await _build_services(stack, settings, config, observers or [], sim_url)
             app.state.services = services  # for tests and the CLI banner
             services.metrics.in_flight.set_function(lambda: len(app.state.in_flight))
             # In the background: the port opens now, /readyz says `warming` until it is done.
@@ -130,10 +135,14 @@ def create_app(
 
 
 async def _build_services(
-    stack: AsyncExitStack, settings: Settings, config: GatewayConfig, observers: list[Observer]
+    stack: AsyncExitStack,
+    settings: Settings,
+    config: GatewayConfig,
+    observers: list[Observer],
+    sim_url: str | None = None,
 ) -> Services:
-    sim_base_url = None
-    if config.uses_simulator:
+    sim_base_url = sim_url if config.uses_simulator else None
+    if config.uses_simulator and sim_base_url is None:
         sim = await start_embedded_sim(settings.host, settings.sim_port)
         stack.push_async_callback(sim.stop)
         sim_base_url = sim.base_url

@@ -130,14 +130,23 @@ def serve(
     allow_open: Annotated[
         bool, typer.Option(help="Serve in open mode (no admin key) on a non-loopback address.")
     ] = False,
+    workers: Annotated[
+        int | None, typer.Option(help="Gateway processes on the port (FAREBOX_WORKERS).", min=1)
+    ] = None,
+    per_worker_state: Annotated[
+        bool | None,
+        typer.Option(help="Allow --workers > 1 without FAREBOX_REDIS_URL (state per worker)."),
+    ] = None,
 ) -> None:
     """Start the gateway."""
     from gateway.app import create_app
     from gateway.drain import DrainingServer
     from gateway.preflight import PreflightError, bind, check_ledger
     from gateway.server import server_config
+    from gateway.workers import Supervisor, workers_refusal
 
-    given = {"host": host, "port": port, "config": config}
+    given = {"host": host, "port": port, "config": config, "workers": workers}
+    given["per_worker_state"] = per_worker_state
     overrides = {k: v for k, v in given.items() if v is not None}  # --port 0: any free port
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
@@ -145,7 +154,7 @@ def serve(
         reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         err.print(f"[red]farebox: invalid settings: {reasons}[/]")
         raise typer.Exit(2) from None
-    refusal = open_bind_refusal(settings, allow_open)
+    refusal = open_bind_refusal(settings, allow_open) or workers_refusal(settings)
     if refusal is not None:
         err.print(f"[red]farebox: {refusal}[/]")
         raise typer.Exit(2)
@@ -163,6 +172,9 @@ def serve(
         err.print(f"farebox: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     settings = settings.model_copy(update={"port": listener.getsockname()[1]})  # for --port 0
+    if settings.workers > 1:  # forked on the one socket (gateway.workers)
+        supervisor = Supervisor(settings, gateway_config, listener, on_ready=_banner(settings))
+        raise typer.Exit(supervisor.run())
     application = create_app(settings, gateway_config, on_ready=_banner(settings))
     server = server_config(application, settings)
     DrainingServer(server, application.state.in_flight, settings.shutdown_grace_s).run(

@@ -37,7 +37,12 @@ class EmbeddedSim:
         await self.task
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_sim(host: str, port: int = 0) -> socket.socket:
+    """The simulator's socket, bound (port 0 picks a free one); `serve_sim` serves it.
+
+    Apart so that `farebox serve --workers N` binds it once, before forking, and hands
+    its URL to every worker.
+    """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -47,10 +52,14 @@ def _bind(host: str, port: int) -> socket.socket:
 
 async def start_embedded_sim(host: str, port: int = 0) -> EmbeddedSim:
     """Start the simulator with its default models; port 0 picks a free one."""
+    return await serve_sim(bind_sim(host, port))
+
+
+async def serve_sim(sock: socket.socket) -> EmbeddedSim:
+    """Serve the simulator with its default models on `sock` (from `bind_sim`)."""
     from gateway.sim.app import create_sim_app
     from gateway.sim.config import default_config
 
-    sock = _bind(host, port)
     app = create_sim_app(default_config())
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     server = _NoSignalServer(config)
@@ -59,5 +68,5 @@ async def start_embedded_sim(host: str, port: int = 0) -> EmbeddedSim:
         if task.done():
             await task  # re-raises the start-up failure
         await asyncio.sleep(0.01)
-    bound_port = sock.getsockname()[1]
+    host, bound_port = sock.getsockname()[:2]
     return EmbeddedSim(f"http://{host}:{bound_port}/v1", server, task)

@@ -7,11 +7,13 @@ tiers and kinds are fixed sets, and free-form values (teams from a header) are c
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
@@ -21,6 +23,7 @@ CHECK_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 # The loop's lag: no request should hold it more than 20 ms.
 LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 TASK_COST_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set by gateway.workers for its workers
 TOKEN_KINDS = ("input", "cached", "cache_write", "output", "reasoning")
 BREAKER_STATES = ("closed", "open", "half_open")
 
@@ -191,10 +194,14 @@ class Metrics:
             "farebox_ledger_rows",
             "Ledger rows written, waiting in memory, or in the spool.",
             ["state"],
+            multiprocess_mode="livesum",
             registry=r,
         )
         self.ledger_failures = Gauge(
-            "farebox_ledger_flush_failures", "Failed ledger flushes since start.", registry=r
+            "farebox_ledger_flush_failures",
+            "Failed ledger flushes since start.",
+            multiprocess_mode="livesum",
+            registry=r,
         )
         self.ledger_rejected = Counter(
             "farebox_ledger_rows_rejected",
@@ -219,6 +226,7 @@ class Metrics:
         self.shared_state_degraded = Gauge(
             "farebox_state_degraded",
             "1 while Redis is unreachable and shared state is per-process, else 0.",
+            multiprocess_mode="livemax",
             registry=r,
         )
         self.shared_state_fallbacks = Counter(
@@ -261,17 +269,20 @@ class Metrics:
             "farebox_circuit_breaker_state",
             "1 for the state each upstream's circuit breaker is in (closed, open, half_open).",
             ["upstream", "state"],
+            multiprocess_mode="livemax",
             registry=r,
         )
         self.in_flight = Gauge(
             "farebox_http_requests_in_flight",
             "HTTP requests in progress (a scrape on the API port counts itself).",
+            multiprocess_mode="livesum",
             registry=r,
         )
         self.gpu_cost_per_hour = Gauge(
             "farebox_gpu_cost_per_hour_usd",
             "GPU-priced models: what the whole deployment costs per hour, from the prices.",
             ["model"],
+            multiprocess_mode="livemax",
             registry=r,
         )
 
@@ -295,7 +306,8 @@ class Metrics:
 
     def observe_gpu_prices(self, hourly: Mapping[str, Decimal]) -> None:
         """Publish each GPU-priced model's hourly cost, at scrape time (prices reload)."""
-        self.gpu_cost_per_hour.clear()  # a model a reload removed leaves the dashboards
+        if not os.environ.get(MULTIPROC_ENV):  # which cannot clear (a worker's file stays)
+            self.gpu_cost_per_hour.clear()  # a model a reload removed leaves the dashboards
         for model, cost in hourly.items():
             self.gpu_cost_per_hour.labels(model).set(float(cost))
 
@@ -316,5 +328,18 @@ class Metrics:
         self.task_cost.labels(team=self.team(team), outcome=outcome[:32]).observe(float(cost))
 
     def render(self) -> bytes:
-        """The exposition text for GET /metrics."""
+        """The exposition text for GET /metrics: every worker's sums under `--workers`."""
+        if os.environ.get(MULTIPROC_ENV):
+            return render_workers()
         return generate_latest(self.registry)
+
+
+def render_workers() -> bytes:
+    """The sums of every worker's metrics (`farebox serve --workers N`, gateway.workers).
+
+    Counters and histograms add up; each gauge says how (`multiprocess_mode`: backlogs
+    and requests in flight add up, a flag or a breaker state takes the highest worker).
+    """
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)
+    return generate_latest(registry)

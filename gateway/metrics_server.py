@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import Receive, Scope, Send
 
 from gateway.api.metrics import observe_at_scrape
+from gateway.metrics import render_workers
 from gateway.services import Services
 
 
@@ -29,9 +30,12 @@ class _Server(uvicorn.Server):
 
 
 class MetricsServer:
-    """Serve `/metrics` of `services` on host:port until the context exits."""
+    """Serve `/metrics` of `services` on host:port until the context exits.
 
-    def __init__(self, services: Services, host: str, port: int) -> None:
+    Without services (the parent of `farebox serve --workers N`): every worker's sums.
+    """
+
+    def __init__(self, services: Services | None, host: str, port: int) -> None:
         self.services = services
         self.host = host
         self.port = port
@@ -54,6 +58,8 @@ class MetricsServer:
             status, body, kind = 404, b"only /metrics is served on this port\n", "text/plain"
         elif scope["method"] not in ("GET", "HEAD"):
             status, body, kind = 405, b"GET /metrics\n", "text/plain"
+        elif self.services is None:  # the supervisor of `--workers`: their sums
+            body = render_workers()
         else:
             observe_at_scrape(self.services)
             body = self.services.metrics.render()

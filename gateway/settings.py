@@ -153,6 +153,14 @@ class Settings(BaseSettings):
         default=None, description="Serve /metrics (no key) on this port of metrics_host too."
     )
     metrics_host: str = "127.0.0.1"
+    workers: int = Field(
+        default=1, ge=1, description="Gateway processes on the one port (farebox serve)."
+    )
+    per_worker_state: bool = Field(
+        default=False,
+        description="Allow workers > 1 without redis_url: budgets, rate limits and task "
+        "totals are then counted in each worker apart.",
+    )
     data_dir: Path = Field(
         default_factory=default_data_dir,
         description="The SQLite ledger (farebox.db) and the spool; default: "

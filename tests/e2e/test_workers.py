@@ -1,0 +1,140 @@
+"""`farebox serve --workers 2`: both workers serve the openai SDK, /metrics sums them, and
+SIGTERM drains both, books every request and leaves no process or metrics file behind.
+
+Which worker accepts a connection is the kernel's choice, so the test makes it: with one
+worker stopped (SIGSTOP) the other accepts every new connection, then the other way round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.redis_service import require_redis
+from tests.servers import free_port, wait_ready
+
+CONFIG = """\
+models:
+  chat:
+    provider: openai
+    model: sim-chat
+    base_url: sim
+    family: vllm
+prices:
+  chat: {input: 1, output: 2}
+"""
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+
+
+def _workers(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(child) for child in children]
+
+
+def _requests_total(text: str) -> float:
+    """The sum of farebox_requests_total over every label set."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "farebox_requests"
+        for sample in family.samples
+        if sample.name == "farebox_requests_total"
+    )
+
+
+def _calls(port: int, whole: int, streamed: int) -> None:
+    """`whole` and `streamed` chat calls on one new connection, through the openai SDK."""
+    with openai.OpenAI(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0, timeout=30
+    ) as client:
+        for _ in range(whole):
+            reply = client.chat.completions.create(model="chat", messages=HI, max_tokens=8)
+            assert reply.choices[0].message.content
+        for _ in range(streamed):
+            stream = client.chat.completions.create(
+                model="chat",
+                messages=HI,
+                max_tokens=8,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            assert any(chunk.usage for chunk in stream)
+
+
+@contextlib.contextmanager
+def _only(worker: int, everyone: list[int]) -> Iterator[None]:
+    """Stop every worker but `worker` for the block: new connections can only go to it."""
+    stopped = [pid for pid in everyone if pid != worker]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+
+
+def _serve(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int, Path]:
+    (tmp_path / "farebox.yaml").write_text(CONFIG)
+    port, metrics_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
+    env.update(
+        FAREBOX_CONFIG=str(tmp_path / "farebox.yaml"),
+        FAREBOX_DATA_DIR=str(tmp_path / "data"),
+        FAREBOX_REDIS_URL=require_redis(),
+        FAREBOX_METRICS_PORT=str(metrics_port),
+        FAREBOX_LOG_LEVEL="warning",
+    )
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--port", str(port), "--workers", "2"],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    wait_ready(port, process)
+    return process, port, metrics_port, log
+
+
+def test_two_workers_serve_sum_their_metrics_and_drain_on_sigterm(tmp_path: Path) -> None:
+    process, port, metrics_port, log = _serve(tmp_path)
+    try:
+        workers = _workers(process.pid)
+        assert len(workers) == 2
+        with _only(workers[0], workers):
+            _calls(port, whole=3, streamed=1)
+        with _only(workers[1], workers):
+            _calls(port, whole=2, streamed=1)
+        for _ in range(4):  # whichever worker answers, and the supervisor's metrics port
+            scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            assert _requests_total(scraped) == 7
+        scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        assert _requests_total(scraped) == 7
+        banner = log.read_text()
+        assert "workers: 2" in banner and "shared through Redis" in banner
+        metrics_dir = Path(banner.split("metrics summed from ", 1)[1].split()[0])
+        assert len(list(metrics_dir.glob("counter_*.db"))) == 2  # one file per worker
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert not metrics_dir.exists()
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    with sqlite3.connect(tmp_path / "data" / "farebox.db") as ledger:
+        (rows,) = ledger.execute("SELECT count(*) FROM requests").fetchone()
+    assert rows == 7  # both workers' writers flushed before they exited
