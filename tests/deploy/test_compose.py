@@ -124,7 +124,7 @@ def test_every_reference_resolves() -> None:
             source = _bind_source(volume)
             if source is None:
                 assert volume.split(":")[0] in volumes, (name, volume)
-            elif DEPLOY in source.parents:  # dashboards/ is checked with its own files
+            else:
                 assert source.exists(), (name, volume)
 
 
@@ -197,3 +197,25 @@ def test_the_commented_vllm_service_is_valid_once_uncommented() -> None:
     assert vllm["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     assert "hf-cache" in document["volumes"]
     strict_parse(document)
+
+
+def test_grafana_gets_what_the_dashboards_provisioning_reads() -> None:
+    """dashboards/ (docs/dashboards.md) is mounted where its own files expect it."""
+    grafana = load()["services"]["grafana"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in grafana["volumes"]}
+    provisioning = DEPLOY / mounts["/etc/grafana/provisioning"]
+    wanted: set[str] = set()
+    for source in (provisioning / "datasources").glob("*.yml"):
+        wanted |= set(re.findall(r"\$\{(\w+)\}", source.read_text()))
+    assert wanted and wanted <= set(grafana["environment"]), wanted
+    # The ledger role is the one postgres-init.sh makes (tests/deploy/test_postgres_init.py).
+    script = (DEPLOY / "compose" / "postgres-init.sh").read_text()
+    made = re.search(r"GRAFANA_DB_USER:-(\w+)", script)
+    assert made is not None and grafana["environment"]["LEDGER_DB_USER"] == made.group(1)
+    for provider in (provisioning / "dashboards").glob("*.yml"):
+        for entry in yaml.safe_load(provider.read_text())["providers"]:
+            path = entry["options"]["path"]
+            assert list((DEPLOY / mounts[path]).glob("*.json")), path
+    prometheus = load()["services"]["prometheus"]
+    alerts = {v.split(":")[1]: v.split(":")[0] for v in prometheus["volumes"]}
+    assert list((DEPLOY / alerts["/etc/prometheus/alerts"]).glob("*.yml"))
