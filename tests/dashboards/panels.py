@@ -82,7 +82,7 @@ def variables_used(text: str) -> set[str]:
 
 def promql(text: str, chosen: dict[str, str]) -> str:
     """The PromQL with Grafana's intervals and the template variables filled in."""
-    text = text.replace("$__rate_interval", "1m").replace("$__range", "5m")
+    text = text.replace("$__rate_interval", "5m").replace("$__range", "15m")
     text = text.replace("$__interval", "15s")
     return VARIABLE.sub(lambda m: chosen[m.group(1) or m.group(2)], text)
 
