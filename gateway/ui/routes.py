@@ -43,7 +43,9 @@ async def page() -> FileResponse:
 
 @router.get("/ui/{asset:path}", include_in_schema=False)
 async def asset(asset: str) -> FileResponse:
-    """One of the page's scripts or stylesheets; nothing else under the package."""
+    """One of the page's scripts or stylesheets (`/ui/` is the page); nothing else."""
+    if asset == "":
+        return await page()
     media_type = ASSETS.get(asset)
     if media_type is None:
         raise HTTPException(404, "no such file of the explorer page")  # OpenAI-shaped 404

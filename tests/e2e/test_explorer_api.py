@@ -284,6 +284,7 @@ def test_the_page_and_its_assets_need_no_key_and_hold_no_data(work: Workload) ->
     csp = page.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "default-src 'none'" in csp
     assert "alpha" not in page.text
+    assert httpx.get(f"{work.url}/ui/").text == page.text
     for asset, kind in (("app.js", "text/javascript"), ("app.css", "text/css"),
                         ("vendor/uplot.iife.min.js", "text/javascript")):  # fmt: skip
         response = httpx.get(f"{work.url}/ui/{asset}")
