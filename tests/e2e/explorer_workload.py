@@ -1,9 +1,10 @@
 """A small, known workload for the cost explorer, and `make screenshots`.
 
 Two teams with real virtual keys call the simulator through the gateway: alpha's agent
-plans on a thinking model and breaks its prompt prefix with a timestamp (a priced miss),
-alpha's docs task reuses a stable prompt (cache hits), beta's batch task runs on a
-GPU-priced route and fails, and beta leaves one task open. Run as a script, it starts
+plans on a thinking model (streamed, so with a TTFT), breaks its prompt prefix with a
+timestamp (a priced miss) and then reads the stable prefix from the cache again; alpha's
+docs task reuses a stable prompt (cache hits); beta's batch task runs on a GPU-priced
+route and fails, and beta leaves one task open. Run as a script, it starts
 the simulator and a gateway in this process, runs the workload and writes a screenshot of
 each view of `/ui` with headless Chromium:
 
@@ -132,6 +133,7 @@ def run_workload(url: str) -> Workload:
     _call(work, "alpha", "thinker", "alpha-release", "plan", "reasoning", _turns(0, False), True)
     _call(work, "alpha", "gpt", "alpha-release", "read", "tool", _turns(0, False))
     _call(work, "alpha", "gpt", "alpha-release", "edit", "tool", _turns(1, True))  # a break
+    _call(work, "alpha", "gpt", "alpha-release", "check", "tool", _turns(2, False))  # cached
     for step in range(3):  # the same prefix each time: cache hits
         _call(work, "alpha", "gpt", "alpha-docs", f"page-{step}", "write", _turns(step, False))
     for step in range(2):

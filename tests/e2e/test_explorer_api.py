@@ -90,7 +90,7 @@ def share(part: Decimal, whole: Decimal) -> Decimal:
 
 def test_spend_over_time_per_dimension_equals_the_rows(work: Workload) -> None:
     every = rows(work)
-    assert len(every) == 9
+    assert len(every) == 10
     for by, field in FIELDS.items():
         expected: dict[tuple[str, str], list[Any]] = {}
         for row in every:

@@ -170,7 +170,7 @@ def test_the_drill_down_shows_each_call_as_the_ledger_has_it(
     assert summary.fields["cost_total"] == task["cost"]["total"]
     assert summary.fields["cost_reasoning"] == task["cost"]["reasoning"] != "0"
     calls = page.data_rows("task-calls")
-    assert len(calls) == len(task["requests"]) == 3
+    assert len(calls) == len(task["requests"]) == 4
     for shown, row in zip(calls, task["requests"], strict=True):
         assert shown.attrs["data-request-id"] == row["request_id"]
         names = ("prompt_tokens", "cached_tokens", "cache_write_tokens", "completion_tokens",
@@ -185,6 +185,7 @@ def test_the_drill_down_shows_each_call_as_the_ledger_has_it(
         assert row["model_alias"] in shown.text and row["tier_served"] in shown.text
     assert calls[0].fields["ttft_ms"] != ""  # the streamed call has its TTFT
     assert int(calls[0].fields["reasoning_tokens"]) > 0
+    assert float(calls[3].fields["cached_share"]) > 0.5  # the prefix read back from the cache
 
 
 def test_a_team_key_sees_its_own_team_on_the_page(pages: dict[str, Page]) -> None:
