@@ -369,6 +369,78 @@ static PyObject *value_end(PyObject *self, PyObject *args)
     return NULL;
 }
 
+/* The offset past the string whose opening quote is at p, or -1: the next quote not
+ * escaped (preceded by an even run of backslashes), found with memchr. */
+static Py_ssize_t skip_string(const unsigned char *s, Py_ssize_t n, Py_ssize_t p)
+{
+    Py_ssize_t from = p + 1;
+    for (;;) {
+        const unsigned char *q = memchr(s + from, '"', (size_t)(n - from));
+        if (q == NULL)
+            return -1;
+        Py_ssize_t at = q - s, b = at;
+        while (b > from && s[b - 1] == '\\')
+            b--;
+        if (((at - b) & 1) == 0)
+            return at + 1;
+        from = at + 1;
+    }
+}
+
+/* The offset past the value at p in data already validated as JSON, or -1. */
+static Py_ssize_t skip_value(const unsigned char *s, Py_ssize_t n, Py_ssize_t p)
+{
+    Py_ssize_t depth = 0;
+    while (p < n) {
+        unsigned char c = s[p];
+        if (c == '"') {
+            p = skip_string(s, n, p);
+            if (p < 0 || depth == 0)
+                return p;
+        } else if (c == '{' || c == '[') {
+            depth++;
+            p++;
+        } else if (c == '}' || c == ']') {
+            if (--depth <= 0)
+                return depth == 0 ? p + 1 : -1;
+            p++;
+        } else if (depth == 0) { /* a number, true, false or null */
+            while (p < n && s[p] != ',' && s[p] != '}' && s[p] != ']' && !is_ws(s[p]))
+                p++;
+            return p;
+        } else
+            p++;
+    }
+    return -1;
+}
+
+/* skip_end(data, pos): the offset past the value at pos, for data that was already
+ * parsed as JSON (so valid): strings are skipped with memchr, containers by counting
+ * brackets outside them; nothing is validated, which makes it several times faster
+ * than value_end. Malformed data gives ValueError or a wrong offset, never a read past
+ * the buffer. Without the GIL past 64 KiB. */
+static PyObject *skip_end(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, end;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &pos))
+        return NULL;
+    if (pos < 0 || pos >= view.len)
+        end = -1;
+    else if (view.len - pos > GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        end = skip_value(view.buf, view.len, pos);
+        Py_END_ALLOW_THREADS
+    } else
+        end = skip_value(view.buf, view.len, pos);
+    PyBuffer_Release(&view);
+    if (end < 0) {
+        PyErr_Format(PyExc_ValueError, "no JSON value ends after offset %zd", pos);
+        return NULL;
+    }
+    return PyLong_FromSsize_t(end);
+}
+
 static Py_ssize_t skip_ws(const unsigned char *s, Py_ssize_t p, Py_ssize_t stop)
 {
     while (p < stop && is_ws(s[p]))
@@ -903,6 +975,8 @@ static PyMethodDef methods[] = {
      "space_end(data, pos) -> the first offset from pos that is not JSON whitespace."},
     {"splice", splice, METH_VARARGS,
      "splice(data, edits) -> data with each (start, end, bytes) edit applied; sorted, disjoint."},
+    {"skip_end", skip_end, METH_VARARGS,
+     "skip_end(data, pos) -> the offset past the value at pos, in data already valid JSON."},
     {"value_end", value_end, METH_VARARGS,
      "value_end(data, pos, max_int_digits=0) -> the offset just past the JSON value at pos."},
     {NULL, NULL, 0, NULL},

@@ -64,10 +64,14 @@ _native_end, _native_splice, _skip_ws_bytes, _native_children = _load()
 NATIVE: bool = _native_end is not None
 _native_string: Callable[[bytes, int, int], str | None] | None = None
 _native_dump: Callable[[str], bytes | None] | None = None
+_native_skip: Callable[[bytes, int], int] | None = None
 if NATIVE:
     from gateway import _rawjson  # type: ignore[attr-defined]
 
     _native_string, _native_dump = _rawjson.string_value, _rawjson.json_string
+    _native_skip = getattr(_rawjson, "skip_end", None)  # absent from an older build
+SKIPS: bool = _native_skip is not None
+"""Whether `patch_object(..., trusted=True)` skips values natively (else it walks them)."""
 
 
 class RawJsonError(ValueError):
@@ -154,11 +158,14 @@ def scan_members(text: str) -> tuple[list[Member], int]:
         pos = _skip_ws(text, pos + 1)
 
 
-def scan_raw(raw: bytes, *, native: bool = True) -> tuple[list[Member], int]:
+def scan_raw(raw: bytes, *, native: bool = True, trusted: bool = False) -> tuple[list[Member], int]:
     """Like `scan_members`, on the bytes: offsets are byte offsets.
 
     `native=False` decodes to str and scans that, as when the walker is not built.
+    `trusted`: `raw` was already parsed as JSON, so values are skipped, not validated.
     """
+    if native and trusted and _native_skip is not None:
+        return _scan_bytes(raw, _skip, check_tail=False)
     if native and _native_end is not None:
         return _scan_bytes(raw, _native_end)
     try:
@@ -250,7 +257,14 @@ def _key(raw: bytes, start: int, end: int) -> str:
     return str(key)
 
 
-def _scan_bytes(raw: bytes, value_end: ValueEnd) -> tuple[list[Member], int]:
+def _skip(raw: bytes, pos: int, _digits: int) -> int:
+    assert _native_skip is not None
+    return _native_skip(raw, pos)
+
+
+def _scan_bytes(
+    raw: bytes, value_end: ValueEnd, check_tail: bool = True
+) -> tuple[list[Member], int]:
     """Locate each top-level member on the bytes; only keys are decoded."""
     pos = _skip_ws_bytes(raw, 0)
     if not raw.startswith(b"{", pos):
@@ -258,7 +272,7 @@ def _scan_bytes(raw: bytes, value_end: ValueEnd) -> tuple[list[Member], int]:
     pos = _skip_ws_bytes(raw, pos + 1)
     members: list[Member] = []
     if raw.startswith(b"}", pos):
-        return members, _after_close(raw, pos)
+        return members, _after_close(raw, pos) if check_tail else pos
     while True:
         if not raw.startswith(b'"', pos):
             raise RawJsonError(f"expected a key at offset {pos}")
@@ -272,7 +286,7 @@ def _scan_bytes(raw: bytes, value_end: ValueEnd) -> tuple[list[Member], int]:
         members.append(Member(key, start, value_start, end))
         pos = _skip_ws_bytes(raw, end)
         if raw.startswith(b"}", pos):
-            return members, _after_close(raw, pos)
+            return members, _after_close(raw, pos) if check_tail else pos
         if not raw.startswith(b",", pos):
             raise RawJsonError(f"expected ',' or '}}' at offset {pos}")
         pos = _skip_ws_bytes(raw, pos + 1)
@@ -297,16 +311,20 @@ def patch_object(
     remove: Iterable[str] = (),
     *,
     native: bool = True,
+    trusted: bool = False,
 ) -> bytes:
     """Set and remove top-level fields of the JSON object `raw`, keeping all other bytes.
 
     `native=False` finds the members with the str scan, as when the walker is not built.
+    `trusted=True` says `raw` was parsed as JSON already (the pipeline's body, a reply the
+    adapter read): its values are skipped (memchr over strings, ~25x faster than the
+    validating walk) instead of walked and validated a second time.
     """
     set_fields = dict(set_fields or {})
     removals = set(remove) - set(set_fields)
     if not set_fields and not removals:
         return raw
-    members, close = scan_raw(raw, native=native)
+    members, close = scan_raw(raw, native=native, trusted=trusted)
     edits = _removal_spans(members, removals, close)
     edits += [
         (m.value_start, m.end, _dump(set_fields[m.key])) for m in members if m.key in set_fields

@@ -31,7 +31,7 @@ from gateway.pipeline.entitle import entitle
 from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
-from gateway.pipeline.offload import sized
+from gateway.pipeline.offload import patch_size, sized
 from gateway.pipeline.parse import parse_request
 from gateway.pipeline.policy import apply_policy, capabilities
 from gateway.pipeline.prefix import check_prefix, rule_for_route
@@ -100,7 +100,7 @@ def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:
     assert ctx.alias is not None and ctx.route is not None
     body = ctx.raw_body
     if ctx.edits:
-        body = patch_object(body, ctx.edits.set_fields, ctx.edits.remove)
+        body = patch_object(body, ctx.edits.set_fields, ctx.edits.remove, trusted=True)
     parsed = ctx.forwarded_body()
     call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
     call.timeouts = route_timeouts(ctx, services)
@@ -118,7 +118,7 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
 
 
 async def _complete(ctx: RequestContext, services: Services) -> Response:
-    call = await sized(len(ctx.raw_body), _build_call, ctx, services)  # patches megabytes
+    call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
     ctx.timings.upstream_sent = time.perf_counter()
@@ -145,7 +145,7 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     Until the first event arrives nothing has reached the client, so a failure here is
     still an ordinary HTTP error, or a retry or fallback.
     """
-    call = await sized(len(ctx.raw_body), _build_call, ctx, services)  # patches megabytes
+    call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
     ctx.timings.upstream_sent = time.perf_counter()

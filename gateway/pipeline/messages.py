@@ -43,7 +43,7 @@ from gateway.pipeline.messages_meter import MessagesMeter
 from gateway.pipeline.messages_prefix import check_messages_prefix
 from gateway.pipeline.messages_relay import MessagesRelay, MessagesRelayResponse
 from gateway.pipeline.messages_request import MessagesContext, parse_count, parse_messages
-from gateway.pipeline.offload import sized
+from gateway.pipeline.offload import patch_size, sized
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
 from gateway.pipeline.respond import cost_headers
@@ -212,7 +212,7 @@ def _headers(ctx: MessagesContext, upstream: dict[str, str]) -> dict[str, str]:
 
 
 async def _complete(ctx: MessagesContext, services: Services) -> Response:
-    call = await sized(len(ctx.raw_body), _build_call, ctx, services)  # patches megabytes
+    call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     meter = MessagesMeter()
     ctx.timings.upstream_sent = time.perf_counter()
@@ -232,7 +232,7 @@ async def _complete(ctx: MessagesContext, services: Services) -> Response:
 
 async def _stream(ctx: MessagesContext, services: Services) -> Response:
     """Open the upstream stream and wait for its first event before answering."""
-    call = await sized(len(ctx.raw_body), _build_call, ctx, services)
+    call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     ctx.timings.upstream_sent = time.perf_counter()
     stream = await adapter.open_stream(call)

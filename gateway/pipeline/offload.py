@@ -15,7 +15,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
+from gateway.rawjson import SKIPS
+
 OFF_LOOP_BYTES = 256 * 1024
+PATCH_SPEEDUP = 32
+"""A trusted patch (values skipped natively, the copy without the GIL) costs about this
+much less per byte than parsing: 1 MiB is ~0.05 ms of skip plus a ~0.1 ms copy."""
 # Messages freed per step: ~1,000 small dicts take well under a millisecond to free.
 FREE_SLICE = 1024
 
@@ -28,6 +33,12 @@ async def sized(size: int, step: Callable[P, T], *args: P.args, **kwargs: P.kwar
     if size <= OFF_LOOP_BYTES:
         return step(*args, **kwargs)
     return await asyncio.to_thread(step, *args, **kwargs)
+
+
+def patch_size(size: int) -> int:
+    """What patching a parsed body of `size` bytes weighs for `sized`: a thread hop costs
+    more than patching megabytes when values are skipped natively."""
+    return size // PATCH_SPEEDUP if SKIPS else size
 
 
 async def release(size: int, *containers: Any) -> None:

@@ -198,7 +198,8 @@ def _combined_usage(
     """The continuation's usage chunk, rewritten to cover both upstream calls."""
     data = event_data(event) or b"{}"
     usage = cap.combined(usage_from_openai(chunk["usage"])).to_openai()
-    return {**chunk, "usage": usage}, b"data: " + patch_object(data, {"usage": usage}) + b"\n\n"
+    patched = patch_object(data, {"usage": usage}, trusted=True)  # parsed: `chunk`
+    return {**chunk, "usage": usage}, b"data: " + patched + b"\n\n"
 
 
 def _usage_event_with_cost(

@@ -44,7 +44,7 @@ def with_cost(payload: dict[str, Any], raw: bytes, ctx: RequestContext) -> bytes
     if not isinstance(usage, dict):
         return raw
     try:
-        return patch_object(raw, {"usage": {**usage, "cost": cost_object(ctx)}})
+        return patch_object(raw, {"usage": {**usage, "cost": cost_object(ctx)}}, trusted=True)
     except RawJsonError:  # parsed, yet not patchable: the reply goes out as it came
         log.warning("usage.cost left out: the reply's bytes could not be patched")
         return raw

@@ -1,0 +1,45 @@
+"""The trusted scan (for bodies already parsed) finds the same members as the validating walk."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway import rawjson
+from gateway.rawjson import patch_object, scan_raw
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=12),
+    st.sampled_from(['\\"', "\\", '"', "\\\\", '\\\\"', "\u2028"]),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=20,
+)
+OBJECTS = st.dictionaries(st.sampled_from(["model", "messages", "a", 'q"\\', "é"]), VALUES)
+STYLES = [{}, {"indent": 1}, {"separators": (",", ":")}, {"ensure_ascii": False}]
+
+
+@settings(max_examples=300, deadline=None)
+@given(OBJECTS, st.integers(min_value=0, max_value=len(STYLES) - 1))
+def test_trusted_scan_matches_the_validating_walk(body: dict[str, Any], style: int) -> None:
+    assert rawjson.NATIVE  # the trusted skip is native only
+    raw = json.dumps(body, **STYLES[style]).encode()  # type: ignore[arg-type]
+    assert scan_raw(raw, trusted=True) == scan_raw(raw)
+    edits = {"model": "upstream", "n": 2}
+    assert patch_object(raw, edits, {"a"}, trusted=True) == patch_object(raw, edits, {"a"})
+
+
+def test_a_long_string_of_escapes_is_skipped_whole() -> None:
+    text = '\\"' * 50_000 + "\\\\"
+    raw = json.dumps({"messages": [{"content": text}], "model": "alias"}).encode()
+    out = patch_object(raw, {"model": "m"}, trusted=True)
+    assert json.loads(out) == {"messages": [{"content": text}], "model": "m"}
