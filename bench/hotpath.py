@@ -7,9 +7,11 @@ LiteLLM's proxy, and Farebox with 1 and 2 workers, against perf-floor's instant 
 The process under test runs pinned to core 1, the mock and loadgen to core 0; everything is
 loopback. Writes bench/RESULTS.md (machine, versions, commands, each target of issue 12
 met or missed by how much) and, with --json-out, the same as JSON. Modes bound the time:
---tiny (the test's, seconds), --quick (the default and `make bench`'s, ~4-5 min) and
---full (~8-10 min). Exits 1 when a target failed or a run completed no request (never for a
-missed target: the file says which are), 2 when the perf-floor tools are missing.
+--tiny (the test's, under a minute), --quick (the default and `make bench`'s, about
+3 min: 2 s runs, minproxy.py, PostgreSQL and LiteLLM at c=64 only) and --full (about
+8-10 min: 8 s runs, every scenario on each). Exits 1 when a target failed or a run
+completed no request (never for a missed target: the file says which are), 2 when the
+perf-floor tools are missing.
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ MODES = {
     "tiny": Budget(
         seconds=2, small_c1=40, small_c64=150, large=3, warmup_c1=5, warmup_c64=64, warmup_large=1
     ),
-    "quick": Budget(seconds=4, small_c1=400, small_c64=4000, large=30),
-    "full": Budget(seconds=9, small_c1=1500, small_c64=15000, large=80),
+    "quick": Budget(seconds=2, small_c1=400, small_c64=4000, large=30),
+    "full": Budget(seconds=8, small_c1=1500, small_c64=15000, large=80),
 }
 FLOOR = Path(os.environ.get("FAREBOX_PERF_FLOOR", ROOT.parent / "shared" / "perf-floor"))
 LITELLM_VENV = ROOT / "bench" / ".litellm-venv"
@@ -74,9 +76,10 @@ class Bench:
         self.budget = MODES[args.mode]
         self.results = Results()
         self.profile: Profile | None = None
+        self.seconds: dict[str, float] = {}  # wall time each target took, start to stop
         self.ctx = Context(args.mode, "bench/hotpath.py " + shlex.join(sys.argv[1:]))
         self.python = sys.executable
-        self.tiny = args.mode == "tiny"
+        self.tiny, self.full = args.mode == "tiny", args.mode == "full"
         history = write_history(workdir / "history-1mb.json")
         self.mock, mock_url = start_mock(self.python, args.floor, workdir, LOAD_CORE)
         self.ctx.launches["mock (direct)"] = self.mock.shown(ROOT)
@@ -110,6 +113,8 @@ class Bench:
             )
         if name == FB and self.args.profile:
             self.profile = self._profiled(target)
+            top = ", ".join(f"{part} {share}%" for part, share in self.profile.parts[:4])
+            self.results.profile_top = top or self.profile.note
         if target.watch is not None:
             target.watch.stop()
             self.results.rss_mib[name] = target.watch.per_process_mib()
@@ -137,18 +142,19 @@ class Bench:
         direct = Target("direct", f"{self.setup.mock_url}/v1/chat/completions", None)
         self.run_target(direct, ALL)
         floor = start_minproxy(self.python, self.args.floor, self.workdir, self.setup.mock_url)
-        self._one(floor, THROUGHPUT if self.tiny else ALL)
+        self._one(floor, ALL if self.full else THROUGHPUT)  # the ratios need c=64 only
         self._one(self._farebox(FB, postgres=False), ALL)
         self.results.import_s = None if self.tiny else _import_seconds()
         if self.args.no_postgres:
             self.results.skipped[PG] = "--no-postgres"
         else:
-            scenarios = THROUGHPUT if self.tiny else (SMALL_JSON_C1, *THROUGHPUT)
+            scenarios = (SMALL_JSON_C1, *THROUGHPUT) if self.full else THROUGHPUT
             self._one(self._farebox(PG, postgres=True), scenarios)
         self._litellm()
         self._workers()
 
     def _one(self, target: Target, scenarios: tuple[Scenario, ...]) -> None:
+        began = time.monotonic()
         try:
             self.run_target(target, scenarios)
         except RuntimeError as exc:  # one broken target leaves the others measured
@@ -156,6 +162,7 @@ class Bench:
             print(f"[hotpath] {target.name} failed: {exc}", file=sys.stderr, flush=True)
         finally:
             target.stop()
+            self.seconds[target.name] = round(time.monotonic() - began)
 
     def _farebox(
         self, name: str, postgres: bool, workers: int | None = None, core: str = GATEWAY_CORE
@@ -173,11 +180,13 @@ class Bench:
             )
         else:
             self._one(
-                start_litellm(self.args.litellm_venv, self.workdir, self.setup.mock_url), SMALL
+                start_litellm(self.args.litellm_venv, self.workdir, self.setup.mock_url),
+                SMALL if self.full else THROUGHPUT,
             )
 
     def _workers(self) -> None:
-        """1 vs 2 workers, both allowed on both cores (the load shares core 0 either way)."""
+        """1 vs 2 workers, SQLite ledger and Redis state (farebox refuses 2 workers without
+        it), both allowed on both cores (the load shares core 0 either way)."""
         if not farebox_workers_flag():
             self.results.skipped[W2] = "not available (`farebox serve --workers` does not exist)"
         elif self.args.mode == "tiny":
@@ -263,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx, results = bench.ctx, bench.results
     ctx.loadavg.append("at end: " + _loadavg())
     ctx.notes += _notes(time.monotonic() - started)
+    spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in bench.seconds.items())
+    ctx.notes.append(f"Wall time per target, start to stop: {spent}.")
     judged = goals(results)
     args.results.write_text(markdown(ctx, results, judged, bench.profile))
     if args.json_out:

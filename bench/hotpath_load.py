@@ -48,7 +48,7 @@ class Budget:
     small_c64: int
     large: int
     warmup_c1: int = 20
-    warmup_c64: int = 128
+    warmup_c64: int = 64  # one per connection: pools are already full from the pre-warm
     warmup_large: int = 3
 
     def requests(self, scenario: Scenario) -> tuple[int, int]:
@@ -179,12 +179,13 @@ def measure(
     if pid and run.sent:
         run.cpu_ms_per_request = round((ticks_after - ticks_before) * TICK_S * 1000 / run.sent, 3)
     if pid and run.sent and opens_before is not None and opens_after is not None:
-        run.upstream_opens = opens_after - opens_before
+        run.upstream_opens = opens_after - opens_before - 1  # the count's own connection
         run.opens_per_request = round(run.upstream_opens / run.sent, 4)
     return run
 
 
 def _mock_connections(setup: LoadSetup) -> int | None:
+    """Connections the mock accepted, this request's own included."""
     try:
         return int(str(get_json(f"{setup.mock_url}/bench/connections")["connections"]))
     except OSError:

@@ -161,6 +161,8 @@ def launch(
             stdout=out,
             stderr=out,
         )
+    # Reaped as soon as it exits, so /proc/PID goes and loadgen's probe (--pid) gives up.
+    threading.Thread(target=popen.wait, daemon=True).start()
     return Proc(name, popen, log, launched, settings)
 
 

@@ -1,8 +1,10 @@
 """Where the gateway's CPU goes under load: py-spy raw stacks, summed two ways.
 
-`record` samples a running process tree (py-spy record --format raw, non-blocking) while a
-load run goes on; `summarize` turns the collapsed stacks into the share of samples each
-part of the stack appears in (inclusive, so shares overlap) and the top leaf functions.
+`start` samples a running process tree (py-spy record --format raw, non-blocking) while a
+load run goes on; `summarize` gives each sample to the part of the stack nearest its leaf
+that is known (a library, or a gateway package: so `json` called by the pipeline counts
+as the pipeline's), as the issue's "where the CPU goes" table does, and lists the top leaf
+functions.
 """
 
 from __future__ import annotations
@@ -14,25 +16,27 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# (label, substrings of a frame's file path); a stack counts once per label it touches.
+# (label, substrings of a frame's file path, after a "/" is put before it: py-spy writes
+# paths relative to sys.path); a sample goes to the label of the frame nearest its leaf.
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("httpx / httpcore client", ("/httpx/", "/httpcore/", "/httpx2/", "/httpcore2/")),
     ("aiohttp", ("/aiohttp/",)),
     ("uvicorn / h11 / httptools", ("/uvicorn/", "/h11/", "/httptools/")),
     ("starlette / fastapi", ("/starlette/", "/fastapi/")),
-    ("asyncio loop", ("/asyncio/", "uvloop")),
+    ("asyncio loop", ("/asyncio/", "/uvloop/")),
     ("anyio (thread pool, streams)", ("/anyio/",)),
-    ("gateway/pipeline", ("gateway/pipeline/",)),
-    ("gateway/prefix (prefix check)", ("gateway/prefix/",)),
-    ("gateway/ledger (ledger)", ("gateway/ledger/",)),
-    ("gateway/policy", ("gateway/policy/",)),
-    ("gateway/upstream", ("gateway/upstream/",)),
-    ("gateway/state", ("gateway/state/",)),
+    ("gateway/pipeline (other stages)", ("/gateway/pipeline/",)),
+    ("gateway/prefix (prefix check)", ("/gateway/prefix/",)),
+    ("gateway/ledger (ledger)", ("/gateway/ledger/",)),
+    ("gateway/policy", ("/gateway/policy/",)),
+    ("gateway/upstream", ("/gateway/upstream/",)),
+    ("gateway/state", ("/gateway/state/",)),
     ("sqlalchemy / aiosqlite / asyncpg", ("/sqlalchemy/", "/aiosqlite/", "/asyncpg/")),
     ("redis client", ("/redis/",)),
-    ("prometheus metrics", ("/prometheus_client/", "gateway/metrics")),
+    ("prometheus metrics", ("/prometheus_client/", "/gateway/metrics")),
     ("logging", ("/logging/",)),
     ("json (stdlib)", ("/json/",)),
+    ("gateway (other modules)", ("/gateway/",)),  # last: the packages above come first
 )
 
 
@@ -92,9 +96,7 @@ def summarize(raw: str, top: int = 12) -> Profile:
         count = int(count_text)
         total += count
         frames = stack.split(";")
-        for label, needles in PARTS:
-            if any(needle in frame for frame in frames for needle in needles):
-                parts[label] += count
+        parts[_part(frames)] += count
         leaves[_short(frames[-1])] += count
     if not total:
         return Profile(note="py-spy caught no samples")
@@ -104,6 +106,22 @@ def summarize(raw: str, top: int = 12) -> Profile:
         parts=[(label, share(n)) for label, n in parts.most_common()],
         leaves=[(name, share(n)) for name, n in leaves.most_common(top)],
     )
+
+
+def _part(frames: list[str]) -> str:
+    """The label of the known part nearest the leaf, or "other"."""
+    for frame in reversed(frames):
+        where = "/" + frame.partition(" (")[2]
+        for label, needles in PARTS:
+            if any(needle in where for needle in needles):
+                return _gateway_part(where) if label == "gateway (other modules)" else label
+    return "other (interpreter, unlabelled libraries)"
+
+
+def _gateway_part(where: str) -> str:
+    """`/.../gateway/api/chat.py:12` -> `gateway/api`; `/.../gateway/rawjson.py:3` -> itself."""
+    rest = where.rsplit("/gateway/", 1)[1].split(":", 1)[0]
+    return "gateway/" + rest.split("/", 1)[0]
 
 
 def _short(frame: str) -> str:

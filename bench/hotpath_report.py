@@ -141,8 +141,9 @@ def _profile(profile: Profile | None) -> list[str]:
     if not profile.samples:
         return [*lines, profile.note]
     lines += [
-        f"{profile.samples} samples. Share of samples whose stack passes through each "
-        "part (inclusive: shares overlap):",
+        f"{profile.samples} samples over one more c=64 whole-reply run after the measured "
+        "ones. Each sample is given to the known part of its stack nearest the leaf (a "
+        "library, or a gateway package), so the shares add up to 100:",
         "",
         "| part | share % |",
         "| --- | --- |",

@@ -118,14 +118,17 @@ def farebox_workers_flag() -> bool:
 def start_farebox(
     name: str, workdir: Path, mock: str, core: str, postgres: bool, workers: int | None
 ) -> Target:
-    """`farebox serve` on the mock; SQLite in its own data dir, or PostgreSQL + Redis."""
+    """`farebox serve` on the mock; SQLite in its own data dir, or PostgreSQL + Redis;
+    with `workers` (1 or more, the comparison's runs) Redis state too."""
     config = workdir / f"{name}.yaml"
     config.write_text(
         FAREBOX_CONFIG.format(model=MODEL, upstream=UPSTREAM_MODEL, base=f"{mock}/v1")
     )
     settings = {"FAREBOX_CONFIG": str(config), "FAREBOX_DATA_DIR": str(workdir / f"{name}-data")}
     if postgres:
-        settings |= {"FAREBOX_DATABASE_URL": POSTGRES_URL, "FAREBOX_REDIS_URL": REDIS_URL}
+        settings["FAREBOX_DATABASE_URL"] = POSTGRES_URL
+    if postgres or workers:  # workers share budgets and task totals through Redis
+        settings["FAREBOX_REDIS_URL"] = REDIS_URL
     port = free_port()
     command = [sys.executable, "-m", "gateway", "serve", "--port", str(port)]
     if workers:
@@ -156,6 +159,12 @@ def start_litellm(venv: Path, workdir: Path, mock: str) -> Target:
     command = [str(venv / "bin" / "litellm"), "--config", str(config)]
     command += ["--host", "127.0.0.1", "--port", str(port)]
     # The bundled price map instead of a download: loopback only.
-    settings = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "DISABLE_ADMIN_UI": "True"}
+    # Without a master key LiteLLM checks no key, as Farebox's open mode; since 1.108 it
+    # refuses to start so unless told this is on purpose (loopback only here).
+    settings = {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "DISABLE_ADMIN_UI": "True",
+        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+    }
     proc = launch("litellm", command, GATEWAY_CORE, workdir, settings)
     return Target("litellm", chat_url(port), proc)
