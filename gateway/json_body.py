@@ -34,8 +34,13 @@ class JsonBodyMiddleware:
             and scope["path"].startswith(_API)
         ):
             headers = scope["headers"]
-            sent = next((value for name, value in headers if name == b"content-type"), None)
-            if sent is None or not _is_json(sent):
+            for name, value in headers:
+                if name == b"content-type":
+                    is_json = value == b"application/json" or _is_json(value)  # first: fast
+                    break
+            else:
+                is_json = False
+            if not is_json:
                 kept = [header for header in headers if header[0] != b"content-type"]
                 scope = {**scope, "headers": [*kept, _JSON]}
         await self.app(scope, receive, send)
