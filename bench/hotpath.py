@@ -42,7 +42,7 @@ from hotpath_load import (
     probe_ready,
     write_history,
 )
-from hotpath_procs import GATEWAY_CORE, LOAD_CORE, RssWatch
+from hotpath_procs import GATEWAY_CORE, LOAD_CORE, RssWatch, log_errors
 from hotpath_profile import Profile, finish, start
 from hotpath_report import Context, machine, markdown, report, versions
 from hotpath_targets import (
@@ -163,6 +163,9 @@ class Bench:
         finally:
             target.stop()
             self.seconds[target.name] = round(time.monotonic() - began)
+            found = log_errors(target.proc.log) if target.proc else ""
+            if found:
+                self.results.log_errors[target.name] = found
 
     def _farebox(
         self, name: str, postgres: bool, workers: int | None = None, core: str = GATEWAY_CORE
@@ -271,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.close()
     ctx, results = bench.ctx, bench.results
     ctx.loadavg.append("at end: " + _loadavg())
-    ctx.notes += _notes(time.monotonic() - started)
+    ctx.notes += _notes(time.monotonic() - started) + _failures(results)
     spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in bench.seconds.items())
     ctx.notes.append(f"Wall time per target, start to stop: {spent}.")
     judged = goals(results)
@@ -292,6 +295,18 @@ def _broken(results: Results) -> bool:
 
 def _loadavg() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _failures(results: Results) -> list[str]:
+    """Failed requests and logged errors, target by target: reported, never dropped."""
+    notes = []
+    for target, runs in results.runs.items():
+        for key, run in runs.items():
+            if run.errors:
+                notes.append(f"{target} {key}: failed requests {run.errors} of {run.sent} sent.")
+    for target, found in results.log_errors.items():
+        notes.append(f"{target}: {found} (rerun with --keep DIR to read the log).")
+    return notes
 
 
 def _notes(seconds: float) -> list[str]:

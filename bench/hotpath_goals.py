@@ -25,6 +25,7 @@ class Results:
     skipped: dict[str, str] = field(default_factory=dict)  # target -> why it did not run
     import_s: float | None = None  # `import gateway.app` on the gateway core
     profile_top: str = ""  # the profile's largest parts, when --profile ran
+    log_errors: dict[str, str] = field(default_factory=dict)  # target -> its log's errors
 
     def run(self, target: str, scenario: str) -> Run | None:
         return self.runs.get(target, {}).get(scenario)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -185,6 +186,20 @@ def tail(log: Path, lines: int = 15) -> str:
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def log_errors(log: Path) -> str:
+    """How many ERROR lines a process logged, and the first exception it named."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = sum(line.startswith("ERROR") for line in lines)
+    named = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b.*: ", ln)]
+    if not errors and not named:
+        return ""
+    first = f"; first exception: {named[0][:160]}" if named else ""
+    return f"{errors} ERROR lines in its log{first}"
 
 
 def clean_env(**extra: str) -> dict[str, str]:
