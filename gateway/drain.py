@@ -72,8 +72,14 @@ class InFlightMiddleware:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        with self.in_flight.track() as cut:
-            await self.app(scope, receive, watched)
+        cut = anyio.CancelScope()  # `InFlight.track` inline: no generator per request
+        scopes = self.in_flight._scopes
+        with cut:
+            scopes.add(cut)
+            try:
+                await self.app(scope, receive, watched)
+            finally:
+                scopes.discard(cut)
         if cut.cancel_called and not started:
             # Cut before it could answer (its row is booked): say why, in OpenAI's shape.
             error = ShuttingDownError("the gateway is shutting down; retry the request")

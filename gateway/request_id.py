@@ -9,7 +9,7 @@ made outside the app (uvicorn's protocol, the connection cap) take a fresh one.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -20,8 +20,11 @@ SCOPE_KEY = "farebox.request_id"
 
 
 def new_request_id() -> str:
-    """A new request id, in the gateway's `req-<32 hex>` form."""
-    return f"req-{uuid.uuid4().hex}"
+    """A new request id, in the gateway's `req-<32 hex>` form (128 random bits).
+
+    The bytes uuid4 would take, without building a UUID object on every request.
+    """
+    return "req-" + os.urandom(16).hex()
 
 
 def request_id_of(scope: MutableMapping[str, Any]) -> str:

@@ -1,10 +1,12 @@
 """POST /v1/chat/completions.
 
-The hot path is served by `ChatEndpoint`, a plain ASGI app mounted ahead of the FastAPI
-routers (`mount`): no Request object, no dependency solving, no FastAPI request
-handler per call (docs/performance.md, "Server, framework and workers"). The FastAPI
-declaration below stays for the OpenAPI document and, where `mount` is not called,
-serves the same way through `forward`.
+The hot path is served by `ChatEndpoint`, a plain ASGI app, from `ChatLane`: the
+innermost middleware (inside the auth check and the body guard) hands it every
+POST /v1/chat/completions before Starlette's exception middleware, FastAPI's exit-stack
+middleware and its router are reached; it renders its own errors in OpenAI's shape, as
+the app's handler does (docs/performance.md, "Server, framework and workers"). The
+FastAPI declaration below stays for the OpenAPI document and serves the same way,
+through `forward`, where `mount` is not called.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from starlette.background import BackgroundTask
-from starlette.responses import Response
-from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.api.deps import ServicesDep
 from gateway.auth.principal import principal_of
+from gateway.errors import FareboxError
 from gateway.pipeline.chat import handle_chat
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import release
@@ -72,20 +74,38 @@ async def forward(scope: Scope, raw: bytes, services: Services) -> Response:
 
 
 class ChatEndpoint:
-    """POST /v1/chat/completions as a plain ASGI app (errors go to the app's handlers)."""
+    """POST /v1/chat/completions as a plain ASGI app, its errors in OpenAI's shape."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         services: Services = scope["state"]["services"]
-        raw = await _receive_body(scope, receive, services.settings.max_body_bytes)
-        if raw is None:
-            return  # the client left before its body arrived: nobody to answer
-        response = await forward(scope, raw, services)
+        try:
+            raw = await _receive_body(scope, receive, services.settings.max_body_bytes)
+            if raw is None:
+                return  # the client left before its body arrived: nobody to answer
+            response = await forward(scope, raw, services)
+        except FareboxError as exc:  # as the app's handler renders it
+            headers = getattr(exc, "headers", None) or None
+            response = JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
         await response(scope, receive, send)
 
 
+class ChatLane:
+    """Innermost middleware: POST /v1/chat/completions to `ChatEndpoint`, the rest on."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.endpoint = ChatEndpoint()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == PATH and scope["method"] == "POST":
+            await self.endpoint(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
 def mount(app: FastAPI) -> None:
-    """Serve chat through `ChatEndpoint`, matched before every other route."""
-    app.router.routes.insert(0, Route(PATH, ChatEndpoint(), methods=["POST"]))
+    """Serve chat through `ChatLane`; call it before adding any other middleware."""
+    app.add_middleware(ChatLane)
 
 
 def _headers(scope: Scope) -> dict[str, str]:
