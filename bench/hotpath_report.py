@@ -154,6 +154,14 @@ def _profile(profile: Profile | None) -> list[str]:
     return lines
 
 
+def _summary(goals: list[Goal]) -> str:
+    met = [g for g in goals if g.verdict == "met"]
+    missed = [g for g in goals if g.verdict.startswith("missed")]
+    other = len(goals) - len(met) - len(missed)
+    text = f"**{len(met)} of {len(goals)} targets met, {len(missed)} missed"
+    return text + (f", {other} not measured.**" if other else ".**")
+
+
 def markdown(ctx: Context, results: Results, goals: list[Goal], profile: Profile | None) -> str:
     lines = [
         "# Hot path: Farebox against a bare proxy and LiteLLM's proxy",
@@ -164,6 +172,7 @@ def markdown(ctx: Context, results: Results, goals: list[Goal], profile: Profile
         "## Machine and versions",
         "",
     ]
+    lines[4:4] = [_summary(goals), ""]
     lines += [f"- {k}: {v}" for k, v in {**ctx.machine, **ctx.versions}.items()]
     lines += [f"- load average (1, 5, 15 min) {text}" for text in ctx.loadavg]
     lines += [
