@@ -13,7 +13,7 @@ outcome is told by the relay when it ends, since it can still fail after its fir
 from __future__ import annotations
 
 import asyncio
-import copy
+import random
 from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response
@@ -81,7 +81,7 @@ async def call_with_recovery(
     """Send the request; on a failure before the first byte, retry or fall back by policy."""
     assert ctx.alias is not None
     configured = ctx.alias in services.config.routing
-    retrier = Retrier(decision.retry)
+    retrier = Retrier(decision.retry, rng=random)  # one generator per process, not per call
     current = Target(ctx.alias, decision.tier)
     tried: list[Target] = [current]
     number = 1
@@ -144,7 +144,7 @@ def report_outcome(ctx: RequestContext, services: Services, error: FareboxError 
 def _replan(ctx: RequestContext, services: Services, base_edits: BodyEdits, target: Target) -> None:
     """Plan the fallback afresh, from the edits made before the policy ran."""
     assert ctx.alias is not None
-    ctx.edits = copy.deepcopy(base_edits)
+    ctx.edits = base_edits.copy()
     ctx.route = services.config.models[ctx.alias]
     ctx.cost = None
     ctx.usage = None

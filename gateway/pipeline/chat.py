@@ -11,7 +11,6 @@ to `attempts`, which retries or falls back by policy and books every attempt.
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -56,7 +55,7 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     decide(ctx, services.config)
     entitle(ctx)  # the key's models, tiers, n and output cap
     await claim_task(ctx, services.state)  # a task id belongs to the team that first used it
-    base_edits = copy.deepcopy(ctx.edits)
+    base_edits = ctx.edits.copy()
     assert ctx.alias is not None
     decision = await apply_task_policy(ctx, services)
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -66,6 +67,11 @@ class BodyEdits:
 
     def __bool__(self) -> bool:
         return bool(self.set_fields or self.remove)
+
+    def copy(self) -> BodyEdits:
+        """An independent copy (what `copy.deepcopy` gives, without its cost when empty)."""
+        fields = copy.deepcopy(self.set_fields) if self.set_fields else {}
+        return BodyEdits(fields, set(self.remove))
 
 
 @dataclass(slots=True)

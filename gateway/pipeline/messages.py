@@ -17,7 +17,6 @@ so: this path does not translate.
 from __future__ import annotations
 
 import asyncio
-import copy
 import re
 import time
 from typing import Any
@@ -77,7 +76,7 @@ async def handle_messages(ctx: MessagesContext, services: Services) -> Response:
     decide_messages(ctx, services.config)
     entitle(ctx)
     await claim_task(ctx, services.state)
-    base_edits = copy.deepcopy(ctx.edits)
+    base_edits = ctx.edits.copy()
     decision = await apply_task_policy(ctx, services)
     _check_native(ctx.alias, ctx.route)
     assert ctx.alias is not None
