@@ -102,9 +102,11 @@ class ConfigReloader:
 
     def _reload(self) -> ReloadResult:
         if self.path is None:
-            return ReloadResult(
-                False, "this gateway runs an in-memory configuration: no file", "refused"
+            reason = (  # `farebox serve` without FAREBOX_CONFIG runs the embedded default
+                "this gateway runs an in-memory configuration (the embedded default or one "
+                "given in code), not a file: to reload, serve a file with FAREBOX_CONFIG"
             )
+            return ReloadResult(False, reason, "refused")
         try:
             text = _read(self.path)
         except OSError as exc:

@@ -168,6 +168,7 @@ def test_the_embedded_default_is_not_reloaded_as_the_banner_says(server: ServerT
     refused = httpx.post(f"{server.url}/admin/reload")
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["code"] == "invalid_config"
+    assert "to reload, serve a file with FAREBOX_CONFIG" in refused.json()["error"]["message"]
 
 
 def test_version() -> None:
