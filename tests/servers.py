@@ -29,7 +29,7 @@ class _QuietServer(uvicorn.Server):
 class ServerThread:
     """Run an ASGI app with uvicorn on 127.0.0.1 and a free port until `stop()`."""
 
-    def __init__(self, app: Any, settings: Settings | None = None):
+    def __init__(self, app: Any, settings: Settings | None = None, **overrides: Any):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -38,7 +38,7 @@ class ServerThread:
             config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
             self.loop_factory = None
         else:  # the configuration `farebox serve` runs, limits and loop (uvloop) and all
-            config = server_config(app, settings, log_level="warning")
+            config = server_config(app, settings, log_level="warning", **overrides)
             self.loop_factory = config.get_loop_factory()
         self.server = _QuietServer(config)
         self.thread = threading.Thread(target=self._run, daemon=True)
