@@ -47,6 +47,8 @@ from hotpath_profile import Profile, finish, start
 from hotpath_report import Context, machine, markdown, report, versions
 from hotpath_targets import (
     MODEL,
+    POSTGRES_URL,
+    REDIS_URL,
     ROOT,
     Target,
     farebox_workers_flag,
@@ -170,7 +172,9 @@ class Bench:
     def _farebox(
         self, name: str, postgres: bool, workers: int | None = None, core: str = GATEWAY_CORE
     ) -> Target:
-        return start_farebox(name, self.workdir, self.setup.mock_url, core, postgres, workers)
+        database = self.args.postgres_url if postgres else None
+        mock, redis = self.setup.mock_url, self.args.redis_url
+        return start_farebox(name, self.workdir, mock, core, database, workers, redis)
 
     def _litellm(self) -> None:
         version = litellm_version(self.args.litellm_venv)
@@ -247,6 +251,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--floor", type=Path, default=FLOOR, help="perf-floor tools' folder")
     parser.add_argument("--litellm-venv", type=Path, default=LITELLM_VENV)
+    parser.add_argument("--postgres-url", default=POSTGRES_URL, help="the PostgreSQL ledger")
+    parser.add_argument("--redis-url", default=REDIS_URL, help="Redis state (PostgreSQL, workers)")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "RESULTS.md")
     parser.add_argument("--json-out", type=Path, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="work here and keep the logs")

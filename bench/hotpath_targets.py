@@ -116,7 +116,13 @@ def farebox_workers_flag() -> bool:
 
 
 def start_farebox(
-    name: str, workdir: Path, mock: str, core: str, postgres: bool, workers: int | None
+    name: str,
+    workdir: Path,
+    mock: str,
+    core: str,
+    postgres: str | None,
+    workers: int | None,
+    redis: str = REDIS_URL,
 ) -> Target:
     """`farebox serve` on the mock; SQLite in its own data dir, or PostgreSQL + Redis;
     with `workers` (1 or more, the comparison's runs) Redis state too."""
@@ -126,9 +132,9 @@ def start_farebox(
     )
     settings = {"FAREBOX_CONFIG": str(config), "FAREBOX_DATA_DIR": str(workdir / f"{name}-data")}
     if postgres:
-        settings["FAREBOX_DATABASE_URL"] = POSTGRES_URL
+        settings["FAREBOX_DATABASE_URL"] = postgres
     if postgres or workers:  # workers share budgets and task totals through Redis
-        settings["FAREBOX_REDIS_URL"] = REDIS_URL
+        settings["FAREBOX_REDIS_URL"] = redis
     port = free_port()
     command = [sys.executable, "-m", "gateway", "serve", "--port", str(port)]
     if workers:

@@ -8,6 +8,7 @@ sense (CPU counted, connections counted, latencies positive), not that targets a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.pg import fresh_pg_database, pg_url
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "hotpath.py"
 GATEWAYS = ("farebox-sqlite", "farebox-pg-redis")
@@ -26,15 +29,23 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]
     folder = tmp_path_factory.mktemp("hotpath")
     results, data = folder / "RESULTS.md", folder / "results.json"
     command = [sys.executable, str(BENCH), "--tiny", "--no-litellm", "--results", str(results)]
-    done = subprocess.run(
-        [*command, "--json-out", str(data)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    command += ["--json-out", str(data)]
+    done = asyncio.run(_in_fresh_database(command))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(data.read_text()), results.read_text()
+
+
+async def _in_fresh_database(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run the bench with its PostgreSQL ledger in a database of its own."""
+    async with fresh_pg_database("farebox_hotpath") as name:
+        return await asyncio.to_thread(
+            subprocess.run,
+            [*command, "--postgres-url", pg_url(name)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
 
 
 def test_every_target_row_has_a_measured_value_and_a_verdict(
