@@ -4,6 +4,7 @@ The upstream here is a raw keep-alive HTTP/1.1 server that counts the connection
 accepts. Streams are sent with chunked framing, so the gateway must read the body's end
 (the last, empty chunk) after `[DONE]` to put the connection back in its pool; when that
 chunk is late, the client's stream must still end at once (the connection is dropped).
+A stream that stalls past the route's idle limit ends with `upstream_timeout`.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ class CountingUpstream:
         for event in events:
             writer.write(_chunk(event))
             await writer.drain()
+            if how == "stall":
+                await asyncio.sleep(LATE_END_S)  # past the route's idle limit
         if how == "same-write":
             writer.write(_chunk(done) + b"0\r\n\r\n")
             return
@@ -118,8 +121,12 @@ def gateway_url(
     upstream: CountingUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     route = {"provider": "openai", "base_url": f"http://127.0.0.1:{upstream.port}/v1"}
+    model = {**route, "model": "m", "family": "vllm"}
     config = GatewayConfig.model_validate(
-        {"models": {"counted": {**route, "model": "m", "family": "vllm"}}}
+        {
+            "models": {"counted": model, "stalling": model},
+            "routing": {"stalling": {"retry": {"attempts": 0}, "timeouts": {"idle_s": 0.5}}},
+        }
     )
     with pytest.MonkeyPatch.context() as patch:
         for name in [n for n in os.environ if n.startswith("FAREBOX_")]:
@@ -130,8 +137,8 @@ def gateway_url(
     server.stop()
 
 
-def _body(how: str, stream: bool) -> dict[str, object]:
-    return {"model": "counted", "messages": [{"role": "user", "content": how}], "stream": stream}
+def _body(how: str, stream: bool, model: str = "counted") -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": how}], "stream": stream}
 
 
 def _opened(upstream: CountingUpstream, url: str, how: str, stream: bool, n: int = 100) -> int:
@@ -168,3 +175,12 @@ def test_a_late_body_end_is_not_waited_for(upstream: CountingUpstream, gateway_u
             assert response.text.rstrip().endswith("data: [DONE]")
     assert time.monotonic() - started < LATE_END_S  # neither waited for the late end
     assert upstream.accepted - before >= 1  # the second could not reuse the first's
+
+
+def test_a_stream_idle_past_its_limit_ends_with_upstream_timeout(gateway_url: str) -> None:
+    started = time.monotonic()
+    response = httpx.post(gateway_url, json=_body("stall", True, "stalling"), timeout=30)
+    events = [e for e in response.text.split("\n\n") if e.strip()]
+    assert events[-1] == "data: [DONE]", events[-2:]
+    assert json.loads(events[-2].removeprefix("data: "))["error"]["code"] == "upstream_timeout"
+    assert time.monotonic() - started < LATE_END_S  # cut at the idle limit, not the upstream
