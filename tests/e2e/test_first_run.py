@@ -223,6 +223,15 @@ def test_a_wrong_database_url_is_one_line_with_the_fix(url: str, expected: str) 
     assert "s3cret" not in said
 
 
+def test_an_unusable_data_folder_is_one_line_with_the_fix(tmp_path: Path) -> None:
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("")
+    code, said = _serve({"FAREBOX_DATA_DIR": str(a_file / "data")}, "--port", "0")
+    assert code == 2 and said.count("\n") == 1, said
+    expected = f"cannot open the ledger file {a_file / 'data' / 'farebox.db'} (Not a directory)"
+    assert expected in said and "set FAREBOX_DATA_DIR to a writable folder" in said
+
+
 @pytest.mark.postgres
 def test_a_missing_postgresql_database_says_so() -> None:
     try:
