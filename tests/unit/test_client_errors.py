@@ -1,0 +1,45 @@
+"""aiohttp's exceptions map, once, to the gateway's upstream errors (failures.from_client_error)."""
+
+from __future__ import annotations
+
+import aiohttp
+from aiohttp.client_reqrep import ConnectionKey
+from aiohttp.http_exceptions import ContentEncodingError, TransferEncodingError
+
+from gateway.errors import UpstreamProtocolError, UpstreamTimeoutError, UpstreamUnreachableError
+from gateway.upstream.failures import from_client_error
+
+WHERE = "chat (10.0.0.1:8000)"
+
+
+def _payload_error(cause: Exception) -> aiohttp.ClientPayloadError:
+    error = aiohttp.ClientPayloadError(str(cause))
+    error.__cause__ = cause
+    return error
+
+
+def test_timeouts_say_which_phase() -> None:
+    connect = from_client_error(aiohttp.ConnectionTimeoutError(), WHERE)
+    read = from_client_error(aiohttp.SocketTimeoutError(), WHERE)
+    assert isinstance(connect, UpstreamTimeoutError) and "connecting" in connect.message
+    assert isinstance(read, UpstreamTimeoutError) and "waiting for a reply" in read.message
+    assert isinstance(from_client_error(TimeoutError(), WHERE), UpstreamTimeoutError)
+
+
+def test_refused_connections_and_resets_are_unreachable() -> None:
+    key = ConnectionKey("10.0.0.1", 8000, False, True, None, None, None)
+    refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "refused"))
+    assert "connection failed" in from_client_error(refused, WHERE).message
+    for error in (
+        aiohttp.ServerDisconnectedError(),
+        aiohttp.ClientOSError(104, "reset"),
+        _payload_error(TransferEncodingError("cut")),
+    ):
+        mapped = from_client_error(error, WHERE)
+        assert isinstance(mapped, UpstreamUnreachableError), error
+        assert WHERE in mapped.message and "before a complete reply" in mapped.message
+
+
+def test_a_body_that_does_not_decode_is_a_bad_reply() -> None:
+    mapped = from_client_error(_payload_error(ContentEncodingError("gzip")), WHERE)
+    assert isinstance(mapped, UpstreamProtocolError) and "content-encoding" in mapped.message
