@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -50,6 +51,7 @@ class Budget:
     warmup_c1: int = 20
     warmup_c64: int = 64  # one per connection: pools are already full from the pre-warm
     warmup_large: int = 3
+    passes: int = 1  # each scenario this many times, in turns; medians are reported
 
     def requests(self, scenario: Scenario) -> tuple[int, int]:
         """(measured requests, warm-up requests) for `scenario`."""
@@ -79,9 +81,35 @@ class Run:
     opens_per_request: float | None = None
     active_opens_delta: int = 0
     loadavg_1m: float = 0.0
+    passes: int = 1
 
     def report(self) -> dict[str, object]:
         return asdict(self)
+
+
+def combine(runs: list[Run]) -> Run:
+    """Several passes of one scenario as one: medians of the percentiles and rates (as the
+    issue measured), CPU and connections summed over everything sent."""
+    if len(runs) == 1:
+        return runs[0]
+    out = Run(runs[0].target, runs[0].scenario, passes=len(runs))
+    out.completed = sum(run.completed for run in runs)
+    out.sent = sum(run.sent for run in runs)
+    for run in runs:
+        for name, count in run.errors.items():
+            out.errors[name] = out.errors.get(name, 0) + count
+    for name in ("rps", "p50_ms", "p99_ms", "ttft_p50_ms", "ttft_p99_ms", "loadavg_1m"):
+        values = [getattr(run, name) for run in runs if getattr(run, name) is not None]
+        setattr(out, name, round(statistics.median(values), 3) if values else None)
+    cpu = [(run.cpu_ms_per_request, run.sent) for run in runs if run.cpu_ms_per_request is not None]
+    if cpu and out.sent:
+        out.cpu_ms_per_request = round(sum(ms * sent for ms, sent in cpu) / out.sent, 3)
+    opens = [run.upstream_opens for run in runs if run.upstream_opens is not None]
+    if opens and out.sent:
+        out.upstream_opens = sum(opens)
+        out.opens_per_request = round(out.upstream_opens / out.sent, 4)
+    out.active_opens_delta = sum(run.active_opens_delta for run in runs)
+    return out
 
 
 class LoadWorker:

@@ -88,6 +88,12 @@ def _side_by_side(results: Results) -> list[str]:
         "from the target per request; ActiveOpens Δ: /proc/net/snmp over the run "
         "(includes loadgen's own connections and other processes on the box)."
     )
+    passes = max((run.passes for runs in results.runs.values() for run in runs.values()), default=1)
+    if passes > 1:
+        lines[-1] += (
+            f" Each scenario ran {passes} times, in turns: latencies and req/s are the "
+            "medians of the passes; CPU, connections and counts are over all of them."
+        )
     for scenario in ALL:
         rows = [(t, runs[scenario.key]) for t, runs in results.runs.items() if scenario.key in runs]
         if not rows:
