@@ -175,8 +175,8 @@ def test_version() -> None:
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
     assert re.fullmatch(
-        r"farebox \d+\.\d+\.\d+\S* \((native: prefix locator, JSON walker|pure Python: no "
-        r"native module built); Python 3\.\d+\.\d+\)\n",
+        r"farebox \d+\.\d+\.\d+\S* \((native: (prefix locator|JSON walker)(, JSON walker)?|pure "
+        r"Python: no native module built); Python 3\.\d+\.\d+\)\n",
         result.output,
     ), result.output
 
