@@ -1,0 +1,145 @@
+"""CPU per request of the stack in front of the chat pipeline, in-process, side by side.
+
+Drives the real app (`create_app`: every middleware, the chat lane) through its ASGI
+interface, one small POST /v1/chat/completions after another, with the pipeline's
+`handle_chat` replaced by a fixed reply: only what runs before and after it is timed
+(request id, in-flight scope, auth, JSON body, body guard, then the chat lane or
+FastAPI's route). Variants, each in the same process and run:
+
+- `lane`: the app as built (ChatLane hands chat to the plain ASGI ChatEndpoint);
+- `fastapi-route`: the lane taken out, so chat goes through Starlette's exception
+  middleware, FastAPI's exit-stack middleware, its router and its route with its
+  dependency (the path before issue 12);
+- `fastapi-route+telemetry`: the same with FastAPI's native OpenTelemetry left on (its
+  default): the whole path before issue 12;
+- `bare`: a plain ASGI app that reads the body and sends the same reply: the floor.
+
+  .venv/bin/python bench/chat_front.py [--requests 4000] [--rounds 5]
+
+Prints a Markdown table: the best and the median round, microseconds of CPU per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from starlette.responses import Response
+
+import gateway.api.chat as chat
+import gateway.app as gateway_app
+from gateway.app import create_app
+from gateway.settings import Settings
+
+BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
+REPLY = b'{"id":"chatcmpl-1","object":"chat.completion","choices":[]}'
+
+
+async def _fixed_reply(ctx: Any, services: Any) -> Response:
+    return Response(REPLY, media_type="application/json")
+
+
+async def _bare(scope: Any, receive: Any, send: Any) -> None:
+    await receive()
+    await Response(REPLY, media_type="application/json")(scope, receive, send)
+
+
+def _scope(settings: Settings) -> dict[str, Any]:
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(BODY)).encode()),
+        (b"authorization", b"Bearer anything"),
+    ]
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "headers": headers,
+        "server": ("127.0.0.1", 4000),
+        "client": ("127.0.0.1", 50000),
+        "scheme": "http",
+        "root_path": "",
+        "state": {"services": SimpleNamespace(settings=settings)},
+    }
+
+
+async def _round(app: Any, template: dict[str, Any], requests: int) -> float:
+    """Microseconds of this process's CPU per request over `requests` requests."""
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": BODY, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    started = time.process_time()
+    for _ in range(requests):
+        scope = dict(template)
+        scope["state"] = dict(template["state"])
+        await app(scope, receive, send)
+    spent = time.process_time() - started
+    if set(statuses) != {200}:
+        raise RuntimeError(f"the stack answered {sorted(set(statuses))}, not 200")
+    return spent / requests * 1e6
+
+
+def _apps(settings: Settings) -> dict[str, Any]:
+    chat.handle_chat = _fixed_reply  # only the front is timed
+    lane = create_app(settings)
+    route = create_app(settings)
+    route.user_middleware = [m for m in route.user_middleware if m.cls is not chat.ChatLane]
+    kept = gateway_app.NO_FASTAPI_TELEMETRY
+    gateway_app.NO_FASTAPI_TELEMETRY = {}  # FastAPI's default: its telemetry on
+    try:
+        telemetry = create_app(settings)
+    finally:
+        gateway_app.NO_FASTAPI_TELEMETRY = kept
+    telemetry.user_middleware = [m for m in telemetry.user_middleware if m.cls is not chat.ChatLane]
+    return {
+        "lane": lane,
+        "fastapi-route": route,
+        "fastapi-route+telemetry": telemetry,
+        "bare": _bare,
+    }
+
+
+async def _measure(requests: int, rounds: int) -> dict[str, list[float]]:
+    settings = Settings(data_dir=Path(tempfile.mkdtemp(prefix="farebox-front-")))
+    template = _scope(settings)
+    apps = _apps(settings)
+    results: dict[str, list[float]] = {name: [] for name in apps}
+    for app in apps.values():
+        await _round(app, template, min(requests, 300))  # warm-up
+    for _ in range(rounds):  # interleaved: a noisy box slows every variant alike
+        for name, app in apps.items():
+            results[name].append(await _round(app, template, requests))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    results = asyncio.run(_measure(args.requests, args.rounds))
+    print("| stack in front of handle_chat | best us/req | median us/req |")
+    print("| --- | --- | --- |")
+    for name, spent in results.items():
+        print(f"| {name} | {min(spent):.1f} | {statistics.median(spent):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
