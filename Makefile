@@ -27,7 +27,7 @@ $(BIN)/uv: | $(BIN)/python
 	$(BIN)/pip install --disable-pip-version-check "uv==$(UV_VERSION)"
 
 # Re-install only when the project's metadata, lock or C sources changed. No --quiet: the
-# first install downloads ~110 packages and says so as it goes.
+# first install downloads over 100 packages and says so as it goes.
 $(VENV)/.installed: pyproject.toml setup.py uv.lock gateway/prefix/_locate.c gateway/_rawjson.c | $(INSTALL_TOOL)
 	@echo "farebox: installing Farebox and its dependencies into $(VENV) ($(INSTALLER))"
 ifeq ($(INSTALLER),pip)
