@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from gateway.config import ModelRoute
 from gateway.pipeline.context import RequestContext, TaskRef
-from gateway.pipeline.offload import OFF_LOOP_BYTES, _take_apart, release, sized
+from gateway.pipeline.offload import OFF_LOOP_BYTES, RELEASE_BYTES, _take_apart, release, sized
 from gateway.pipeline.prefix import MAX_REMEMBERED_SEGMENTS, check_prefix, remember
 from gateway.prefix import PrefixChecker, rule_for
 from gateway.state.memory import MemoryState
@@ -45,10 +45,10 @@ async def test_a_prompt_too_long_to_be_a_conversation_leaves_no_history() -> Non
 async def test_a_large_body_is_freed_beside_the_loop_and_a_small_one_left_alone() -> None:
     messages = [{"role": "user", "content": f"line {n}"} for n in range(5000)]
     validated = list(messages)
-    await release(OFF_LOOP_BYTES + 1, messages, validated, None, "not a list")
+    await release(RELEASE_BYTES + 1, messages, validated, None, "not a list")
     assert messages == [] and validated == []
     small = [{"role": "user", "content": "hi"}]
-    await release(OFF_LOOP_BYTES, small)
+    await release(RELEASE_BYTES, small)  # a 1 MB body is freed faster than a thread hop
     assert small == [{"role": "user", "content": "hi"}]
 
 
@@ -72,7 +72,7 @@ async def test_an_object_holding_a_big_sequence_is_freed_a_slice_at_a_time() -> 
     del parts
     held = [outcome, holder]
     del outcome, holder
-    await release(OFF_LOOP_BYTES + 1, held)
+    await release(RELEASE_BYTES + 1, held)
     assert held == [] and all(ref() is None for ref in watched)
 
 
