@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import time
 import zipfile
 from collections.abc import Iterator
@@ -184,3 +185,18 @@ def test_without_a_c_compiler_the_wheel_is_labelled_pure_python(
     assert "FAREBOX_REQUIRE_NATIVE=1 but no C extension can be built here" in (
         refused.stdout + refused.stderr
     )
+
+
+def test_the_sdist_carries_the_c_sources_and_the_default(sources: Path, tmp_path: Path) -> None:
+    """A pure-Python build elsewhere can still build the natives from the sdist."""
+    build = (
+        "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", build, str(tmp_path)],
+        capture_output=True, text=True, timeout=60, cwd=sources,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(tmp_path / done.stdout.strip().splitlines()[-1]) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    assert {"gateway/_rawjson.c", "gateway/prefix/_locate.c", "gateway/default.yaml"} <= names
