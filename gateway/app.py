@@ -22,6 +22,7 @@ from gateway import __version__
 from gateway.api import admin, admin_keys, chat, explorer, gpu, health, models, prefix, spend, tasks
 from gateway.api import messages as messages_api
 from gateway.api import metrics as metrics_api
+from gateway.api import responses as responses_api
 from gateway.audit import AuditLog
 from gateway.auth.middleware import AuthMiddleware
 from gateway.body_guard import BodyGuard
@@ -107,6 +108,7 @@ def create_app(
     for router in (
         chat.router,
         messages_api.router,
+        responses_api.router,
         models.router,
         health.router,
         tasks.router,

@@ -54,6 +54,12 @@ class ModelRoute(BaseModel):
     price_model: str | None = Field(
         default=None, description="Price-map key, when it differs from `provider/model`."
     )
+    wire: Literal["chat", "responses"] = Field(
+        default="chat",
+        description="`responses` when the OpenAI-compatible upstream also serves "
+        "/v1/responses (OpenAI, vLLM): Responses requests go to it natively; else they "
+        "are translated to chat completions.",
+    )
     prefix: list[PrefixAction] = Field(
         default_factory=lambda: list[PrefixAction](["observe"]),
         description="Prefix-stability actions; observing (headers, ledger, metrics) is always on.",

@@ -149,6 +149,11 @@ class Settings(BaseSettings):
         description="How long a budget hold outlives a process that died holding it; live "
         "requests renew theirs every third of it.",
     )
+    responses_ttl_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How long a /v1/responses reply is kept for previous_response_id.",
+    )
     metrics_port: int | None = Field(
         default=None, description="Serve /metrics (no key) on this port of metrics_host too."
     )

@@ -1,0 +1,292 @@
+"""One OpenAI Responses request (`POST /v1/responses`), through the chat pipeline's stages.
+
+    parse -> chain (previous_response_id) -> identify -> decide -> entitle -> claim task
+          -> apply policy -> check prefix -> reserve quota -> call upstream -> measure
+          -> price -> record (and settle) -> keep the response for the chain
+
+A `previous_response_id` is resolved by the gateway (`gateway.state.responses`): the
+kept conversation is put before the new input, the task id is carried along the chain
+when the client names none, and an unknown, expired or another caller's id is OpenAI's
+400 `previous_response_not_found`. The upstream then gets a stateless request.
+
+A route with `wire: responses` gets the request natively (the client's bytes with only
+the policy's edits; `gateway.upstream.responses`); any other route gets it translated to
+chat completions and its reply translated back (`gateway.upstream.responses_wire`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import anyio
+import orjson
+from starlette.responses import Response
+
+from gateway.config import GatewayConfig
+from gateway.errors import InvalidRequestError, ModelNotFoundError
+from gateway.http_headers import safe_headers
+from gateway.otel.propagation import upstream_headers as upstream_trace_headers
+from gateway.pipeline import quota
+from gateway.pipeline.attempts import call_with_recovery
+from gateway.pipeline.chat import apply_task_policy, first_event, route_timeouts
+from gateway.pipeline.entitle import entitle, may_use
+from gateway.pipeline.finish import finish
+from gateway.pipeline.identify import identify
+from gateway.pipeline.measure import Meter
+from gateway.pipeline.offload import patch_size, sized
+from gateway.pipeline.policy import capabilities
+from gateway.pipeline.prefix import rule_for_route
+from gateway.pipeline.respond import cost_headers
+from gateway.pipeline.responses_meter import ResponsesMeter
+from gateway.pipeline.responses_prefix import check_responses_prefix
+from gateway.pipeline.responses_relay import (
+    ResponsesRelay,
+    ResponsesRelayResponse,
+    translated_events,
+)
+from gateway.pipeline.responses_request import (
+    ResponsesContext,
+    native_edits,
+    parse_responses,
+    policy_view,
+)
+from gateway.pipeline.task_claim import claim_task
+from gateway.pipeline.tier_report import tier_headers
+from gateway.rawjson import patch_object
+from gateway.services import Services
+from gateway.state.responses import ResponseStore, StoredResponse
+from gateway.upstream.base import UpstreamCall
+from gateway.upstream.responses import ResponsesUpstream
+from gateway.upstream.responses_stream import ChatToResponses
+from gateway.upstream.responses_wire import chat_body, input_items, new_id, response_from_chat
+from gateway.usage import Usage
+
+
+def not_found(response_id: str) -> InvalidRequestError:
+    """OpenAI's answer to a previous_response_id it does not have."""
+    return InvalidRequestError(
+        f"Previous response with id '{response_id}' not found.",
+        param="previous_response_id",
+        code="previous_response_not_found",
+    )
+
+
+async def handle_responses(ctx: ResponsesContext, services: Services) -> Response:
+    """Run the pipeline for one Responses request and return the response to send."""
+    services = services.for_request()
+    await sized(len(ctx.raw_body), parse_responses, ctx)
+    store = ResponseStore(services.state, services.settings.responses_ttl_s)
+    previous = await _chain(ctx, store)
+    ctx.body = policy_view(ctx.native, ctx.items)
+    identify(ctx)
+    if previous is not None and previous.owner not in (None, ctx.identity.caller):
+        raise not_found(str(ctx.native.get("previous_response_id")))  # another caller's
+    decide_responses(ctx, services.config)
+    entitle(ctx)
+    await claim_task(ctx, services.state)
+    base_edits = ctx.edits.copy()
+    decision = await apply_task_policy(ctx, services)
+    assert ctx.alias is not None
+    rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
+    ctx.prefix = await check_responses_prefix(ctx, services.prefix_checker, services.state, rule)
+    await quota.reserve(ctx, services)
+    sender = _Sender(store)
+    send = sender.stream if ctx.stream else sender.complete
+    try:
+        return await call_with_recovery(ctx, services, decision, base_edits, send)  # type: ignore[arg-type]
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await quota.close(ctx, services)
+        raise
+
+
+async def _chain(ctx: ResponsesContext, store: ResponseStore) -> StoredResponse | None:
+    """Expand previous_response_id into the input; name the task the chain carries."""
+    assert ctx.responses is not None
+    own = input_items(ctx.native.get("input"))
+    previous_id = ctx.responses.previous_response_id
+    previous = await store.load(previous_id) if previous_id else None
+    if previous_id and previous is None:
+        raise not_found(previous_id)
+    ctx.items = (previous.items if previous is not None else []) + own
+    ctx.chained = previous is not None
+    metadata = ctx.native.get("metadata")
+    named = isinstance(metadata, dict) and metadata.get("task_id") not in (None, "")
+    if not (ctx.headers.get("x-task-id") or named):
+        if previous is not None and previous.task_id:
+            ctx.headers["x-task-id"] = previous.task_id
+        elif ctx.responses.store:  # the first call of a chain names the task it starts
+            ctx.headers["x-task-id"] = f"task-{ctx.request_id.removeprefix('req-')}"
+    return previous
+
+
+def decide_responses(ctx: ResponsesContext, config: GatewayConfig) -> None:
+    """The route for the model alias, and the tier the client asked for."""
+    assert ctx.responses is not None
+    alias = ctx.responses.model
+    route = config.models.get(alias)
+    if route is None:
+        usable = [name for name in config.models if may_use(ctx.principal, name)]
+        raise ModelNotFoundError(
+            f"model '{alias}' is not configured on this gateway "
+            f"(available: {', '.join(sorted(usable)) or 'none'})",
+            param="model",
+        )
+    ctx.alias, ctx.route = alias, route
+    if route.model != alias:
+        ctx.edits.set_fields["model"] = route.model
+    tier = ctx.native.get("service_tier")
+    ctx.tier_requested = ctx.headers.get("x-speed-tier") or (
+        tier if isinstance(tier, str) else None
+    )
+
+
+def native_route(ctx: ResponsesContext) -> bool:
+    """Whether the route takes /v1/responses itself (else it is translated to chat)."""
+    return ctx.route is not None and not ctx.route.via_litellm and ctx.route.wire == "responses"
+
+
+def _forwarded(ctx: ResponsesContext) -> tuple[dict[str, Any], Any]:
+    """The Responses body as sent (parsed) and its edits, the expanded chain included."""
+    edits = native_edits(ctx.edits, ctx.native)
+    if ctx.chained:
+        edits.set_fields["input"] = ctx.items
+        edits.remove.add("previous_response_id")
+    parsed = {k: v for k, v in ctx.native.items() if k not in edits.remove} | edits.set_fields
+    return parsed, edits
+
+
+def _echoed(ctx: ResponsesContext) -> dict[str, Any]:
+    """The settings a translated Response echoes: as sent, with the client's chain id."""
+    parsed, _ = _forwarded(ctx)
+    return parsed | {"previous_response_id": ctx.native.get("previous_response_id")}
+
+
+def _build_call(ctx: ResponsesContext, services: Services) -> UpstreamCall:
+    """The native call (the client's bytes, patched) or the chat call it translates to."""
+    assert ctx.alias is not None and ctx.route is not None
+    parsed, edits = _forwarded(ctx)
+    if native_route(ctx):
+        body = ctx.raw_body
+        if edits:
+            body = patch_object(body, edits.set_fields, edits.remove, trusted=True)
+    else:
+        try:
+            parsed = chat_body(parsed, ctx.items)
+        except ValueError as exc:
+            raise InvalidRequestError(
+                f"model '{ctx.alias}' is served over chat completions: {exc}", param="tools"
+            ) from None
+        body = orjson.dumps(parsed)
+    call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
+    call.timeouts = route_timeouts(ctx, services)
+    call.extra_headers = {**ctx.upstream_headers, **upstream_trace_headers()}
+    return call
+
+
+def _headers(ctx: ResponsesContext) -> dict[str, str]:
+    headers = {"x-request-id": ctx.request_id}
+    if ctx.task is not None and not ctx.task.implicit:
+        headers["x-task-id"] = ctx.task.task_id
+    headers["x-farebox-tier"] = ctx.tier_served or ctx.tier_planned or "standard"
+    headers |= tier_headers(ctx)
+    return safe_headers(headers | ctx.response_headers)
+
+
+class _Sender:
+    """One attempt, whole or streamed; keeps what it served for the chain."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        self._store = store
+
+    async def keep(self, ctx: ResponsesContext, response: dict[str, Any]) -> None:
+        """Keep a finished response for previous_response_id (unless `store: false`)."""
+        response_id = response.get("id")
+        output = response.get("output")
+        if not ctx.responses or not ctx.responses.store or not isinstance(response_id, str):
+            return
+        assert ctx.task is not None
+        items = (
+            ctx.items + [i for i in output if isinstance(i, dict)]
+            if isinstance(output, list)
+            else ctx.items
+        )
+        owner = ctx.identity.caller
+        await self._store.save(response_id, StoredResponse(items, ctx.task.task_id, owner))
+
+    async def complete(self, ctx: ResponsesContext, services: Services) -> Response:
+        call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
+        native = native_route(ctx)
+        adapter = (
+            ResponsesUpstream(services.upstreams.http)
+            if native
+            else services.upstreams.adapter(call.route)
+        )
+        meter = ResponsesMeter()
+        ctx.timings.upstream_sent = time.perf_counter()
+        try:
+            reply = await adapter.complete(call)
+        except asyncio.CancelledError:
+            with anyio.CancelScope(shield=True):
+                await finish(ctx, meter.meter, services, cancelled=True)
+            raise
+        body = reply.body
+        if native:
+            meter.observe_response(reply.payload)
+            response = reply.payload
+            if ctx.chained:  # the upstream saw no chain; the client's id is echoed back
+                echo = {"previous_response_id": ctx.native.get("previous_response_id")}
+                body = patch_object(body, echo, set(), trusted=True)
+        else:
+            chat_meter = Meter()
+            chat_meter.observe_reply(reply.payload)
+            meter.meter = chat_meter
+            sent = _echoed(ctx)
+            response = response_from_chat(
+                sent, reply.payload, chat_meter.usage or Usage(), new_id("resp")
+            )
+            body = orjson.dumps(response)
+        await finish(ctx, meter.meter, services)
+        await self.keep(ctx, response)
+        headers = _headers(ctx) | cost_headers(ctx)
+        return Response(
+            body, status_code=reply.status, media_type="application/json", headers=headers
+        )
+
+    async def stream(self, ctx: ResponsesContext, services: Services) -> Response:
+        """Open the upstream stream and wait for its first event before answering."""
+        call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
+        native = native_route(ctx)
+        adapter = (
+            ResponsesUpstream(services.upstreams.http)
+            if native
+            else services.upstreams.adapter(call.route)
+        )
+        ctx.timings.upstream_sent = time.perf_counter()
+        stream = await adapter.open_stream(call)
+        events = stream.events()
+        first = await first_event(stream, events, call)
+        if native:
+            relayed: AsyncIterator[bytes] = _prepend(first, events)
+        else:
+            sent = _echoed(ctx)
+            teller = ChatToResponses(sent, new_id("resp"), int(time.time()))
+            relayed = translated_events(first, events, teller, ctx.alias or "stream")
+
+        async def on_done(response: dict[str, Any]) -> None:
+            await self.keep(ctx, response)
+
+        relay = ResponsesRelay(ctx, relayed, stream, services, on_done)
+        return ResponsesRelayResponse(relay, headers=_headers(ctx))
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    yield first
+    async for event in rest:
+        yield event
+
+
+__all__ = ["handle_responses", "not_found"]
