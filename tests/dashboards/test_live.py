@@ -113,3 +113,12 @@ def test_sql_cost_per_task_sees_finished_tasks_only(live: Live) -> None:
             Decimal(str(row[k])) for k in ("p50_usd", "p95_usd", "max_usd", "total_usd")
         )
         assert 0 < p50 <= p95 <= top <= total
+
+
+def test_sql_prefix_break_panel_names_the_reason_and_the_money(live: Live) -> None:
+    (query,) = [q for q in SQL if q.panel == "Prefix breaks: misses and money lost"]
+    start, end = _window()
+    rows = asyncio.run(fetch(live.database, panels.sql(query.text, ALL, start, end)))
+    misses = {(r["model"], r["reason"]): r for r in rows}
+    broken = misses[("agent", "miss:volatile_value")]  # the timestamp on top, once a round
+    assert broken["misses"] == 2 and Decimal(str(broken["lost_usd"])) > 0

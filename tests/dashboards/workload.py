@@ -76,8 +76,9 @@ def _stream(client: openai.OpenAI, model: str, headers: dict[str, str]) -> None:
     assert list(stream)
 
 
-def _turns(step: int, stamp_on_top: bool) -> list[ChatCompletionMessageParam]:
-    system = f"Current time: 2026-11-30T10:{step:02d}:07Z\n{GUIDE}" if stamp_on_top else GUIDE
+def _turns(step: int, stamp_on_top: bool, hour: int) -> list[ChatCompletionMessageParam]:
+    stamp = f"Current time: 2026-11-30T{hour:02d}:{step:02d}:07Z"  # new each round: a miss
+    system = f"{stamp}\n{GUIDE}" if stamp_on_top else GUIDE
     messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": system}]
     for earlier in range(step):
         messages += [
@@ -111,7 +112,7 @@ def run_round(base_url: str, sim: SimControl, round_no: int) -> None:
         for step, stamped in ((0, False), (1, True), (2, False)):
             ask(
                 model="agent",
-                messages=_turns(step, stamped),
+                messages=_turns(step, stamped, hour=round_no),
                 extra_headers=_who("gamma", "agents", gamma, done=step == 2),
             )
         try:
