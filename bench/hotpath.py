@@ -96,9 +96,11 @@ class Bench:
             argv = loadgen_args(self.setup, "URL", MODEL, scenario, self.budget, Path("OUT.json"))
             self.ctx.loadgen.append(_shown(self.setup.shown(argv)))
 
-    def run_target(self, target: Target, scenarios: tuple[Scenario, ...]) -> None:
+    def run_target(
+        self, target: Target, scenarios: tuple[Scenario, ...], budget: Budget | None = None
+    ) -> None:
         """Wait for the target's first 200, warm it up, then measure each scenario."""
-        name = target.name
+        name, budget = target.name, budget or self.budget
         print(f"[hotpath] {name}: starting", file=sys.stderr, flush=True)
         if target.proc is not None:
             self.ctx.launches[name] = target.proc.shown(ROOT)
@@ -109,11 +111,9 @@ class Bench:
             self.results.ready_s[name] = ready
             self._prewarm(target)
         passes: dict[str, list[Run]] = {}
-        for _ in range(self.budget.passes):  # in turns, so a burst of load hits one pass
+        for _ in range(budget.passes):  # in turns, so a burst of load hits one pass
             for scenario in scenarios:
-                run = measure(
-                    self.setup, name, target.pid, target.url, MODEL, scenario, self.budget
-                )
+                run = measure(self.setup, name, target.pid, target.url, MODEL, scenario, budget)
                 passes.setdefault(scenario.key, []).append(run)
                 print(
                     f"[hotpath] {name} {scenario.key}: {run.rps} req/s p50 {run.p50_ms} ms "
@@ -165,10 +165,12 @@ class Bench:
         self._litellm()
         self._workers()
 
-    def _one(self, target: Target, scenarios: tuple[Scenario, ...]) -> None:
+    def _one(
+        self, target: Target, scenarios: tuple[Scenario, ...], budget: Budget | None = None
+    ) -> None:
         began = time.monotonic()
         try:
-            self.run_target(target, scenarios)
+            self.run_target(target, scenarios, budget)
         except RuntimeError as exc:  # one broken target leaves the others measured
             self.results.skipped[target.name] = f"failed: {exc}"[:400].replace("\n", " ")
             print(f"[hotpath] {target.name} failed: {exc}", file=sys.stderr, flush=True)
@@ -196,10 +198,11 @@ class Bench:
                 f"no venv at {self.args.litellm_venv} (make bench makes it)"
             )
         else:
-            self._one(
-                start_litellm(self.args.litellm_venv, self.workdir, self.setup.mock_url),
-                SMALL if self.full else THROUGHPUT,
-            )
+            # One pass, warm from its pre-warm only: at 5-20 req/s a c=64 run of LiteLLM's
+            # takes tens of seconds to drain, and each pass would add a minute.
+            budget = dataclasses.replace(self.budget, passes=1, warmup_c1=5, warmup_c64=0)
+            proxy = start_litellm(self.args.litellm_venv, self.workdir, self.setup.mock_url)
+            self._one(proxy, SMALL if self.full else THROUGHPUT, budget)
 
     def _workers(self) -> None:
         """1 vs 2 workers, SQLite ledger and Redis state (farebox refuses 2 workers without
@@ -332,7 +335,9 @@ def _notes(seconds: float) -> list[str]:
         "Each process under test ran under `taskset -c 1`, the mock and loadgen under "
         "`taskset -c 0` (the workers comparison lets the gateway use both cores).",
         "Before its measured runs each target got unmeasured c=64 runs (whole and streamed), "
-        "so connection counts are at steady state; each loadgen run also has its own warm-up.",
+        "so connection counts are at steady state; each loadgen run also has its own warm-up "
+        "(LiteLLM's: 5 requests at c=1, none at c=64, and one pass only, since at 5-20 req/s "
+        "its c=64 runs take tens of seconds to drain).",
         "This box is shared with other work: the load average above is part of the result. "
         "CPU per request (from /proc) is the figure that holds across runs; req/s and "
         "latency move with the load.",

@@ -152,6 +152,11 @@ def _throughput_goals(r: Results) -> list[Goal]:
         _judge(goal, ratio, 15.0, "x", at_most=False)
         if "litellm" in r.skipped:
             goal.measured = f"not measured ({r.skipped['litellm']})"
+        theirs = r.run("litellm", scenario)
+        if theirs is not None:
+            goal.bound = (
+                f"LiteLLM: {theirs.rps:,.1f} req/s at {theirs.cpu_ms_per_request} ms CPU/request"
+            )
         out.append(goal)
     return out
 
@@ -212,6 +217,8 @@ def _process_goals(r: Results) -> list[Goal]:
         workers.bound = _cpu_bound(r, W2, "json-c64")
     rss = Goal("RSS per worker (peak over the run)", "< 150 MiB")
     _judge(rss, r.rss_mib.get(FB), 150.0, "MiB", at_most=True)
+    if W2 in r.rss_mib:
+        rss.bound = f"with 2 workers the largest process peaked at {r.rss_mib[W2]} MiB"
     start = Goal("first request served after start", "< 1.5 s")
     _judge(start, r.ready_s.get(FB), 1.5, "s", at_most=True)
     if r.import_s is not None:
