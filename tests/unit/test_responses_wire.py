@@ -132,10 +132,10 @@ def test_the_sdk_reads_the_translated_stream_with_function_calls() -> None:
         return httpx.Response(200, content=wire, headers={"content-type": "text/event-stream"})
 
     http = httpx.Client(transport=httpx.MockTransport(serve))
-    with openai.OpenAI(api_key="k", base_url="http://gw/v1", http_client=http) as client:
-        with client.responses.stream(model="m", input="hi", tools=[TOOL]) as stream:
-            kinds = [event.type for event in stream]
-            final = stream.get_final_response()
+    client = openai.OpenAI(api_key="k", base_url="http://gw/v1", http_client=http)
+    with client, client.responses.stream(model="m", input="hi", tools=[TOOL]) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
     assert kinds.count("response.function_call_arguments.delta") == 3
     assert kinds.count("response.output_item.done") == 4
     assert [item.type for item in final.output] == [
