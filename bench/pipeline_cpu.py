@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -93,7 +94,12 @@ def _load(args: argparse.Namespace, url: str, n: int, warmup: int) -> dict[str, 
     return result
 
 
-def _measure(args: argparse.Namespace, name: str, cmd: list[str], port: int, env: dict[str, str]):
+Row = dict[str, Any]
+
+
+def _measure(
+    args: argparse.Namespace, name: str, cmd: list[str], port: int, env: dict[str, str]
+) -> Row:
     proc = subprocess.Popen(["taskset", "-c", "1", *cmd], env=env, stdout=subprocess.DEVNULL)
     try:
         _wait_port(port, proc)
@@ -112,7 +118,7 @@ def _measure(args: argparse.Namespace, name: str, cmd: list[str], port: int, env
             row["ttft_ms"] = run.get("ttft_data_ms")
         if args.profile and name == "farebox":
             spy_cmd = [str(Path(PY).parent / "py-spy"), "record", "-p", str(proc.pid)]
-            spy_cmd += ["-f", "raw", "-o", args.profile, "-r", "200"]
+            spy_cmd += ["-f", "raw", "-o", args.profile, "-r", str(args.rate)]
             spy = subprocess.Popen(spy_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1)
             _load(args, url, args.n, 0)
@@ -135,8 +141,10 @@ def main() -> None:
     parser.add_argument("--history-mode", default="agent")
     parser.add_argument("--max-seconds", type=float, default=60)
     parser.add_argument("--profile")
+    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--only", choices=("farebox", "minproxy"))
     parser.add_argument("--src", help="run the gateway from this checkout instead")
+    parser.add_argument("--direct", action="store_true", help="also load the mock directly")
     args = parser.parse_args()
     args.model = "bench-gpt"
     mock_port, min_port, fb_port = _free_port(), _free_port(), _free_port()
@@ -149,10 +157,14 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
     env |= {"FAREBOX_CONFIG": str(data / "config.yaml"), "FAREBOX_DATA_DIR": str(data)}
     env |= {"FAREBOX_LOG_LEVEL": "warning", "FAREBOX_PORT": str(fb_port)}
-    rows = []
+    rows: list[Row] = []
     try:
         _wait_port(mock_port, mock)
         upstream = f"http://127.0.0.1:{mock_port}/v1/chat/completions"
+        if args.direct:  # the latency a proxy adds is its percentile minus this one
+            args.model, direct = "mock-model", _load(args, upstream, args.n, args.warm)
+            rows.append({"name": "direct", "latency_ms": direct["lat_ms"], "rps": direct["rps"]})
+            args.model = "bench-gpt"
         if args.only != "farebox":
             cmd = [PY, str(args.floor / "minproxy.py"), str(min_port), upstream]
             rows.append(_measure(args, "minproxy", cmd, min_port, env))
@@ -165,8 +177,10 @@ def main() -> None:
         mock.terminate()
         mock.wait(10)
         shutil.rmtree(data, ignore_errors=True)
-    if len(rows) == 2:
-        rows.append({"ratio": round(rows[1]["cpu_ms_per_req"] / rows[0]["cpu_ms_per_req"], 2)})
+    cpu = {row["name"]: row.get("cpu_ms_per_req") for row in rows}
+    floor, farebox_cpu = cpu.get("minproxy"), cpu.get("farebox")
+    if floor and farebox_cpu:
+        rows.append({"ratio": round(float(farebox_cpu) / float(floor), 2)})
     summary = {"stream": args.stream, "c": args.c, "history": args.history_file}
     print(json.dumps(summary | {"rows": rows}))
 
