@@ -126,3 +126,13 @@ def test_the_build_context_keeps_what_the_builder_copies() -> None:
     builder = stages()[0]
     copied = {src.rstrip("/") for copy in builder.all("COPY") for src in copy.split()[:-1]}
     assert copied == kept, (copied, kept)
+
+
+def test_dependencies_come_from_the_lock_file_with_the_makefiles_uv() -> None:
+    builder = stages()[0]
+    runs = " ".join(builder.all("RUN"))
+    assert "uv export --frozen --no-emit-project --no-dev" in runs
+    assert "--requirement /tmp/requirements.txt" in runs
+    (uv_arg,) = [arg for arg in builder.all("ARG") if arg.startswith("UV_VERSION=")]
+    makefile = re.search(r"^UV_VERSION \?= (\S+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert makefile is not None and uv_arg == f"UV_VERSION={makefile.group(1)}"
