@@ -43,6 +43,8 @@ def serving(
     finally:
         process.terminate()
         process.wait(timeout=30)
+        if process.stdout is not None:  # unread when the test failed before the banner
+            process.stdout.close()
 
 
 def _banner(process: subprocess.Popen[str]) -> str:

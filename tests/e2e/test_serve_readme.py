@@ -38,6 +38,8 @@ def served(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+        if process.stdout is not None:  # unread when the test failed before the banner
+            process.stdout.close()
 
 
 def _readme_example(port: int) -> str:
