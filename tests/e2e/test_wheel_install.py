@@ -131,6 +131,15 @@ def test_the_wheel_carries_the_default_config_and_both_native_modules(wheel: Pat
     assert any(n.startswith("gateway/prefix/_locate.") and n.endswith(".so") for n in names)
     assert any(n.startswith("gateway/_rawjson.") and n.endswith(".so") for n in names)
     assert not [n for n in names if n.endswith(".c")]
+    # Every file the package reads at run time (configs, migrations, the UI's static files):
+    # one left out of [tool.setuptools.package-data] works from the checkout only.
+    shipped = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "gateway").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+        and path.suffix not in {".c", ".so", ".pyc"}
+    }  # fmt: skip
+    assert shipped <= set(names), sorted(shipped - set(names))
 
 
 def test_installed_outside_the_repository_it_serves_prices_and_answers_the_sdk(
