@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.ledger.partitions import drop_partitions_before, ensure_partitions
 from gateway.ledger.records import OPEN, utcnow
-from gateway.ledger.rollup import DAILY, HOURLY
+from gateway.ledger.rollup import FAMILIES
 from gateway.ledger.store import REQUESTS, TASKS
 
 logger = logging.getLogger(__name__)
@@ -62,8 +62,9 @@ async def apply_retention(engine: AsyncEngine, days: int, now: datetime | None =
 
 async def _forget_buckets_and_tasks(connection: AsyncConnection, start: datetime) -> int:
     """Delete rollup buckets before `start` and tasks whose last request was before it."""
-    for table in (HOURLY, DAILY):
-        await connection.execute(delete(table).where(table.c.bucket < start))
+    for family in FAMILIES:
+        for table in (family.hourly, family.daily):
+            await connection.execute(delete(table).where(table.c.bucket < start))
     result = await connection.execute(
         delete(TASKS).where(TASKS.c.status != OPEN, TASKS.c.last_activity_at < start)
     )

@@ -209,6 +209,46 @@ class DailyRollupRow(RollupColumns, Base):
     __tablename__ = "rollup_daily"
 
 
+class StepRollupColumns:
+    """The key and sums of a step rollup row: one time bucket of one team, project, step
+    and step kind; a missing step or kind is stored as '' and a present one with a ':'
+    prefix, so NULL stays apart from every value in a key (see gateway.ledger.rollup)."""
+
+    bucket: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    team: Mapped[str] = mapped_column(String, primary_key=True)
+    project: Mapped[str] = mapped_column(String, primary_key=True)
+    task_step: Mapped[str] = mapped_column(String, primary_key=True)
+    step_kind: Mapped[str] = mapped_column(String, primary_key=True)
+    request_count: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_input: Mapped[Decimal] = mapped_column(Money)
+    cost_cached: Mapped[Decimal] = mapped_column(Money)
+    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
+    cost_output: Mapped[Decimal] = mapped_column(Money)
+    cost_reasoning: Mapped[Decimal] = mapped_column(Money)
+    cost_total: Mapped[Decimal] = mapped_column(Money)
+    # Untasked requests counted at their first attempt, and the cost of all their attempts.
+    untasked_requests: Mapped[int] = mapped_column(BigInteger)
+    untasked_cost: Mapped[Decimal] = mapped_column(Money)
+
+
+class HourlyStepRollupRow(StepRollupColumns, Base):
+    """Request sums per UTC hour by step."""
+
+    __tablename__ = "rollup_steps_hourly"
+
+
+class DailyStepRollupRow(StepRollupColumns, Base):
+    """Request sums per UTC day by step."""
+
+    __tablename__ = "rollup_steps_daily"
+
+
 class ApiKeyRow(Base):
     """A virtual key: its SHA-256, never its secret (see gateway.keys)."""
 

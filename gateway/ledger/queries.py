@@ -210,8 +210,8 @@ async def spend(
     """Sum requests, tokens and costs per group (a key of SPEND_GROUPS) in a time window,
     over the rows `scope` lets the reader see."""
     group = _group_column(SPEND_GROUPS, group_by)
-    if use_rollups and scope.caller is None and group.name in windows.DIMENSIONS:
-        filters = {"team": scope.team, "project": scope.project}
+    filters = {"team": scope.team, "project": scope.project}
+    if use_rollups and scope.caller is None and windows.covers(group.name, filters):
         statement = windows.request_sums(group.name, since, until, filters)
     else:
         sums = [func.sum(REQUESTS.c[name]).label(name) for name in (*TOKEN_FIELDS, *COST_FIELDS)]

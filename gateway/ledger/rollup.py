@@ -7,14 +7,18 @@ base table in tests/ledger/test_rollup_equality.py). Each batch adds its aggrega
 one `INSERT ... ON CONFLICT DO UPDATE SET x = x + excluded.x` per grain, keys sorted so
 concurrent writers lock rows in the same order.
 
-The key is (bucket, team, project, model_alias, backend, tier_served); the sums are the
-request count, the token and cost columns, and the untasked requests (counted at their
-first attempt, attempt 0) with the cost of all their attempts.
+Two families of rollups, each per hour and per day: `rollup_*` keyed by (bucket, team,
+project, model_alias, backend, tier_served) and `rollup_steps_*` keyed by (bucket, team,
+project, task_step, step_kind). The sums are the request count, the token and cost
+columns, and the untasked requests (counted at their first attempt, attempt 0) with the
+cost of all their attempts. A step or kind may be missing: in a key it is stored as ''
+and a present one as ':' + the value (`encode`), so NULL never meets a real value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -23,12 +27,21 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.ledger.models import DailyRollupRow, HourlyRollupRow
+from gateway.ledger.models import (
+    DailyRollupRow,
+    DailyStepRollupRow,
+    HourlyRollupRow,
+    HourlyStepRollupRow,
+)
 from gateway.ledger.records import COST_FIELDS, TOKEN_FIELDS, RequestRecord
 
 HOURLY: Table = HourlyRollupRow.__table__  # type: ignore[assignment]
 DAILY: Table = DailyRollupRow.__table__  # type: ignore[assignment]
+STEPS_HOURLY: Table = HourlyStepRollupRow.__table__  # type: ignore[assignment]
+STEPS_DAILY: Table = DailyStepRollupRow.__table__  # type: ignore[assignment]
 DIMENSIONS = ("team", "project", "model_alias", "backend", "tier_served")
+STEP_DIMENSIONS = ("team", "project", "task_step", "step_kind")
+ENCODED = frozenset({"task_step", "step_kind"})  # nullable: encoded in a key
 COUNTS = ("request_count", *TOKEN_FIELDS, "untasked_requests")
 MONEY = (*COST_FIELDS, "untasked_cost")
 MEASURES = (*COUNTS, *MONEY)
@@ -46,7 +59,30 @@ def day_of(moment: datetime) -> datetime:
     return moment.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-GRAINS: tuple[tuple[Table, Floor], ...] = ((HOURLY, hour_of), (DAILY, day_of))
+@dataclass(frozen=True, slots=True)
+class Family:
+    """Rollups keyed by the same columns: (hourly, daily)."""
+
+    dimensions: tuple[str, ...]
+    hourly: Table
+    daily: Table
+
+    def grains(self) -> tuple[tuple[Table, Floor], ...]:
+        return ((self.hourly, hour_of), (self.daily, day_of))
+
+
+FAMILIES = (Family(DIMENSIONS, HOURLY, DAILY), Family(STEP_DIMENSIONS, STEPS_HOURLY, STEPS_DAILY))
+
+
+def encode(value: str | None) -> str:
+    """A nullable key column's value as stored in a rollup key."""
+    return "" if value is None else f":{value}"
+
+
+def key_of(record: RequestRecord, name: str) -> str:
+    """The rollup key value of one column of a record."""
+    value = getattr(record, name)
+    return encode(value) if name in ENCODED else value
 
 
 def is_untasked(record: RequestRecord) -> bool:
@@ -58,14 +94,16 @@ def is_untasked(record: RequestRecord) -> bool:
     )
 
 
-def rollup_deltas(records: Iterable[RequestRecord], floor: Floor) -> list[dict[str, Any]]:
+def rollup_deltas(
+    records: Iterable[RequestRecord], floor: Floor, dimensions: tuple[str, ...] = DIMENSIONS
+) -> list[dict[str, Any]]:
     """Sum records per bucket and key into the rows the upsert adds, sorted by key."""
     deltas: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in records:
-        key = (floor(record.created_at), *(getattr(record, name) for name in DIMENSIONS))
+        key = (floor(record.created_at), *(key_of(record, name) for name in dimensions))
         delta = deltas.get(key)
         if delta is None:
-            delta = deltas[key] = dict(zip(("bucket", *DIMENSIONS), key, strict=True))
+            delta = deltas[key] = dict(zip(("bucket", *dimensions), key, strict=True))
             delta.update({name: 0 for name in COUNTS})
             delta.update({name: Decimal(0) for name in MONEY})
         delta["request_count"] += 1
@@ -85,13 +123,14 @@ def _insert(connection: AsyncConnection, table: Table) -> Any:
 
 
 async def add_to_rollups(connection: AsyncConnection, written: Sequence[RequestRecord]) -> None:
-    """Add the rows just written to the hourly and daily rollups (same transaction)."""
+    """Add the rows just written to every rollup (same transaction)."""
     if not written:
         return
-    for table, floor in GRAINS:
-        statement = _insert(connection, table)
-        changes = {name: table.c[name] + statement.excluded[name] for name in MEASURES}
-        upsert = statement.on_conflict_do_update(
-            index_elements=["bucket", *DIMENSIONS], set_=changes
-        )
-        await connection.execute(upsert, rollup_deltas(written, floor))
+    for family in FAMILIES:
+        for table, floor in family.grains():
+            statement = _insert(connection, table)
+            changes = {name: table.c[name] + statement.excluded[name] for name in MEASURES}
+            upsert = statement.on_conflict_do_update(
+                index_elements=["bucket", *family.dimensions], set_=changes
+            )
+            await connection.execute(upsert, rollup_deltas(written, floor, family.dimensions))

@@ -12,7 +12,6 @@ anything else (a step, a caller) reads the `requests` table (see queries.spend).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,10 +20,19 @@ from sqlalchemy import ColumnElement, Select, Table, and_, case, func, literal, 
 from sqlalchemy.sql.selectable import Subquery
 
 from gateway.ledger.records import COST_FIELDS, TOKEN_FIELDS
-from gateway.ledger.rollup import DAILY, DIMENSIONS, HOURLY, MEASURES, day_of, hour_of
+from gateway.ledger.rollup import (
+    ENCODED,
+    FAMILIES,
+    MEASURES,
+    Family,
+    day_of,
+    hour_of,
+)
 from gateway.ledger.store import REQUESTS
 
 HOUR, DAY = timedelta(hours=1), timedelta(days=1)
+# The default family's tables (team, project, model, backend, tier), read by explorer_sums.
+HOURLY, DAILY = FAMILIES[0].hourly, FAMILIES[0].daily
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +49,11 @@ def _ceil(moment: datetime, floor: Any, step: timedelta) -> datetime:
     return start if start == moment else start + step
 
 
-def pieces(since: datetime | None, until: datetime | None) -> list[Piece]:
+def pieces(
+    since: datetime | None, until: datetime | None, family: Family = FAMILIES[0]
+) -> list[Piece]:
     """Cut `since <= t < until` into disjoint pieces: edges, hours, days, hours, edges."""
+    hourly, daily = family.hourly, family.daily
     h_lo = None if since is None else _ceil(since, hour_of, HOUR)
     h_hi = None if until is None else hour_of(until)
     if h_lo is not None and h_hi is not None and h_lo >= h_hi:
@@ -54,12 +65,12 @@ def pieces(since: datetime | None, until: datetime | None) -> list[Piece]:
     d_hi = None if h_hi is None else day_of(h_hi)
     if d_lo is None or d_hi is None or d_lo < d_hi:
         if h_lo is not None and d_lo is not None and h_lo < d_lo:
-            found.append(Piece(HOURLY, h_lo, d_lo))
-        found.append(Piece(DAILY, d_lo, d_hi))
+            found.append(Piece(hourly, h_lo, d_lo))
+        found.append(Piece(daily, d_lo, d_hi))
         if h_hi is not None and d_hi is not None and d_hi < h_hi:
-            found.append(Piece(HOURLY, d_hi, h_hi))
+            found.append(Piece(hourly, d_hi, h_hi))
     else:
-        found.append(Piece(HOURLY, h_lo, h_hi))
+        found.append(Piece(hourly, h_lo, h_hi))
     if until is not None and h_hi is not None and h_hi < until:
         found.append(Piece(REQUESTS, h_hi, until))
     return found
@@ -98,8 +109,12 @@ def _piece_select(piece: Piece, group: str | None, filters: dict[str, str | None
         measures = _base_measures()
     else:
         measures = [func.sum(table.c[name]).label(name) for name in MEASURES]
-    key = table.c[group].label("group") if group else literal(None).label("group")
-    statement = select(key, *measures).where(
+    key: ColumnElement[Any] = literal(None)
+    if group and table is not REQUESTS and group in ENCODED:  # '' is NULL, ':x' is x
+        key = case((table.c[group] == "", None), else_=func.substr(table.c[group], 2))
+    elif group:
+        key = table.c[group]
+    statement = select(key.label("group"), *measures).where(
         *(table.c[name] == value for name, value in filters.items() if value is not None)
     )
     if piece.since is not None:
@@ -117,17 +132,24 @@ def request_sums(
 ) -> Select[Any]:
     """One SELECT of the request sums per `group` in the window, through the rollups.
 
-    `group` and the keys of `filters` are rollup key columns (DIMENSIONS).
+    `group` and the filters that are set must all be key columns of one family.
     """
-    for name in (group, *filters):
-        if name is not None and name not in DIMENSIONS:
-            raise ValueError(f"rollups are keyed by {', '.join(DIMENSIONS)}, not {name!r}")
-    parts = [_piece_select(piece, group, filters) for piece in pieces(since, until)]
+    family = family_for(group, filters)
+    if family is None:
+        raise ValueError(f"no rollup is keyed by {group!r} and {sorted(filters)}")
+    parts = [_piece_select(piece, group, filters) for piece in pieces(since, until, family)]
     union: Subquery = (parts[0] if len(parts) == 1 else parts[0].union_all(*parts[1:])).subquery()
     outer = select(union.c.group, *(func.sum(union.c[name]).label(name) for name in MEASURES))
     return outer.group_by(union.c.group)
 
 
-def covers(group: str | None, filters: Sequence[str]) -> bool:
-    """Whether the rollups can answer a grouping and filters on these columns."""
-    return all(name in DIMENSIONS for name in (*filters, *([group] if group else [])))
+def family_for(group: str | None, filters: dict[str, str | None]) -> Family | None:
+    """The first rollup family keyed by `group` and every filter that is set."""
+    wanted = {name for name, value in filters.items() if value is not None}
+    wanted |= {group} if group else set()
+    return next((f for f in FAMILIES if wanted <= set(f.dimensions)), None)
+
+
+def covers(group: str | None, filters: dict[str, str | None]) -> bool:
+    """Whether a rollup can answer a grouping and these filters."""
+    return family_for(group, filters) is not None

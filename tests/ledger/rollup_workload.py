@@ -10,11 +10,11 @@ from decimal import Decimal
 from typing import Any
 
 from ledger_helpers import record
-from sqlalchemy import select
+from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.ledger.records import COST_FIELDS, TOKEN_FIELDS, RequestRecord, TaskFinish
-from gateway.ledger.rollup import DAILY, DIMENSIONS, HOURLY, MEASURES, day_of, hour_of, is_untasked
+from gateway.ledger.rollup import DIMENSIONS, FAMILIES, MEASURES, is_untasked, key_of
 from gateway.ledger.store import REQUESTS
 
 START = datetime(2026, 3, 1, 22, 17, 3, 250_000, tzinfo=UTC)
@@ -38,6 +38,7 @@ def _call(rng: random.Random, task_id: str, request_id: str, attempt: int, at: d
         cache_write_tokens=rng.randrange(0, 5), completion_tokens=rng.randrange(1, 4000),
         reasoning_tokens=rng.randrange(0, 900), cost_total=sum(costs.values(), Decimal(0)),
         step_kind=rng.choice(("plan", "code", None)), **costs,
+        task_step=rng.choice(("user_turn", "tool_result", None, "", ":odd")),
     )  # fmt: skip
 
 
@@ -75,12 +76,14 @@ async def base_rows(engine: AsyncEngine) -> list[RequestRecord]:
 
 
 def expected_rollup(
-    records: list[RequestRecord], floor: Callable[[datetime], datetime]
+    records: list[RequestRecord],
+    floor: Callable[[datetime], datetime],
+    dimensions: tuple[str, ...] = DIMENSIONS,
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The rollup computed in Python from base rows: key -> sums."""
+    """A rollup computed in Python from base rows: key -> sums."""
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for item in records:
-        key = (floor(item.created_at), *(getattr(item, name) for name in DIMENSIONS))
+        key = (floor(item.created_at), *(key_of(item, name) for name in dimensions))
         sums = out.setdefault(key, {name: 0 for name in MEASURES})
         sums["request_count"] += 1
         for name in (*TOKEN_FIELDS, *COST_FIELDS):
@@ -91,24 +94,23 @@ def expected_rollup(
     return out
 
 
-async def stored_rollups(engine: AsyncEngine) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
-    """Both rollup tables as key -> sums."""
-    found: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}
+async def stored_rollup(
+    engine: AsyncEngine, table: Table, dimensions: tuple[str, ...]
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """One rollup table as key -> sums."""
     async with engine.connect() as connection:
-        for table in (HOURLY, DAILY):
-            rows = (await connection.execute(select(table))).all()
-            found[table.name] = {
-                (row.bucket, *(getattr(row, n) for n in DIMENSIONS)): {
-                    n: getattr(row, n) for n in MEASURES
-                }
-                for row in rows
-            }
-    return found
+        rows = (await connection.execute(select(table))).all()
+    return {
+        (row.bucket, *(getattr(row, n) for n in dimensions)): {n: getattr(row, n) for n in MEASURES}
+        for row in rows
+    }
 
 
 async def assert_rollups_match_rows(engine: AsyncEngine) -> None:
-    """The rollups equal the base table's sums, key by key, to the digit."""
+    """Every rollup equals the base table's sums, key by key, to the digit."""
     records = await base_rows(engine)
-    stored = await stored_rollups(engine)
-    assert stored[HOURLY.name] == expected_rollup(records, hour_of)
-    assert stored[DAILY.name] == expected_rollup(records, day_of)
+    for family in FAMILIES:
+        for table, floor in family.grains():
+            stored = await stored_rollup(engine, table, family.dimensions)
+            assert stored == expected_rollup(records, floor, family.dimensions), table.name
+            assert stored or not records, table.name

@@ -5,8 +5,11 @@ On PostgreSQL the existing `requests` table becomes a table range-partitioned on
 `created_at` by UTC day, its rows copied into one partition per day that has rows
 (partitions live in the `ledger_partitions` schema). A partitioned table's primary key
 must hold the partition column, so it becomes (id, created_at). SQLite keeps its table.
-On both, `rollup_hourly` and `rollup_daily` are created and filled from the rows there
-are, and `tasks.untasked` is set for the gateway's wrappers of requests without a task id.
+On both, the rollups (`rollup_hourly`, `rollup_daily` by team, project, model, backend
+and tier; `rollup_steps_hourly`, `rollup_steps_daily` by team, project, step and step
+kind, a missing step stored as '' and a present one as ':' + it) are created and filled
+from the rows there are, and `tasks.untasked` is set for the gateway's wrappers of
+requests without a task id.
 
 Revision ID: 0005
 Revises: 0004
@@ -32,6 +35,18 @@ money, timestamp, TOKENS, COSTS = _first.money, _first.timestamp, _first.TOKENS,
 
 SCHEMA = "ledger_partitions"
 DIMENSIONS = ("team", "project", "model_alias", "backend", "tier_served")
+STEP_DIMENSIONS = ("team", "project", "task_step", "step_kind")
+# How each key column is filled from a request row: nullable ones are encoded.
+KEY_SQL = {name: name for name in DIMENSIONS} | {
+    name: f"CASE WHEN {name} IS NULL THEN '' ELSE ':' || {name} END"
+    for name in ("task_step", "step_kind")
+}
+ROLLUPS = {
+    ("rollup_hourly", "hour"): DIMENSIONS,
+    ("rollup_daily", "day"): DIMENSIONS,
+    ("rollup_steps_hourly", "hour"): STEP_DIMENSIONS,
+    ("rollup_steps_daily", "day"): STEP_DIMENSIONS,
+}
 REQUEST_INDEXES = {
     "ix_requests_created_at": ["created_at"],
     "ix_requests_task_id": ["task_id"],
@@ -64,10 +79,9 @@ def upgrade() -> None:
         "UPDATE tasks SET untasked = TRUE WHERE EXISTS (SELECT 1 FROM requests "
         f"WHERE requests.task_id = tasks.task_id AND {UNTASKED})"
     )
-    for grain in ("hour", "day"):
-        table = "rollup_hourly" if grain == "hour" else "rollup_daily"
-        _create_rollup(table)
-        _fill_rollup(table, BUCKETS[dialect][grain])
+    for (table, grain), dimensions in ROLLUPS.items():
+        _create_rollup(table, dimensions)
+        _fill_rollup(table, BUCKETS[dialect][grain], dimensions)
 
 
 def _partition_requests() -> None:
@@ -108,12 +122,12 @@ def _partition_sql(day: object) -> str:
     )
 
 
-def _create_rollup(table: str) -> None:
+def _create_rollup(table: str, dimensions: tuple[str, ...]) -> None:
     """Create one rollup table: its key and its sums."""
     op.create_table(
         table,
         sa.Column("bucket", timestamp(), primary_key=True),
-        *(sa.Column(name, sa.String(), primary_key=True) for name in DIMENSIONS),
+        *(sa.Column(name, sa.String(), primary_key=True) for name in dimensions),
         sa.Column("request_count", sa.BigInteger(), nullable=False),
         *(sa.Column(name, sa.BigInteger(), nullable=False) for name in TOKENS),
         *(sa.Column(name, money(), nullable=False) for name in COSTS),
@@ -122,24 +136,25 @@ def _create_rollup(table: str) -> None:
     )
 
 
-def _fill_rollup(table: str, bucket: str) -> None:
+def _fill_rollup(table: str, bucket: str, dimensions: tuple[str, ...]) -> None:
     """Sum the existing rows into the rollup, as the writer would have."""
-    dims = ", ".join(DIMENSIONS)
+    names = ", ".join(dimensions)
+    keys = ", ".join(KEY_SQL[name] for name in dimensions)
     sums = ", ".join(f"SUM({name})" for name in (*TOKENS, *COSTS))
-    names = ", ".join((*TOKENS, *COSTS))
+    measures = ", ".join((*TOKENS, *COSTS))
     op.execute(
-        f"INSERT INTO {table} (bucket, {dims}, request_count, {names}, untasked_requests, "
-        f"untasked_cost) SELECT {bucket}, {dims}, COUNT(*), {sums}, "
+        f"INSERT INTO {table} (bucket, {names}, request_count, {measures}, untasked_requests, "
+        f"untasked_cost) SELECT {bucket}, {keys}, COUNT(*), {sums}, "
         f"SUM(CASE WHEN {UNTASKED} AND attempt = 0 THEN 1 ELSE 0 END), "
         f"SUM(CASE WHEN {UNTASKED} THEN cost_total ELSE 0 END) "
-        f"FROM requests GROUP BY {bucket}, {dims}"
+        f"FROM requests GROUP BY {bucket}, {keys}"
     )
 
 
 def downgrade() -> None:
     """Drop the rollups and the flag; on PostgreSQL put the rows back in a plain table."""
-    op.drop_table("rollup_daily")
-    op.drop_table("rollup_hourly")
+    for table, _grain in ROLLUPS:
+        op.drop_table(table)
     op.drop_index("ix_tasks_finished_at", table_name="tasks")
     with op.batch_alter_table("tasks") as batch:
         batch.drop_column("untasked")
