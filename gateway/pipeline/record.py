@@ -10,7 +10,9 @@ import logging
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+from weakref import WeakKeyDictionary
 
 from gateway.config import ModelRoute
 from gateway.ledger import RequestRecord
@@ -145,11 +147,33 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
     return record.with_usage(ctx.usage) if ctx.usage is not None else record
 
 
+_CHILDREN: WeakKeyDictionary[Metrics, dict[tuple[Any, ...], Any]] = WeakKeyDictionary()
+"""Each registry's labelled children, by metric and label values: `labels()` validates and
+renders its values and takes a lock on every call, about twenty times a request."""
+MAX_CHILDREN = 4096
+
+
+def _labels(metrics: Metrics, metric: Any, *values: str, **named: str) -> Any:
+    """`metric.labels(...)`, looked up once per label values."""
+    children = _CHILDREN.get(metrics)
+    if children is None:
+        children = _CHILDREN.setdefault(metrics, {})
+    key = (id(metric), values, *named.items())
+    child = children.get(key)
+    if child is None:
+        if len(children) >= MAX_CHILDREN:  # label values the config does not bound
+            children.clear()
+        child = children[key] = metric.labels(*values, **named)
+    return child
+
+
 def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -> None:
     """Count the request, its tokens and cost, and its latencies."""
     assert ctx.route is not None
     model = ctx.alias or "unknown"
-    metrics.requests.labels(
+    _labels(
+        metrics,
+        metrics.requests,
         model=model,
         backend=backend_of(ctx.route),
         tier=ctx.tier_served or "standard",
@@ -157,7 +181,7 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
     ).inc()
     usage = ctx.usage
     if usage is not None and usage.suspect:
-        metrics.usage_suspect.labels(model=model).inc()
+        _labels(metrics, metrics.usage_suspect, model=model).inc()
     if usage is not None:
         counts = {
             "input": usage.uncached_input_tokens,
@@ -167,38 +191,40 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
             "reasoning": usage.reasoning_tokens,
         }
         for kind, count in counts.items():
-            metrics.tokens.labels(model=model, kind=kind).inc(count)
+            _labels(metrics, metrics.tokens, model=model, kind=kind).inc(count)
     for kind, amount in booked.components.items():
-        metrics.cost.labels(model=model, kind=kind).inc(float(amount))
+        _labels(metrics, metrics.cost, model=model, kind=kind).inc(float(amount))
     _observe_latencies(metrics, ctx, model)
     _observe_prefix(metrics, ctx, model)
     enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")
     if enforcement is not None:
-        metrics.thinking_enforcement.labels(model=model, enforcement=enforcement).inc()
+        _labels(metrics, metrics.thinking_enforcement, model=model, enforcement=enforcement).inc()
     if ctx.tier_confirmed is False:
-        metrics.tier_unconfirmed.labels(model=model, tier=ctx.tier_served or "standard").inc()
+        _labels(
+            metrics, metrics.tier_unconfirmed, model=model, tier=ctx.tier_served or "standard"
+        ).inc()
     if ctx.clamped:
         rule = ctx.response_headers.get("x-farebox-rule", "defaults")
-        metrics.clamps.labels(model=model, rule=rule[:64]).inc()
+        _labels(metrics, metrics.clamps, model=model, rule=rule[:64]).inc()
 
 
 def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
     outcome = ctx.prefix
     if outcome is None:
         return
-    metrics.prefix_check.labels(model=model).observe(outcome.check_seconds)
+    _labels(metrics, metrics.prefix_check, model=model).observe(outcome.check_seconds)
     if outcome.check.unscanned:
-        metrics.prefix_unscanned.labels(model=model).inc(len(outcome.check.unscanned))
+        _labels(metrics, metrics.prefix_unscanned, model=model).inc(len(outcome.check.unscanned))
     for finding in outcome.check.findings:
-        metrics.prefix_findings.labels(model=model, kind=finding.kind).inc()
+        _labels(metrics, metrics.prefix_findings, model=model, kind=finding.kind).inc()
     divergence = outcome.check.divergence
     if divergence is not None:
-        metrics.prefix_breaks.labels(model=model, reason=divergence.reason).inc()
+        _labels(metrics, metrics.prefix_breaks, model=model, reason=divergence.reason).inc()
     judged = outcome.verdict
     if judged is not None:
-        metrics.prefix_expected.labels(model=model).inc(judged.expected_cached)
-        metrics.prefix_actual.labels(model=model).inc(judged.actual_cached)
-        metrics.prefix_lost.labels(model=model).inc(float(judged.money_lost))
+        _labels(metrics, metrics.prefix_expected, model=model).inc(judged.expected_cached)
+        _labels(metrics, metrics.prefix_actual, model=model).inc(judged.actual_cached)
+        _labels(metrics, metrics.prefix_lost, model=model).inc(float(judged.money_lost))
 
 
 def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> None:
@@ -207,14 +233,14 @@ def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> Non
     where = (backend_of(ctx.route), ctx.tier_served or "standard")  # as farebox_requests_total
     ttft = timings.ms_since_sent(timings.first_token)
     if ttft is not None:
-        metrics.ttft.labels(model=model).observe(ttft / 1000)
-        metrics.backend_ttft.labels(*where).observe(ttft / 1000)
+        _labels(metrics, metrics.ttft, model=model).observe(ttft / 1000)
+        _labels(metrics, metrics.backend_ttft, *where).observe(ttft / 1000)
     ttfat = timings.ms_since_sent(timings.first_answer_token)
     if ttfat is not None:
-        metrics.ttfat.labels(model=model).observe(ttfat / 1000)
-        metrics.backend_ttfat.labels(*where).observe(ttfat / 1000)
+        _labels(metrics, metrics.ttfat, model=model).observe(ttfat / 1000)
+        _labels(metrics, metrics.backend_ttfat, *where).observe(ttfat / 1000)
     speed = decode_speed(ctx)
     if speed is not None:
-        metrics.decode_speed.labels(model=model).observe(speed)
+        _labels(metrics, metrics.decode_speed, model=model).observe(speed)
     if timings.finished is not None:
-        metrics.duration.labels(model=model).observe(timings.finished - timings.received)
+        _labels(metrics, metrics.duration, model=model).observe(timings.finished - timings.received)
