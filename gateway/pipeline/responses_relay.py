@@ -137,9 +137,9 @@ class ResponsesRelay:
         payload = event_payload(event, self._where)
         if payload is None:
             return None
-        if payload.get("type") == "error":
-            return failures.from_status(500, orjson.dumps(payload), self._where, self._secrets)
         self.meter.observe_event(payload)
+        if payload.get("type") in ("error", "response.failed"):  # relayed, booked as failed
+            return failures.from_status(500, orjson.dumps(payload), self._where, self._secrets)
         return None
 
     async def _settle(self, error: FareboxError | None, cancelled: bool) -> None:
@@ -152,12 +152,7 @@ class ResponsesRelay:
             log.exception("closing the Responses stream of %s failed", self._where)
         report_outcome(self._ctx, self._services, error)
         final = self.meter.final
-        if (
-            error is None
-            and not cancelled
-            and final is not None
-            and self.meter.ended != "response.failed"
-        ):
+        if error is None and not cancelled and final is not None:
             await self._on_done(final)
         await finish(self._ctx, self.meter.meter, self._services, error=error, cancelled=cancelled)
 

@@ -110,7 +110,7 @@ def test_a_whole_response_is_served_and_billed(
         instructions=INSTRUCTIONS,
         input="What is a fare box?",
         max_output_tokens=200,
-        extra_headers={"X-Task-Id": f"resp-whole-{alias}"},
+        metadata={"task_id": f"resp-whole-{alias}", "purpose": "faq"},
     )
     response = raw.parse()
     assert response.object == "response" and response.status in ("completed", "incomplete")
@@ -118,8 +118,9 @@ def test_a_whole_response_is_served_and_billed(
     assert response.usage is not None and response.usage.input_tokens > 0
     (record,) = _sent(sim)
     assert record["path"] == path
-    if alias == "native":  # the SDK's bytes with the model renamed: nothing else changed
-        assert _body(record) == patch_object(recorded.bodies[0], {"model": "sim-chat"}, set())
+    if alias == "native":  # the SDK's bytes, only the model and Farebox's metadata changed
+        edits = {"model": "sim-chat", "metadata": {"purpose": "faq"}}
+        assert _body(record) == patch_object(recorded.bodies[0], edits, set())
     else:
         sent = httpx.Response(200, content=_body(record)).json()
         assert sent["messages"][0] == {"role": "system", "content": INSTRUCTIONS}
@@ -247,6 +248,7 @@ def test_function_tool_turns_are_translated_for_chat_routes(
     ]
     assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == "lookup_fare"
     assert sent["messages"][2] == {"role": "tool", "tool_call_id": "call_1", "content": "$2.50"}
+    assert gateway.last().task.step_kind == "tool_result"  # type: ignore[union-attr]
     native = client.responses.create(model="native", input=items, tools=TOOLS)
     assert native.output_text and _sent(sim)[1]["path"] == "/v1/responses"
 
