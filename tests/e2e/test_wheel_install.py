@@ -167,6 +167,8 @@ def test_installed_outside_the_repository_it_serves_prices_and_answers_the_sdk(
         example = serving | {"FAREBOX_BASE_URL": f"http://127.0.0.1:{port}/v1"}
         said = _run(venv, cwd, example, "python", str(ROOT / "examples" / "example.py"))
         assert said.count("CompletionUsage(") == 2, said
+        page = httpx.get(f"http://127.0.0.1:{port}/ui/app.js", timeout=10)  # package data
+        assert page.status_code == 200 and len(page.content) > 1000, page.text[:200]
     finally:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
