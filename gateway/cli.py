@@ -6,7 +6,7 @@ import ipaddress
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -100,6 +100,12 @@ def _banner(settings: Settings) -> Callable[[Services], None]:
     return show
 
 
+def _refuse(reason: str) -> NoReturn:
+    """Exit 2 with one red line: never wrapped, never read as markup (it may echo input)."""
+    err.print(f"farebox: {reason}", style="red", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
 def open_bind_refusal(settings: Settings, allow_open: bool = False) -> str | None:
     """Why open mode may not listen on `settings.host`, or None when it may."""
     if settings.admin_key is not None or allow_open or settings.allow_open:
@@ -152,12 +158,10 @@ def serve(
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:  # its str() would echo the input: an admin key
         reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        err.print(f"[red]farebox: invalid settings: {reasons}[/]")
-        raise typer.Exit(2) from None
+        _refuse(f"invalid settings: {reasons}")
     refusal = open_bind_refusal(settings, allow_open) or workers_refusal(settings)
     if refusal is not None:
-        err.print(f"[red]farebox: {refusal}[/]")
-        raise typer.Exit(2)
+        _refuse(refusal)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
@@ -169,8 +173,7 @@ def serve(
     except (ConfigError, PreflightError) as exc:
         if listener is not None:
             listener.close()
-        err.print(f"farebox: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+        _refuse(str(exc))
     settings = settings.model_copy(update={"port": listener.getsockname()[1]})  # for --port 0
     if settings.workers > 1:  # forked on the one socket (gateway.workers)
         supervisor = Supervisor(settings, gateway_config, listener, on_ready=_banner(settings))

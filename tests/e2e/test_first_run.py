@@ -200,6 +200,15 @@ def test_a_busy_port_is_one_line_before_any_banner(tmp_path: Path) -> None:
     assert f"FAREBOX_PORT={port + 1} or make run PORT={port + 1}" in said
 
 
+def test_invalid_settings_and_refusals_are_one_line(tmp_path: Path) -> None:
+    code, said = _serve({"FAREBOX_PORT": "four-thousand", "FAREBOX_DATA_DIR": str(tmp_path)})
+    assert code == 2 and said.count("\n") == 1, said
+    assert said.startswith("farebox: invalid settings: port: Input should be a valid integer")
+    code, said = _serve({"FAREBOX_DATA_DIR": str(tmp_path)}, "--host", "[/bold]0.0.0.0")
+    assert code == 2 and said.count("\n") == 1, said  # the host is not read as markup
+    assert said.startswith("farebox: refusing to serve in open mode on [/bold]0.0.0.0:")
+
+
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
