@@ -127,7 +127,11 @@ def _measure(
         return row
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:  # a drain still waiting on a stream
+            proc.kill()
+            proc.wait()
 
 
 def main() -> None:
