@@ -129,6 +129,7 @@ def test_json_bodies_need_no_content_type(server: ServerThread, content_type: st
         ("/v1/chat/completions", chat, 200),
         ("/v1/prefix/lint", chat, 200),
         ("/v1/tasks/first-run/finish", {"outcome": "success"}, 200),
+        ("/v1/messages/count_tokens", {"model": "sim-claude", "messages": chat["messages"]}, 200),
         ("/admin/keys", {"team": "first-run"}, 201),
     ]
     for path, body, status in calls:
