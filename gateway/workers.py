@@ -3,16 +3,19 @@
 The parent binds the port (gateway.preflight), migrates the ledger, then forks the
 workers; each runs the whole app (its lifespan, its ledger writer, its key cache) on the
 inherited socket, and the kernel hands each new connection to whichever worker accepts
-it first. The parent serves nothing of the API. It owns what must exist once:
+it first. The parent serves nothing and runs no event loop (so forking a replacement is
+as safe as the first fork). It owns what must exist once:
 
 - the bundled simulator, when the configuration uses it: its socket is bound before the
-  fork (its URL is handed to the workers) and served by the parent after it;
+  fork (its URL is handed to the workers) and served by a helper process, which also
+  serves FAREBOX_METRICS_PORT;
 - Prometheus multiprocess metrics: a temporary PROMETHEUS_MULTIPROC_DIR made before the
-  fork and removed at exit; `/metrics` on any worker (and FAREBOX_METRICS_PORT, served
-  by the parent) sums all of them (gateway.metrics);
+  fork and removed at exit; `/metrics` on any worker (and on the metrics port) sums all
+  of them (gateway.metrics);
 - the signals: SIGTERM and SIGINT are passed to every worker, which drains as one
-  process does (gateway.drain), and the parent exits once all have; SIGHUP (reload) is
-  passed on too. A worker that dies is replaced, unless it died during start-up.
+  process does (gateway.drain), and the parent exits once all have (then the helper
+  stops); SIGHUP (reload) is passed on too. A worker that dies is replaced, unless it
+  died before its app had started; every child gets SIGTERM if the parent dies.
 
 Per-process state (budgets, rate limits, task totals) would be per worker without Redis,
 so more than one worker takes FAREBOX_REDIS_URL, or FAREBOX_PER_WORKER_STATE=true to
@@ -23,11 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sized
@@ -39,7 +44,8 @@ from gateway.settings import Settings
 
 log = logging.getLogger("farebox")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-START_UP_S = 10.0  # a worker that dies sooner failed to start: do not fork it in a loop
+HELPER = -1  # the index of the helper process (simulator, metrics port) among the children
+PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 GAUGE_REFRESH_S = 1.0  # ledger backlog, breakers, requests in flight of each worker
 
@@ -58,7 +64,11 @@ def workers_refusal(settings: Settings) -> str | None:
 
 @dataclass
 class Supervisor:
-    """The parent: forks the workers, passes signals on, replaces dead ones, cleans up."""
+    """The parent: forks the workers and the helper, passes signals on, replaces the dead.
+
+    It runs no event loop and no thread, so forking a replacement later is as safe as the
+    first fork; the simulator and the metrics port are served by a helper process.
+    """
 
     settings: Settings
     config: GatewayConfig
@@ -67,7 +77,9 @@ class Supervisor:
     metrics_dir: str = ""
     sim_socket: socket.socket | None = None
     sim_url: str | None = None
-    children: dict[int, tuple[int, float]] = field(default_factory=dict)  # pid: index, start
+    children: dict[int, int] = field(default_factory=dict)  # pid: index (HELPER: helper)
+    ready: set[int] = field(default_factory=set)  # pids whose app finished starting
+    ready_pipe: tuple[int, int] = (-1, -1)  # a worker writes its pid there once started
     stopping: bool = False
     failed: bool = False
 
@@ -75,6 +87,10 @@ class Supervisor:
         """Serve until a signal stops every worker; the exit status."""
         self.metrics_dir = tempfile.mkdtemp(prefix="farebox-metrics-")
         os.environ[MULTIPROC_ENV] = self.metrics_dir
+        for signum in FORWARDED:  # before the first fork: none may kill the parent alone
+            signal.signal(signum, self._on_signal)
+        self.ready_pipe = os.pipe()
+        os.set_blocking(self.ready_pipe[0], False)
         try:
             if self.config.uses_simulator:
                 from gateway.embedded_sim import bind_sim
@@ -82,18 +98,15 @@ class Supervisor:
                 self.sim_socket = bind_sim(self.settings.host, self.settings.sim_port)
                 port = self.sim_socket.getsockname()[1]
                 self.sim_url = f"http://{self.settings.host}:{port}/v1"
+            if self.sim_socket is not None or self.settings.metrics_port is not None:
+                self._fork(HELPER)
             for index in range(self.settings.workers):
                 self._fork(index)
             self._announce()
-            from gateway.server import LOOP
-
-            loop_factory = None
-            if LOOP == "uvloop":
-                import uvloop
-
-                loop_factory = uvloop.new_event_loop
-            with asyncio.Runner(loop_factory=loop_factory) as runner:
-                runner.run(self._supervise())
+            while self._workers():
+                self._read_ready()
+                self._reap()
+                time.sleep(0.1)
         finally:
             self._reap_all()
             shutil.rmtree(self.metrics_dir, ignore_errors=True)
@@ -101,57 +114,47 @@ class Supervisor:
 
     def _announce(self) -> None:
         state = "shared through Redis" if self.settings.redis_url else "PER WORKER (no Redis)"
-        pids = ", ".join(str(pid) for pid in self.children)
+        pids = ", ".join(str(pid) for pid in self._workers())
         print(
             f"  workers: {self.settings.workers} (pids {pids}; supervisor {os.getpid()}); "
             f"budgets and task state: {state}; metrics summed from {self.metrics_dir}",
             flush=True,
         )
 
+    def _workers(self) -> list[int]:
+        return [pid for pid, index in self.children.items() if index != HELPER]
+
     def _fork(self, index: int) -> None:
+        parent = os.getpid()
         pid = os.fork()
-        if pid == 0:  # the worker: never returns into the parent's code
+        if pid == 0:  # the child: never returns into the parent's code
             status = 1
             try:
-                status = _worker(self, index)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # uvicorn installs its own
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the reloader takes it
+                _die_with(parent)
+                status = _helper(self) if index == HELPER else _worker(self, index)
             except BaseException:
-                log.exception("worker %d failed", index)
+                log.exception("farebox %s failed", "helper" if index == HELPER else "worker")
             finally:
                 os._exit(status)
-        self.children[pid] = (index, time.monotonic())
+        self.children[pid] = index
 
-    async def _supervise(self) -> None:
-        loop = asyncio.get_running_loop()
-        for signum in FORWARDED:
-            loop.add_signal_handler(signum, self._forward, signum)
-        async with contextlib.AsyncExitStack() as stack:
-            if self.sim_socket is not None:
-                from gateway.embedded_sim import serve_sim
-
-                sim = await serve_sim(self.sim_socket)
-                stack.push_async_callback(sim.stop)  # after every worker has drained
-            if self.settings.metrics_port is not None:
-                from gateway.metrics_server import MetricsServer
-
-                port = self.settings.metrics_port
-                await stack.enter_async_context(
-                    MetricsServer(None, self.settings.metrics_host, port)
-                )
-            while self.children:
-                self._reap()
-                await asyncio.sleep(0.1)
-
-    def _forward(self, signum: int) -> None:
+    def _on_signal(self, signum: int, frame: object) -> None:
         if signum != signal.SIGHUP:
             # SIGTERM for SIGINT too: a terminal's Ctrl-C reached the workers already,
             # and a second SIGINT makes uvicorn stop at once instead of draining.
             self.stopping, signum = True, signal.SIGTERM
-        for pid in self.children:
+        self._signal_workers(signum)
+
+    def _signal_workers(self, signum: int) -> None:
+        for pid in self._workers():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
     def _reap(self) -> None:
-        """Collect workers that exited; replace one that died while the others serve."""
+        """Collect children that exited; replace one that died while the others serve."""
         while self.children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -160,21 +163,28 @@ class Supervisor:
                 return
             if pid == 0:
                 return
-            index, started = self.children.pop(pid, (-1, 0.0))
+            self._read_ready()  # a worker may have started and died since the last read
+            index = self.children.pop(pid, HELPER)
             _mark_dead(pid)
             code = os.waitstatus_to_exitcode(status)
             if self.stopping:  # uvicorn re-raises the SIGTERM it drained on: clean too
                 self.failed = self.failed or code not in (0, -signal.SIGTERM)
                 continue
-            log.error("worker %d (pid %d) exited with %d", index, pid, code)
-            if time.monotonic() - started < START_UP_S or index < 0:
-                self.failed = True  # failed to start: stop the rest rather than loop
-                self._forward(signal.SIGTERM)
+            name = "helper" if index == HELPER else f"worker {index}"
+            log.error("farebox %s (pid %d) exited with %d", name, pid, code)
+            if pid not in self.ready and index != HELPER:
+                self.failed = self.stopping = True  # failed to start: stop, do not loop
+                self._signal_workers(signal.SIGTERM)
             else:
                 self._fork(index)
 
+    def _read_ready(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            data = os.read(self.ready_pipe[0], 4096)
+            self.ready.update(int(pid) for pid in data.split())
+
     def _reap_all(self) -> None:
-        """Leave no worker behind, whatever stopped the parent."""
+        """Stop the helper once the workers are done, and leave no child behind."""
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -182,6 +192,50 @@ class Supervisor:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
             self.children.pop(pid, None)
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel SIGTERM this child if the supervisor dies (even by SIGKILL)."""
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the line above took effect
+        os._exit(1)
+
+
+def _helper(parent: Supervisor) -> int:
+    """The helper: the bundled simulator and FAREBOX_METRICS_PORT, until SIGTERM."""
+    parent.listener.close()  # the workers serve it
+    from gateway.server import LOOP
+
+    loop_factory = None
+    if LOOP == "uvloop":
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(_serve_helper(parent))
+    return 0
+
+
+async def _serve_helper(parent: Supervisor) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: None)  # a reload is the workers'
+    async with contextlib.AsyncExitStack() as stack:
+        if parent.sim_socket is not None:
+            from gateway.embedded_sim import serve_sim
+
+            sim = await serve_sim(parent.sim_socket)
+            stack.push_async_callback(sim.stop)
+        if parent.settings.metrics_port is not None:
+            from gateway.metrics_server import MetricsServer
+
+            host, port = parent.settings.metrics_host, parent.settings.metrics_port
+            await stack.enter_async_context(MetricsServer(None, host, port))
+        await stop.wait()
 
 
 def _mark_dead(pid: int) -> None:
@@ -192,11 +246,8 @@ def _mark_dead(pid: int) -> None:
 
 def _worker(parent: Supervisor, index: int) -> int:
     """One worker: the whole gateway on the inherited socket, until SIGTERM drains it."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # uvicorn installs its own
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the reloader takes it
     if parent.sim_socket is not None:
-        parent.sim_socket.close()  # the parent serves it
+        parent.sim_socket.close()  # the helper serves it
     from prometheus_client import values
 
     # prometheus_client chose its value class at import (in the parent, before the
@@ -206,11 +257,12 @@ def _worker(parent: Supervisor, index: int) -> int:
     from gateway.drain import DrainingServer
     from gateway.server import server_config
 
-    # The metrics port is the parent's (one port, every worker's sums).
+    # The metrics port is the helper's (one port, every worker's sums).
     settings = parent.settings.model_copy(update={"metrics_port": None})
     banner = parent.on_ready if index == 0 else None  # one banner
 
     def on_ready(services: Services) -> None:
+        os.write(parent.ready_pipe[1], f"{os.getpid()} ".encode())  # started: replace if dead
         _refresh_gauges(services, application.state.in_flight)
         if banner is not None:
             banner(services)

@@ -1,5 +1,6 @@
-"""`farebox serve --workers 2`: both workers serve the openai SDK, /metrics sums them, and
-SIGTERM drains both, books every request and leaves no process or metrics file behind.
+"""`farebox serve --workers 2`: both workers serve the openai SDK, /metrics sums them, a
+killed worker is replaced, and SIGTERM drains them all, books their requests and leaves no
+process or metrics file behind.
 
 Which worker accepts a connection is the kernel's choice, so the test makes it: with one
 worker stopped (SIGSTOP) the other accepts every new connection, then the other way round.
@@ -13,6 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,9 +39,15 @@ prices:
 HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
-def _workers(pid: int) -> list[int]:
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [int(child) for child in children]
+def _children(pid: int) -> list[int]:
+    """The workers and the helper (simulator, metrics port) of the supervisor `pid`."""
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _workers(banner: str) -> list[int]:
+    """The worker pids the start-up line names: `workers: 2 (pids A, B; supervisor P)`."""
+    pids = banner.split("workers: 2 (pids ", 1)[1].split(";", 1)[0]
+    return [int(pid) for pid in pids.split(", ")]
 
 
 def _requests_total(text: str) -> float:
@@ -85,6 +93,17 @@ def _only(worker: int, everyone: list[int]) -> Iterator[None]:
             os.kill(pid, signal.SIGCONT)
 
 
+def _replacement(supervisor: int, before: list[int], dead: int) -> int:
+    """The worker forked in place of `dead`, once it answers."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        new = set(_children(supervisor)) - set(before)
+        if new and dead not in _children(supervisor):
+            return new.pop()
+        time.sleep(0.1)
+    raise AssertionError("the supervisor did not replace the killed worker")
+
+
 def _serve(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int, Path]:
     (tmp_path / "farebox.yaml").write_text(CONFIG)
     port, metrics_port = free_port(), free_port()
@@ -112,8 +131,9 @@ def _serve(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int, Path]:
 def test_two_workers_serve_sum_their_metrics_and_drain_on_sigterm(tmp_path: Path) -> None:
     process, port, metrics_port, log = _serve(tmp_path)
     try:
-        workers = _workers(process.pid)
-        assert len(workers) == 2
+        banner = log.read_text()
+        workers, children = _workers(banner), _children(process.pid)
+        assert len(workers) == 2 and len(children) == 3 and set(workers) < set(children)
         with _only(workers[0], workers):
             _calls(port, whole=3, streamed=1)
         with _only(workers[1], workers):
@@ -123,18 +143,29 @@ def test_two_workers_serve_sum_their_metrics_and_drain_on_sigterm(tmp_path: Path
             assert _requests_total(scraped) == 7
         scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
         assert _requests_total(scraped) == 7
-        banner = log.read_text()
         assert "workers: 2" in banner and "shared through Redis" in banner
         metrics_dir = Path(banner.split("metrics summed from ", 1)[1].split()[0])
         assert len(list(metrics_dir.glob("counter_*.db"))) == 2  # one file per worker
+
+        # A worker that dies after it started is replaced; what it counted still counts.
+        os.kill(workers[0], signal.SIGKILL)
+        replacement = _replacement(process.pid, children, workers[0])
+        with _only(replacement, [replacement, workers[1]]):
+            _calls(port, whole=1, streamed=0)
+        scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        assert _requests_total(scraped) == 8
+        children.append(replacement)
 
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:
         if process.poll() is None:
-            process.kill()
+            process.kill()  # its workers get SIGTERM from the kernel (PR_SET_PDEATHSIG)
+            process.wait(timeout=30)
     assert not metrics_dir.exists()
-    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in children)  # helper too
     with sqlite3.connect(tmp_path / "data" / "farebox.db") as ledger:
         (rows,) = ledger.execute("SELECT count(*) FROM requests").fetchone()
-    assert rows == 7  # both workers' writers flushed before they exited
+    # The killed worker's rows were written within a flush interval (0.2 s) of its
+    # requests, seconds before the kill; the others' writers flushed as they exited.
+    assert rows == 8
