@@ -191,6 +191,10 @@ def test_without_a_c_compiler_the_wheel_is_labelled_pure_python(
     assert not [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")]
     assert "building the pure-Python package (py3-none-any)" in built.stdout + built.stderr
 
+    chosen = _build(sources, tmp_path / "chosen", FAREBOX_PURE_PYTHON="1")  # a compiler works
+    assert chosen.returncode == 0, chosen.stdout + chosen.stderr
+    assert [w.name for w in (tmp_path / "chosen").glob("*.whl")] == [wheel.name]
+
     refused = _build(sources, tmp_path / "release", CC="false", FAREBOX_REQUIRE_NATIVE="1")
     assert refused.returncode != 0
     assert "FAREBOX_REQUIRE_NATIVE=1 but no C extension can be built here" in (
