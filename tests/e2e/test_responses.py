@@ -269,3 +269,22 @@ def test_the_policys_effort_and_cap_become_responses_fields(
     assert sent["reasoning"] == {"effort": "low"}
     assert "max_completion_tokens" not in sent and "reasoning_effort" not in sent
     assert gateway.last().response_headers["x-farebox-rule"] == "capped-low-effort"
+
+
+def test_refusals_have_openais_shape(gateway: Gateway, sim: SimControl) -> None:
+    client, _ = _client(gateway)
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.responses.create(model="no-such-model", input="Hi.")
+    assert unknown.value.param == "model"
+    with pytest.raises(openai.BadRequestError) as missing:
+        client.responses.create(model="chat", input=None)  # type: ignore[arg-type]
+    assert missing.value.param == "input"
+    hosted: Any = [{"type": "web_search"}]
+    with pytest.raises(openai.BadRequestError) as untranslatable:
+        client.responses.create(model="chat", input="Search.", tools=hosted)
+    assert untranslatable.value.param == "tools"
+    assert sim.requests() == []  # none of these reached the upstream
+    with pytest.raises(openai.BadRequestError) as upstream:  # the simulator refuses, as OpenAI
+        client.responses.create(model="native", input="Hi.", max_output_tokens=8)
+    assert "max_output_tokens" in upstream.value.message
+    assert gateway.last().status_code == 400  # the refused attempt is booked
