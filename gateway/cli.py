@@ -39,7 +39,7 @@ def version_line() -> str:
         for name, on in (("prefix locator", locate.NATIVE), ("JSON walker", rawjson.NATIVE))
         if on
     ]
-    native = f"native: {', '.join(built)}" if built else "pure Python: no native module built"
+    native = f"native: {', '.join(built)}" if built else "pure Python: no native module loaded"
     return f"farebox {__version__} ({native}; Python {platform.python_version()})"
 
 
