@@ -36,7 +36,8 @@ CHAT: dict[str, Any] = {
 
 MESSAGE: dict[str, Any] = {"model": "claude", "max_tokens": 8, "messages": CHAT["messages"]}
 COUNT: dict[str, Any] = {"model": "claude", "messages": CHAT["messages"]}
-MODEL_CALLS = ("/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens")
+RESPONSE: dict[str, Any] = {"model": "chat", "input": "hi", "max_output_tokens": 16}
+MODEL_CALLS = ("/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ ENDPOINTS = (
     Endpoint("POST", "/v1/chat/completions", "/v1/chat/completions", CHAT, {"X-Task-Id": TASK}),
     Endpoint("POST", "/v1/messages", "/v1/messages", MESSAGE, {"X-Task-Id": TASK}),
     Endpoint("POST", "/v1/messages/count_tokens", "/v1/messages/count_tokens", COUNT),
+    Endpoint("POST", "/v1/responses", "/v1/responses", RESPONSE, {"X-Task-Id": TASK}),
     Endpoint("GET", "/v1/models", "/v1/models"),
     Endpoint("GET", "/healthz", "/healthz"),
     Endpoint("GET", "/readyz", "/readyz"),
