@@ -123,7 +123,9 @@ def _wait_live(port: int, process: subprocess.Popen[str], timeout: float = 60) -
     raise AssertionError("farebox serve did not answer /healthz")
 
 
-def test_the_wheel_carries_the_default_config_and_both_native_modules(wheel: Path) -> None:
+def test_the_wheel_carries_the_default_config_and_both_native_modules(
+    wheel: Path, sources: Path
+) -> None:
     assert "-cp3" in wheel.name and "-none-any" not in wheel.name  # a platform wheel
     names = zipfile.ZipFile(wheel).namelist()
     assert "gateway/default.yaml" in names
@@ -133,9 +135,9 @@ def test_the_wheel_carries_the_default_config_and_both_native_modules(wheel: Pat
     assert not [n for n in names if n.endswith(".c")]
     # Every file the package reads at run time (configs, migrations, the UI's static files):
     # one left out of [tool.setuptools.package-data] works from the checkout only.
-    shipped = {
-        path.relative_to(ROOT).as_posix()
-        for path in (ROOT / "gateway").rglob("*")
+    shipped = {  # in the copy the wheel was built from: the checkout may change meanwhile
+        path.relative_to(sources).as_posix()
+        for path in (sources / "gateway").rglob("*")
         if path.is_file() and "__pycache__" not in path.parts
         and path.suffix not in {".c", ".so", ".pyc"}
     }  # fmt: skip
