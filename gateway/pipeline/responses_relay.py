@@ -147,6 +147,9 @@ class ResponsesRelay:
             return
         self._settled = True
         try:
+            closing = getattr(self._events, "aclose", None)
+            if closing is not None:  # a translating generator: closed here, not by the GC
+                await closing()
             await self._stream.aclose()
         except Exception:
             log.exception("closing the Responses stream of %s failed", self._where)
