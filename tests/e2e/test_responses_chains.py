@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import httpx
 import openai
 import orjson
 import pytest
@@ -94,3 +95,26 @@ def test_a_dropped_stream_ends_with_an_error_event_and_is_booked(
     ctx = gateway.last()
     assert ctx.status_code == 502 and ctx.error_type == "upstream_unreachable"
     assert ctx.usage is not None and ctx.usage.estimated and ctx.usage.prompt_tokens > 0
+
+
+def test_a_virtual_keys_team_and_cap_apply(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    admin_key = "adm-responses-0123456789abcdef"
+    gateway = make_gateway(config=_config(sim, tmp_path), admin_key=admin_key)
+    created = httpx.post(
+        f"{gateway.server.url}/admin/keys",
+        json={"team": "research", "project": "agents", "max_output_tokens": 64},
+        headers={"Authorization": f"Bearer {admin_key}"},
+        timeout=10,
+    )
+    assert created.status_code == 201, created.text
+    client = gateway.sdk(api_key=created.json()["key"])
+    response = client.responses.create(model="native", input="Hi.", max_output_tokens=5000)
+    sent = orjson.loads(base64.b64decode(str(sim.requests()[-1]["body_b64"])))
+    assert sent["max_output_tokens"] == 64  # the key's cap, in the Responses field
+    assert response.usage is not None and response.usage.output_tokens <= 64
+    ctx = gateway.last()
+    assert ctx.identity.team == "research" and ctx.identity.project == "agents"
+    with pytest.raises(openai.AuthenticationError):
+        gateway.sdk(api_key="sk-not-a-key").responses.create(model="native", input="Hi.")
