@@ -80,7 +80,7 @@ async def handle_responses(ctx: ResponsesContext, services: Services) -> Respons
     await sized(len(ctx.raw_body), parse_responses, ctx)
     store = ResponseStore(services.state, services.settings.responses_ttl_s)
     previous = await _chain(ctx, store)
-    ctx.body = policy_view(ctx.native, ctx.items)
+    ctx.body = await sized(len(ctx.raw_body), policy_view, ctx.native, ctx.items)
     identify(ctx)
     if previous is not None and previous.owner not in (None, ctx.identity.caller):
         raise not_found(str(ctx.native.get("previous_response_id")))  # another caller's
@@ -119,7 +119,8 @@ async def _chain(ctx: ResponsesContext, store: ResponseStore) -> StoredResponse 
         if previous is not None and previous.task_id:
             ctx.headers["x-task-id"] = previous.task_id
         elif ctx.responses.store:  # the first call of a chain names the task it starts
-            ctx.headers["x-task-id"] = f"task-{ctx.request_id.removeprefix('req-')}"
+            # Not `task-...`: that is the name of a request's own task (ledger: untasked).
+            ctx.headers["x-task-id"] = f"chain-{ctx.request_id.removeprefix('req-')}"
     return previous
 
 

@@ -199,7 +199,8 @@ def test_a_previous_response_id_chain_is_one_task_with_cache_hits(
     assert contexts[2].usage is not None and contexts[2].usage.cached_tokens > 0
     (task_id,) = tasks
     task = httpx.get(f"{gateway.base_url}/tasks/{task_id}", timeout=30).json()
-    assert task["request_count"] == 3
+    assert task["request_count"] == 3 and task["ended"] == "finished"  # X-Task-Done
+    assert task_id.startswith("chain-")
     costs = sum((ctx.cost.total for ctx in contexts if ctx.cost is not None), Decimal(0))
     assert Decimal(task["cost"]["total"]) == costs
 
