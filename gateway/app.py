@@ -20,6 +20,8 @@ from starlette.responses import JSONResponse
 
 from gateway import __version__
 from gateway.api import admin, admin_keys, chat, explorer, gpu, health, models, prefix, spend, tasks
+from gateway.api import completions as completions_api
+from gateway.api import embeddings as embeddings_api
 from gateway.api import messages as messages_api
 from gateway.api import metrics as metrics_api
 from gateway.api import responses as responses_api
@@ -109,6 +111,8 @@ def create_app(
         chat.router,
         messages_api.router,
         responses_api.router,
+        completions_api.router,
+        embeddings_api.router,
         models.router,
         health.router,
         tasks.router,

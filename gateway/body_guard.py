@@ -26,7 +26,7 @@ from gateway.errors import BodyTooLargeError, FareboxError, RequestTimeoutError,
 JOIN_OFF_LOOP_BYTES = 1024 * 1024  # where CPython's bytes.join releases the lock
 PROMPT_ROUTES = frozenset(
     {"/v1/chat/completions", "/v1/prefix/lint", "/v1/messages", "/v1/messages/count_tokens",
-     "/v1/responses"}
+     "/v1/responses", "/v1/completions", "/v1/embeddings"}
 )
 
 

@@ -9,8 +9,10 @@ from starlette.responses import JSONResponse, Response
 
 from gateway import tokens
 from gateway.sim.anthropic_api import anthropic_routes
+from gateway.sim.completions_api import completions_routes
 from gateway.sim.config import SimConfig, default_config
 from gateway.sim.control import control_routes
+from gateway.sim.embeddings_api import embeddings_routes
 from gateway.sim.openai_api import openai_routes
 from gateway.sim.responses_api import responses_routes
 from gateway.sim.state import SimState
@@ -28,7 +30,14 @@ def create_sim_app(config: SimConfig | None = None) -> Starlette:
     # Load the tokenizer now, not inside the first timed request.
     tokens.encoding()
     app = Starlette(
-        routes=[*openai_routes(), *responses_routes(), *anthropic_routes(), *control_routes()],
+        routes=[
+            *openai_routes(),
+            *completions_routes(),
+            *embeddings_routes(),
+            *responses_routes(),
+            *anthropic_routes(),
+            *control_routes(),
+        ],
         exception_handlers={HTTPException: _http_error},
     )
     # The state is plain memory, so it is built here rather than in a lifespan:

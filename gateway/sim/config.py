@@ -45,6 +45,10 @@ class SimModel(BaseModel):
     # Anthropic only: the account has Priority Tier capacity, which `service_tier: auto`
     # (the default) uses and `standard_only` declines.
     priority_capacity: bool = False
+    # An embedding model (vLLM's pooling runner): serves /v1/embeddings only, vectors of
+    # this many dimensions; `dimensions` is accepted only where it may shorten them.
+    embedding_dimensions: int | None = Field(default=None, ge=1)
+    supports_dimensions: bool = False
 
 
 def default_models() -> list[SimModel]:
@@ -75,6 +79,13 @@ def default_models() -> list[SimModel]:
             min_cacheable_tokens=1024,
             supports_fast_mode=True,
         ),
+        # Stands for text-embedding-3-small: 1536 dimensions, shortened on request.
+        SimModel(
+            name="sim-embed",
+            embedding_dimensions=1536,
+            supports_dimensions=True,
+            max_model_len=8192,
+        ),
     ]
 
 
@@ -98,6 +109,9 @@ class SimConfig(BaseModel):
     tier_timing: dict[str, TierTiming] = Field(default_factory=default_tier_timing)
     block_size: int = Field(default=16, ge=1)
     cache_capacity_blocks: int = Field(default=65536, ge=1)
+    # The capacity model (gateway/sim/capacity.py); unset, nothing ever waits.
+    max_num_seqs: int | None = Field(default=None, ge=1)  # sequences running at once
+    kv_cache_tokens: int | None = Field(default=None, ge=1)  # KV cache size; bounds the cache
     seed: int = 0
     api_key: SecretStr | None = None
     request_log_size: int = Field(default=1000, ge=1)
@@ -108,6 +122,18 @@ class SimConfig(BaseModel):
         if len(names) != len(set(names)):
             raise ValueError(f"model names must be unique, got {names}")
         return self
+
+    @property
+    def kv_cache_blocks(self) -> int | None:
+        """The KV cache in blocks, when its size is set."""
+        if self.kv_cache_tokens is None:
+            return None
+        return max(self.kv_cache_tokens // self.block_size, 1)
+
+    @property
+    def prefix_cache_blocks(self) -> int:
+        """The prefix cache's LRU capacity: the KV cache when sized, else its own setting."""
+        return self.kv_cache_blocks or self.cache_capacity_blocks
 
     def find_model(self, name: str | None, api: str) -> SimModel | None:
         """Return the served model of that name or alias and API; no name means the first one."""
@@ -129,7 +155,7 @@ class SimConfig(BaseModel):
 
 
 def default_config() -> SimConfig:
-    """Return the stock configuration: four models, zero latency, seed 0."""
+    """Return the stock configuration: five models, zero latency, seed 0."""
     return SimConfig()
 
 
@@ -147,7 +173,9 @@ def load_config(path: Path) -> SimConfig:
 
 
 # Sizes that shape the caches and the log when they are built; changing them needs a restart.
-FIXED_AT_START = frozenset({"block_size", "cache_capacity_blocks", "request_log_size"})
+FIXED_AT_START = frozenset(
+    {"block_size", "cache_capacity_blocks", "request_log_size", "max_num_seqs", "kv_cache_tokens"}
+)
 
 
 def updated_config(config: SimConfig, changes: dict[str, Any]) -> SimConfig:

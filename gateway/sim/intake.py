@@ -12,6 +12,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway.sim.capacity import Seats, seated_events
 from gateway.sim.faults import FaultSpec
 from gateway.sim.records import RequestRecord
 from gateway.sim.state import SimState
@@ -125,10 +126,19 @@ async def deliver(
 ) -> Response:
     """Stream the events, or wait out the planned time and send the body, noting disconnects."""
     record = admission.record
+    seats: Seats = request.app.state.sim.seats
+    tokens = record.prompt_tokens + timing.output_tokens  # the KV blocks it will hold
     if events is not None:
         drop = admission.fault.drop_after_chunks if admission.fault else None
+        events = seated_events(seats, tokens, events, record)
         return EventStream(events, record, headers=headers, drop_after_chunks=drop)
-    if not await unless_disconnected(Pacer(timing).finish(), request.receive):
+
+    async def generate() -> None:
+        async with seats.seat(tokens) as waited:
+            record.queued_ms = waited
+            await Pacer(timing).finish()  # paced from the moment it runs
+
+    if not await unless_disconnected(generate(), request.receive):
         record.cancelled = True
         record.status = CLIENT_CLOSED
         return Response(status_code=CLIENT_CLOSED)

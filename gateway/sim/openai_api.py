@@ -124,6 +124,10 @@ async def prepare(state: SimState, body: bytes) -> ChatJob:
         raise SimRequestError(
             404, f"The model `{request.model}` does not exist.", kind="NotFoundError", param="model"
         )
+    if model.embedding_dimensions is not None:
+        raise SimRequestError(
+            400, f"The model `{model.name}` is an embedding model: it generates no text."
+        )
     check_supported(request, model)
     prompt = render_prompt(request, model)
     root = root_key("openai", model.name, request.cache_salt or "")

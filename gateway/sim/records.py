@@ -58,6 +58,7 @@ class RequestRecord:
     finish_reason: str | None = None
     planned_prefill_ms: float = 0.0
     planned_decode_ms: float = 0.0
+    queued_ms: float = 0.0  # waited for a seat (capacity model) before the prefill
 
     def to_json(self) -> dict[str, Any]:
         """Return the record as JSON, the body as base64 of the exact bytes received."""

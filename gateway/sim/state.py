@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.sim.anthropic_cache import BreakpointCache
+from gateway.sim.capacity import Seats
 from gateway.sim.config import SimConfig
 from gateway.sim.faults import FaultBook
 from gateway.sim.prefix_cache import PrefixCache
@@ -21,6 +22,7 @@ class SimState:
     breakpoints: BreakpointCache
     log: RequestLog
     faults: FaultBook
+    seats: Seats
 
     @classmethod
     def build(cls, config: SimConfig) -> SimState:
@@ -28,10 +30,11 @@ class SimState:
         return cls(
             config=config,
             initial_config=config,
-            prefix_cache=PrefixCache(config.block_size, config.cache_capacity_blocks),
+            prefix_cache=PrefixCache(config.block_size, config.prefix_cache_blocks),
             breakpoints=BreakpointCache(),
             log=RequestLog(config.request_log_size),
             faults=FaultBook(),
+            seats=Seats(config.max_num_seqs, config.kv_cache_blocks, config.block_size),
         )
 
     def reset(self) -> None:

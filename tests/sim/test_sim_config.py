@@ -33,10 +33,11 @@ tier_timing:
 
 def test_default_models() -> None:
     names = {m.name: m for m in default_config().models}
-    assert set(names) == {"sim-chat", "sim-thinker", "sim-sglang-thinker", "claude-sim"}
+    assert set(names) == {"sim-chat", "sim-thinker", "sim-sglang-thinker", "claude-sim", "sim-embed"}
     assert names["sim-thinker"].reasoning_field == "reasoning"
     assert names["sim-sglang-thinker"].reasoning_field == "reasoning_content"
     assert names["claude-sim"].api == "anthropic"
+    assert names["sim-embed"].embedding_dimensions == 1536
 
 
 def test_load_yaml(tmp_path: Path) -> None:

@@ -273,7 +273,8 @@ async def test_unknown_fields_and_parts(client: httpx.AsyncClient) -> None:
 
 async def test_models_health_and_default_model(client: httpx.AsyncClient) -> None:
     models = (await client.get("/v1/models")).json()
-    assert [m["id"] for m in models["data"]] == ["sim-chat", "sim-thinker", "sim-sglang-thinker"]
+    served = ["sim-chat", "sim-thinker", "sim-sglang-thinker", "sim-embed"]
+    assert [m["id"] for m in models["data"]] == served
     assert models["data"][0]["owned_by"] == "vllm"
     health = await client.get("/health")
     assert health.status_code == 200 and health.content == b""
