@@ -72,4 +72,6 @@ def _extensions() -> list[Extension]:
     ]
 
 
-setup(ext_modules=_extensions())
+# Build backends run this file as __main__; tests import it to check _extensions() alone.
+if __name__ == "__main__":
+    setup(ext_modules=_extensions())
