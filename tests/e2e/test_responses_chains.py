@@ -118,3 +118,23 @@ def test_a_virtual_keys_team_and_cap_apply(
     assert ctx.identity.team == "research" and ctx.identity.project == "agents"
     with pytest.raises(openai.AuthenticationError):
         gateway.sdk(api_key="sk-not-a-key").responses.create(model="native", input="Hi.")
+
+
+def test_a_team_budget_refuses_before_the_upstream(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    config = tmp_path / "farebox.yaml"
+    tenants = "tenants:\n  teams:\n    thrifty: {budget: {daily_usd: 0.0002}}\n"
+    config.write_text(CONFIG.format(sim=sim.url) + tenants)
+    gateway = make_gateway(config=config)
+    client = gateway.sdk()
+    team = {"X-Farebox-Team": "thrifty"}
+    served = 0
+    with pytest.raises(openai.RateLimitError) as caught:
+        for _ in range(20):
+            client.responses.create(
+                model="native", input="Hi.", max_output_tokens=16, extra_headers=team
+            )
+            served += 1
+    assert caught.value.code == "insufficient_quota"
+    assert served >= 1 and len(sim.requests()) == served  # the refused call was not sent
