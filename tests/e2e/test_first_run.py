@@ -299,9 +299,10 @@ def test_report_elsewhere_reads_the_gateways_ledger(
 
 def test_make_run_passes_the_port_only_when_given() -> None:
     def recipe(*args: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k not in {"HOST", "PORT"}}  # make reads them
         done = subprocess.run(
             ["make", "-n", "-o", ".venv/.installed", "run", *args],
-            capture_output=True, text=True, cwd=ROOT, check=True,
+            capture_output=True, text=True, cwd=ROOT, check=True, env=env,
         )  # fmt: skip
         return done.stdout
 
