@@ -159,6 +159,11 @@ def test_a_stream_has_the_typed_events_reasoning_and_usage(
     assert ctx.usage.completion_tokens == usage.output_tokens == record["completion_tokens"]
     assert ctx.cost.total == _cost(usage)
     assert ctx.timings.first_token is not None and ctx.timings.first_answer_token is not None
+    assert ctx.task is not None  # a chain's task, named by the gateway
+    task = httpx.get(f"{gateway.base_url}/tasks/{ctx.task.task_id}", timeout=30).json()
+    (row,) = task["requests"]  # the ledger row, reasoning apart from the answer
+    assert row["reasoning_tokens"] == usage.output_tokens_details.reasoning_tokens
+    assert row["completion_tokens"] == usage.output_tokens
 
 
 @pytest.mark.parametrize("alias", ["native", "chat"])
@@ -289,3 +294,38 @@ def test_refusals_have_openais_shape(gateway: Gateway, sim: SimControl) -> None:
         client.responses.create(model="native", input="Hi.", max_output_tokens=8)
     assert "max_output_tokens" in upstream.value.message
     assert gateway.last().status_code == 400  # the refused attempt is booked
+
+
+def test_a_streamed_function_call_has_argument_deltas(gateway: Gateway, sim: SimControl) -> None:
+    """The simulator calls the tool when told to (tool_choice required), streamed natively."""
+    client, _ = _client(gateway)
+    events = list(
+        client.responses.create(
+            model="native",
+            input="Fare from A to B?",
+            tools=TOOLS,
+            tool_choice="required",
+            stream=True,
+        )
+    )
+    kinds = [event.type for event in events]
+    assert kinds.count("response.function_call_arguments.delta") == 2
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(done) == 1 and done[0].arguments == '{"origin":"sample","to":"sample"}'
+    final = events[-1]
+    assert final.type == "response.completed"
+    (call,) = final.response.output
+    assert call.type == "function_call" and call.name == "lookup_fare"
+    ctx = gateway.last()
+    assert (
+        ctx.usage is not None
+        and ctx.usage.completion_tokens == sim.requests()[0]["completion_tokens"]
+    )
+    assert ctx.timings.first_answer_token is not None  # the first argument delta
+    # The ledger row carries the whole breakdown, as the task's requests list shows.
+    assert ctx.task is not None
+    task = httpx.get(f"{gateway.base_url}/tasks/{ctx.task.task_id}", timeout=30).json()
+    (row,) = task["requests"]
+    assert row["prompt_tokens"] == ctx.usage.prompt_tokens
+    assert row["completion_tokens"] == ctx.usage.completion_tokens
+    assert row["cached_tokens"] == ctx.usage.cached_tokens
