@@ -13,7 +13,9 @@ is known. `server_config` builds the one configuration that `farebox serve` and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
+import re
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, ClassVar
@@ -35,6 +37,7 @@ from gateway.settings import Settings
 
 # The most a request line and headers may take; one over it is refused with 400.
 MAX_HEAD_BYTES = 64 * 1024
+_REFUSED_IN_VALUE = re.compile(rb"[\x00\x0b\x0c]")  # h11 refuses these in a header value
 # C parser and loop: a fraction of h11's and asyncio's CPU per request
 # (docs/performance.md); h11 and asyncio where their wheels do not exist (uvloop: Windows).
 HTTP_PARSER = "httptools" if importlib.util.find_spec("httptools") else "h11"
@@ -128,6 +131,22 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
 
     _head_bytes = 0
     _in_head = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # llhttp refuses header values h11 accepts (DEL, C1 and most C0 controls) before
+        # the app can say which header is wrong; take what h11 takes, and refuse in
+        # `on_header` what h11 refuses (NUL, VT, FF). CR and LF stay llhttp's errors.
+        with contextlib.suppress(AttributeError):  # httptools < 0.6.3
+            self.parser.set_dangerous_leniencies(
+                lenient_data_after_close=True,  # as uvicorn sets it
+                lenient_headers=True,
+            )
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if _REFUSED_IN_VALUE.search(value):
+            raise ValueError("a header value holds NUL, VT or FF")  # the parser's 400
+        super().on_header(name, value)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)

@@ -109,3 +109,16 @@ def test_pipelined_requests_are_all_answered_past_the_header_deadline(server: in
     reply = _exchange(server, pipelined + b"GET /b HTTP/1.1\r\nhost: x\r\n\r\n", until=b"/b")
     assert reply.count(b"HTTP/1.1 200") == 3
     assert reply.endswith(b"/b")
+
+
+@pytest.mark.parametrize("value", [b"a\x7fb", b"a\xc2\x85b", b"a\x01b", b"a\tb"])
+def test_header_values_h11_accepts_reach_the_app(server: int, value: bytes) -> None:
+    # Which header may hold what is the app's to say (it names the header).
+    head = b"GET /a HTTP/1.1\r\nhost: x\r\nx-task-id: " + value + b"\r\n\r\n"
+    assert _exchange(server, head, until=b"/a").startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.parametrize("value", [b"a\x00b", b"a\x0bb", b"a\x0cb", b"a\rb"])
+def test_header_values_h11_refuses_are_malformed(server: int, value: bytes) -> None:
+    status, error = _error(_exchange(server, b"GET / HTTP/1.1\r\nx-any: " + value + b"\r\n\r\n"))
+    assert status == 400 and error["code"] == "malformed_http"
