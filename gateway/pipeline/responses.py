@@ -36,6 +36,7 @@ from gateway.pipeline.entitle import entitle, may_use
 from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
+from gateway.pipeline.messages_relay import event_payload
 from gateway.pipeline.offload import patch_size, sized
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
@@ -60,7 +61,7 @@ from gateway.services import Services
 from gateway.state.responses import ResponseStore, StoredResponse
 from gateway.upstream.base import UpstreamCall
 from gateway.upstream.responses import ResponsesUpstream
-from gateway.upstream.responses_stream import ChatToResponses
+from gateway.upstream.responses_stream import ChatToResponses, sse
 from gateway.upstream.responses_wire import chat_body, input_items, new_id, response_from_chat
 from gateway.usage import Usage
 
@@ -272,6 +273,8 @@ class _Sender:
         first = await first_event(stream, events, call)
         if native:
             relayed: AsyncIterator[bytes] = _prepend(first, events)
+            if ctx.chained:
+                relayed = _echo_chain(relayed, ctx.native.get("previous_response_id"))
         else:
             sent = _echoed(ctx)
             teller = ChatToResponses(sent, new_id("resp"), int(time.time()))
@@ -282,6 +285,29 @@ class _Sender:
 
         relay = ResponsesRelay(ctx, relayed, stream, services, on_done)
         return ResponsesRelayResponse(relay, headers=_headers(ctx))
+
+
+_LIFECYCLE = frozenset(
+    {
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+    }
+)
+
+
+async def _echo_chain(events: AsyncIterator[bytes], previous: Any) -> AsyncGenerator[bytes, None]:
+    """The lifecycle events with the client's previous_response_id (the upstream saw none)."""
+    async for event in events:
+        payload = event_payload(event, "upstream")
+        if payload is not None and payload.get("type") in _LIFECYCLE:
+            response = payload.get("response")
+            if isinstance(response, dict):
+                response["previous_response_id"] = previous
+                event = sse(payload)
+        yield event
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:

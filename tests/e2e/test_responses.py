@@ -175,13 +175,15 @@ def test_a_previous_response_id_chain_is_one_task_with_cache_hits(
     second = client.responses.create(
         model=alias, instructions=INSTRUCTIONS, input="And then?", previous_response_id=first.id
     )
-    third = client.responses.create(
+    with client.responses.stream(
         model=alias,
         instructions=INSTRUCTIONS,
         input=[{"role": "user", "content": "Last one."}],
         previous_response_id=second.id,
         extra_headers={"X-Task-Done": "true"},
-    )
+    ) as stream:
+        third = stream.get_final_response()
+    assert second.previous_response_id == first.id  # echoed, though the upstream saw none
     assert third.previous_response_id == second.id
     records = _sent(sim)
     assert len(records) == 3
