@@ -164,19 +164,27 @@ async def get_task(
 ) -> TaskDetail | None:
     """Return a task's aggregates and its request rows, or None if it is unknown or
     outside `scope` (the two are told apart by no one)."""
-    columns = [TASKS.c[f.name] for f in fields(TaskSummary)]
-    found = await _fetch(db, select(*columns).where(TASKS.c.task_id == task_id, task_rows(scope)))
-    if not found:
-        return None
-    calls = await _fetch(
+    # One statement, so one snapshot: read in two, a task's total could miss rows that
+    # another replica's writer committed in between (or count rows not yet listed).
+    summary = [TASKS.c[f.name].label(f"task__{f.name}") for f in fields(TaskSummary)]
+    calls = and_(REQUESTS.c.task_id == TASKS.c.task_id, request_rows(scope))
+    rows = await _fetch(
         db,
-        select(REQUESTS)
-        .where(REQUESTS.c.task_id == task_id, request_rows(scope))
+        select(*summary, *REQUESTS.c)
+        .select_from(TASKS.outerjoin(REQUESTS, calls))
+        .where(TASKS.c.task_id == task_id, task_rows(scope))
         .order_by(REQUESTS.c.created_at, REQUESTS.c.attempt, REQUESTS.c.id),
     )
+    if not rows:
+        return None
+    task = {f.name: rows[0]._mapping[f"task__{f.name}"] for f in fields(TaskSummary)}
     return TaskDetail(
-        task=TaskSummary(**found[0]._asdict()),
-        requests=[RequestRecord(**row._asdict()) for row in calls],
+        task=TaskSummary(**task),
+        requests=[
+            RequestRecord(**{column.name: row._mapping[column] for column in REQUESTS.c})
+            for row in rows
+            if row._mapping[REQUESTS.c.id] is not None
+        ],
     )
 
 

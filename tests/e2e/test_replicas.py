@@ -224,14 +224,16 @@ def test_a_task_spread_over_three_replicas_has_one_total_one_effort_and_one_ledg
     efforts = [body.get("reasoning_effort") for body in _sent_to_sim(sim, marker)]
     assert efforts == ["high", "high", "high"]
     # One ledger: every replica reads the whole task from PostgreSQL, once each replica's
-    # writer has committed (within a flush interval). Polled until the rows and the task's
-    # total agree: get_task reads the total and the rows in two statements, and a commit
-    # from another replica between them was seen to list 3 rows beside a 2-row total.
+    # writer has committed (within a flush interval). Every read is one snapshot: the
+    # total is the sum of the rows listed beside it, however many have landed (read in
+    # two statements, 3 rows were once listed beside a 2-row total).
     for replica in deploy.replicas:
         deadline = time.monotonic() + 10
         while True:
             body = httpx.get(f"{replica.url}/v1/tasks/{task}", timeout=10).json()
             rows, total = body.get("requests", []), body.get("cost", {}).get("total")
+            if total is not None:
+                assert Decimal(total) == sum(Decimal(row["cost_total"]) for row in rows), body
             if len(rows) == 3 and total is not None and Decimal(total) == sum(costs):
                 break
             assert time.monotonic() < deadline, (body, costs)
