@@ -44,6 +44,7 @@ from gateway.pipeline.respond import cost_headers
 from gateway.pipeline.responses_meter import ResponsesMeter
 from gateway.pipeline.responses_prefix import check_responses_prefix
 from gateway.pipeline.responses_relay import (
+    Relayed,
     ResponsesRelay,
     ResponsesRelayResponse,
     translated_events,
@@ -272,7 +273,7 @@ class _Sender:
         events = stream.events()
         first = await first_event(stream, events, call)
         if native:
-            relayed: AsyncIterator[bytes] = _prepend(first, events)
+            relayed: AsyncIterator[Relayed] = _prepend(first, events)
             if ctx.chained:
                 relayed = _echo_chain(relayed, ctx.native.get("previous_response_id"))
         else:
@@ -298,22 +299,24 @@ _LIFECYCLE = frozenset(
 )
 
 
-async def _echo_chain(events: AsyncIterator[bytes], previous: Any) -> AsyncGenerator[bytes, None]:
+async def _echo_chain(
+    events: AsyncIterator[Relayed], previous: Any
+) -> AsyncGenerator[Relayed, None]:
     """The lifecycle events with the client's previous_response_id (the upstream saw none)."""
-    async for event in events:
+    async for event, _ in events:
         payload = event_payload(event, "upstream")
         if payload is not None and payload.get("type") in _LIFECYCLE:
             response = payload.get("response")
             if isinstance(response, dict):
                 response["previous_response_id"] = previous
                 event = sse(payload)
-        yield event
+        yield event, payload
 
 
-async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
-    yield first
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncGenerator[Relayed, None]:
+    yield first, None
     async for event in rest:
-        yield event
+        yield event, None
 
 
 __all__ = ["handle_responses", "not_found"]

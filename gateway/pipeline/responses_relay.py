@@ -34,6 +34,8 @@ from gateway.usage import usage_from_openai
 
 log = logging.getLogger("farebox.relay")
 Done = Callable[[dict[str, Any]], Awaitable[None]]
+Relayed = tuple[bytes, dict[str, Any] | None]
+"""An event's bytes, and its data when whoever made it has it parsed already."""
 
 
 def error_event(error: FareboxError) -> bytes:
@@ -50,10 +52,10 @@ def error_event(error: FareboxError) -> bytes:
 
 async def translated_events(
     first: bytes, events: AsyncIterator[bytes], teller: ChatToResponses, where: str
-) -> AsyncGenerator[bytes, None]:
+) -> AsyncGenerator[Relayed, None]:
     """A chat-completions stream (its SSE events), told as Responses events."""
     for event in teller.start():
-        yield sse(event)
+        yield sse(event), event
     usage = None
     chunk: bytes | None = first
     while chunk is not None:
@@ -62,14 +64,14 @@ async def translated_events(
             if isinstance(payload.get("usage"), dict):
                 usage = usage_from_openai(payload["usage"])
             for event in teller.feed(payload):
-                yield sse(event)
+                yield sse(event), event
         if b"[DONE]" in chunk:
             break
         chunk = await anext(events, None)
     else:
         return  # the chat stream ended before [DONE]: the relay reports the cut
     for event in teller.finish(usage):
-        yield sse(event)
+        yield sse(event), event
 
 
 class ResponsesRelay:
@@ -78,7 +80,7 @@ class ResponsesRelay:
     def __init__(
         self,
         ctx: ResponsesContext,
-        events: AsyncIterator[bytes],
+        events: AsyncIterator[Relayed],
         stream: UpstreamStream,
         services: Services,
         on_done: Done,
@@ -105,8 +107,8 @@ class ResponsesRelay:
         error: FareboxError | None = None
         cancelled = False
         try:
-            async for event in self._events:
-                failure = self._observe(event)
+            async for event, parsed in self._events:
+                failure = self._observe(event, parsed)
                 yield event if event.endswith(b"\n\n") else event + b"\n\n"
                 if failure is not None:
                     error = failure
@@ -133,8 +135,8 @@ class ResponsesRelay:
             with anyio.CancelScope(shield=True):
                 await self._settle(error, cancelled)
 
-    def _observe(self, event: bytes) -> FareboxError | None:
-        payload = event_payload(event, self._where)
+    def _observe(self, event: bytes, parsed: dict[str, Any] | None) -> FareboxError | None:
+        payload = parsed if parsed is not None else event_payload(event, self._where)
         if payload is None:
             return None
         self.meter.observe_event(payload)
