@@ -49,7 +49,7 @@ endif
 # PORT=... and HOST=... are passed on only when given, so FAREBOX_PORT and FAREBOX_HOST
 # work too; the gateway's banner prints the base_url once it is listening.
 run: $(VENV)/.installed
-	$(BIN)/farebox serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
+	FAREBOX_SIM_PROFILE=$(or $(SIM_PROFILE),realistic) $(BIN)/farebox serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 services:
 	@bash .ci/services

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,11 +57,13 @@ async def start_embedded_sim(host: str, port: int = 0) -> EmbeddedSim:
 
 
 async def serve_sim(sock: socket.socket) -> EmbeddedSim:
-    """Serve the simulator with its default models on `sock` (from `bind_sim`)."""
+    """Serve the simulator with its default models on `sock` (from `bind_sim`), timed by
+    the profile `FAREBOX_SIM_PROFILE` names (`instant` when unset)."""
     from gateway.sim.app import create_sim_app
-    from gateway.sim.config import default_config
+    from gateway.sim.config import PROFILE_ENV, profile_config
 
-    app = create_sim_app(default_config())
+    # `make run` asks for realistic timing; tests and benches keep the instant default.
+    app = create_sim_app(profile_config(os.environ.get(PROFILE_ENV)))
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     server = _NoSignalServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.sim.config import SimConfig, default_config, load_config
+from gateway.sim.config import SimConfig, load_config, profile_config
 from gateway.sim.server import run_sim
 
 
@@ -16,9 +16,10 @@ def build_config(
     prefill_ms_per_token: float | None,
     decode_ms_per_token: float | None,
     seed: int | None,
+    profile: str | None = None,
 ) -> SimConfig:
-    """Load the YAML file (or the defaults) and apply command-line overrides."""
-    base = load_config(config) if config is not None else default_config()
+    """Load the YAML file (or the profile's defaults) and apply command-line overrides."""
+    base = load_config(config) if config is not None else profile_config(profile)
     overrides: dict[str, Any] = {
         "prefill_ms_per_token": prefill_ms_per_token,
         "decode_ms_per_token": decode_ms_per_token,
@@ -49,10 +50,14 @@ def sim(
     seed: Annotated[
         int | None, typer.Option(help="Override: default seed for generated text.")
     ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="Without --config: `instant` (default) or `realistic` timing."),
+    ] = None,
 ) -> None:
     """Run the bundled vLLM/Anthropic simulator."""
     try:
-        settings = build_config(config, prefill_ms_per_token, decode_ms_per_token, seed)
+        settings = build_config(config, prefill_ms_per_token, decode_ms_per_token, seed, profile)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--config") from exc
     names = ", ".join(model.name for model in settings.models)

@@ -113,6 +113,9 @@ class SimConfig(BaseModel):
     max_num_seqs: int | None = Field(default=None, ge=1)  # sequences running at once
     kv_cache_tokens: int | None = Field(default=None, ge=1)  # KV cache size; bounds the cache
     seed: int = 0
+    # Tool calls the chat route makes after the last user message before it answers
+    # (gateway/sim/tool_calls.py); a request's metadata.sim_tool_rounds overrides it.
+    tool_rounds: int = Field(default=0, ge=0)
     api_key: SecretStr | None = None
     request_log_size: int = Field(default=1000, ge=1)
 
@@ -157,6 +160,34 @@ class SimConfig(BaseModel):
 def default_config() -> SimConfig:
     """Return the stock configuration: five models, zero latency, seed 0."""
     return SimConfig()
+
+
+def realistic_config() -> SimConfig:
+    """The stock models timed like one busy GPU server (what `make run` serves).
+
+    Prefill 20,000 tokens/s (0.05 ms per uncached token, the default prices' GPU
+    throughput), decode 25 tokens/s per sequence (40 ms), flex twice as slow and priority
+    twice as fast (`tier_timing`), 32 sequences at once and a 256k-token KV cache: a hit
+    skips its cached tokens' prefill, a busy server queues and evicts.
+    """
+    return SimConfig(
+        prefill_ms_per_token=0.05,
+        decode_ms_per_token=40.0,
+        max_num_seqs=32,
+        kv_cache_tokens=262_144,
+    )
+
+
+PROFILES = {"instant": default_config, "realistic": realistic_config}
+PROFILE_ENV = "FAREBOX_SIM_PROFILE"
+
+
+def profile_config(name: str | None) -> SimConfig:
+    """The configuration of a named profile (`instant`, the default, or `realistic`)."""
+    make = PROFILES.get(name or "instant")
+    if make is None:
+        raise ValueError(f"unknown simulator profile {name!r}: use one of {', '.join(PROFILES)}")
+    return make()
 
 
 def load_config(path: Path) -> SimConfig:

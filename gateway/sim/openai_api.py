@@ -8,6 +8,7 @@ import time
 import uuid
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -28,6 +29,7 @@ from gateway.sim.openai_wire import ChatJob, chunk_stream, completion_body
 from gateway.sim.prefix_cache import BlockKey, TokenChain, root_key
 from gateway.sim.state import SimState
 from gateway.sim.timing import plan_timing
+from gateway.sim.tool_calls import plan_call, tool_to_call
 
 
 def _bearer(request: Request) -> str | None:
@@ -154,15 +156,31 @@ async def prepare(state: SimState, body: bytes) -> ChatJob:
     )
 
 
+def with_tool_call(state: SimState, job: ChatJob) -> ChatJob:
+    """The job calling a tool instead of answering, when the plan says so (tool_calls)."""
+    request = job.request
+    seed = request.seed if request.seed is not None else state.config.seed
+    rng = rng_for(seed, orjson.dumps(request.messages).decode())
+    function = tool_to_call(request, state.config.tool_rounds, rng)
+    if function is None:
+        return job
+    call = plan_call(function, rng)
+    plan = OutputPlan(job.plan.reasoning, (), "stop")  # the call replaces the text answer
+    timing = dataclasses.replace(
+        job.timing, output_tokens=plan.completion_tokens + call.output_tokens
+    )
+    return dataclasses.replace(job, plan=plan, tool_call=call, timing=timing)
+
+
 def _record(admission: Admission, job: ChatJob) -> None:
     record = admission.record
     record.model = job.model.name
     record.status = 200
     record.prompt_tokens = job.prompt_tokens
     record.cached_tokens = job.cached_tokens
-    record.completion_tokens = job.plan.completion_tokens
+    record.completion_tokens = job.completion_tokens
     record.reasoning_tokens = job.plan.reasoning_tokens
-    record.finish_reason = job.plan.finish_reason
+    record.finish_reason = job.finish_reason
     record.planned_prefill_ms = job.timing.prefill_ms
     record.planned_decode_ms = job.timing.decode_ms
 
@@ -179,6 +197,7 @@ async def chat_completions(request: Request) -> Response:
     except SimRequestError as error:
         admission.record.status = error.status
         return vllm_error(error)
+    job = with_tool_call(state, job)
     _record(admission, job)
     if admission.fault is not None and admission.fault.usage is not None:
         job = dataclasses.replace(job, usage_override=admission.fault.usage)

@@ -177,7 +177,9 @@ def _render_message(message: dict[str, Any]) -> str:
 
 
 def _json(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    # In the client's key order, as a chat template renders it: a tool schema with its
+    # keys reordered is another prompt, so a prefix-cache miss (as on vLLM and OpenAI).
+    return orjson.dumps(value).decode()
 
 
 @dataclass(frozen=True)

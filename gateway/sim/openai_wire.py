@@ -12,6 +12,7 @@ from gateway.sim.config import SimModel
 from gateway.sim.generator import OutputPlan
 from gateway.sim.openai_request import ChatRequest
 from gateway.sim.timing import Pacer, Timing
+from gateway.sim.tool_calls import PlannedCall
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,17 @@ class ChatJob:
     plan: OutputPlan
     timing: Timing
     usage_override: dict[str, Any] | None = None  # a fault's programmed usage object
+    tool_call: PlannedCall | None = None  # a tool call instead of a text answer
+
+    @property
+    def completion_tokens(self) -> int:
+        """Every output token: reasoning, answer and the tool call."""
+        called = self.tool_call.output_tokens if self.tool_call is not None else 0
+        return self.plan.completion_tokens + called
+
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.tool_call is not None else self.plan.finish_reason
 
     @property
     def role(self) -> str:
@@ -43,8 +55,8 @@ def usage(job: ChatJob) -> dict[str, Any]:
     plan = job.plan
     body: dict[str, Any] = {
         "prompt_tokens": job.prompt_tokens,
-        "total_tokens": job.prompt_tokens + plan.completion_tokens,
-        "completion_tokens": plan.completion_tokens,
+        "total_tokens": job.prompt_tokens + job.completion_tokens,
+        "completion_tokens": job.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": job.cached_tokens},
     }
     if job.model.thinking:
@@ -65,11 +77,13 @@ def completion_body(job: ChatJob) -> dict[str, Any]:
         "function_call": None,
         job.model.reasoning_field: reasoning,
     }
+    if job.tool_call is not None:
+        message["tool_calls"] = [job.tool_call.message_call()]
     choice = {
         "index": 0,
         "message": message,
         "logprobs": None,
-        "finish_reason": plan.finish_reason,
+        "finish_reason": job.finish_reason,
         "stop_reason": None,
     }
     return {
@@ -123,6 +137,21 @@ def _wants_usage(request: ChatRequest) -> bool:
     return request.stream_options is not None and bool(request.stream_options.include_usage)
 
 
+async def _tool_call_chunks(
+    job: ChatJob, call: PlannedCall, pacer: Pacer, start: int
+) -> AsyncGenerator[bytes, None]:
+    """The call as vLLM streams it: id and name first, then the arguments piece by piece."""
+    await pacer.token(start)
+    opening = call.message_call() | {"index": 0}
+    opening["function"] = {"name": call.name, "arguments": ""}
+    yield _chunk(job, [_choice({"tool_calls": [opening]})])
+    for offset, piece in enumerate(call.pieces, start=start + 1):
+        await pacer.token(offset)
+        delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+        yield _chunk(job, [_choice(delta)])
+    yield _chunk(job, [_choice({}, "tool_calls")])
+
+
 async def chunk_stream(job: ChatJob) -> AsyncGenerator[bytes, None]:
     """Yield the SSE chunks: role, one per token, finish, optional usage, then [DONE]."""
     pacer = Pacer(job.timing)
@@ -138,7 +167,10 @@ async def chunk_stream(job: ChatJob) -> AsyncGenerator[bytes, None]:
         delta = {field: word} if field is not None else {}
         # A length cut arrives on the last real token; a stop arrives on the EOS token after it.
         yield _chunk(job, [_choice(delta, "length" if last and length_cut else None)])
-    if not length_cut:
+    if job.tool_call is not None:
+        async for chunk in _tool_call_chunks(job, job.tool_call, pacer, len(pieces)):
+            yield chunk
+    elif not length_cut:
         # The EOS token decodes to nothing: an empty content delta, or {} behind a reasoning parser.
         yield _chunk(job, [_choice({} if job.model.thinking else {"content": ""}, "stop")])
     if _wants_usage(job.request):
