@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
 
 from gateway.rawjson import patch_object
 from tests.conftest import SimControl
@@ -114,6 +116,7 @@ def test_a_whole_response_is_served_and_billed(
     )
     response = raw.parse()
     assert response.object == "response" and response.status in ("completed", "incomplete")
+    Response.model_validate(raw.http_response.json())  # strictly, as OpenAI's schema says
     assert response.output_text
     assert response.usage is not None and response.usage.input_tokens > 0
     (record,) = _sent(sim)
@@ -142,8 +145,12 @@ def test_a_stream_has_the_typed_events_reasoning_and_usage(
 ) -> None:
     client, _ = _client(gateway)
     with client.responses.stream(model=alias, input="Explain fare capping.") as stream:
-        kinds = [event.type for event in stream]
+        events = list(stream)
         final = stream.get_final_response()
+    kinds = [event.type for event in events]
+    strict: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+    for event in events:  # the SDK builds them leniently; OpenAI's schema, strictly
+        strict.validate_python(event.to_dict())
     assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
     assert kinds[-1] in ("response.completed", "response.incomplete")
     assert "response.reasoning_text.delta" in kinds and "response.output_text.delta" in kinds

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 
 from gateway.pipeline.context import BodyEdits
@@ -177,3 +178,26 @@ def test_a_whole_chat_reply_becomes_a_response() -> None:
     assert response["status"] == "incomplete"
     assert response["incomplete_details"] == {"reason": "max_output_tokens"}
     assert response["usage"]["total_tokens"] == 15
+
+
+def test_every_event_and_response_validates_against_the_sdks_wire_types() -> None:
+    """The openai SDK's types are generated from OpenAI's OpenAPI document: strict checks."""
+    from openai.types.responses import Response, ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    wire, _ = _translated()  # reasoning, text and two function calls
+    made = [orjson.loads(block.split(b"data: ", 1)[1]) for block in wire.split(b"\n\n") if block]
+    assert len(made) > 20
+    adapter: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+    for event in made:
+        parsed = adapter.validate_python(event)
+        assert parsed.type == event["type"]
+    whole = response_from_chat(
+        {"model": "m"},
+        {"choices": [{"message": {"content": "Hi.", "tool_calls": [_call(0, "c", "f", "{}")]}}]},
+        Usage(prompt_tokens=1, completion_tokens=1),
+        "resp_4",
+    )
+    response = Response.model_validate(whole)
+    assert [item.type for item in response.output] == ["message", "function_call"]
+    assert response.usage is not None and response.usage.total_tokens == 2
