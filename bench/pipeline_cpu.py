@@ -136,7 +136,8 @@ def _measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--floor", type=Path, default=ROOT.parent / "shared" / "perf-floor")
+    floor_dir = os.environ.get("FAREBOX_PERF_FLOOR") or ROOT.parent / "shared" / "perf-floor"
+    parser.add_argument("--floor", type=Path, default=Path(floor_dir))
     parser.add_argument("-n", "--n", type=int, default=3000)
     parser.add_argument("--warm", type=int, default=500)
     parser.add_argument("-c", type=int, default=64)
