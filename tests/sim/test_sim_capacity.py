@@ -17,6 +17,7 @@ import orjson
 from gateway.sim import SimConfig, SimServer, create_sim_app
 from gateway.sim.capacity import Seats
 from gateway.sim.config import profile_config
+from gateway.sim.timing import plan_timing
 
 URL = "/v1/chat/completions"
 LONG = "Fare boxes count coins, read cards and print transfers for every rider. " * 30
@@ -175,4 +176,8 @@ def test_the_realistic_profile_times_hits_tiers_and_capacity() -> None:
     prefill, decode = config.rates(model, "default")
     flex, priority = config.rates(model, "flex"), config.rates(model, "priority")
     assert prefill > 0 and decode > 0 and flex[1] > decode > priority[1]
+    # docs/simulator.md's numbers: 2,000 uncached tokens, 16 after a hit, 24 answer tokens.
+    assert plan_timing(config, model, "default", 2000, 24).prefill_ms == 100
+    assert plan_timing(config, model, "default", 16, 24).prefill_ms < 1
+    assert plan_timing(config, model, "default", 16, 24).decode_ms == 960
     assert profile_config(None) == SimConfig()  # tests and benches stay instant
