@@ -130,6 +130,18 @@ UNTASKED = (
     "AND substr(task_id, 6) = substr(request_id, 5)"
 )
 DIMS = "team, project, model_alias, backend, tier_served"
+# Step rollups: a missing step or kind is '' in the key, a present one ':' + it (as the writer).
+STEP_KEYS = {
+    "team, project, task_step, step_kind": "team, project, "
+    "CASE WHEN task_step IS NULL THEN '' ELSE ':' || task_step END, "
+    "CASE WHEN step_kind IS NULL THEN '' ELSE ':' || step_kind END",
+}
+ROLLUPS = (
+    ("rollup_hourly", "hour", DIMS, DIMS),
+    ("rollup_daily", "day", DIMS, DIMS),
+    *(("rollup_steps_hourly", "hour", k, v) for k, v in STEP_KEYS.items()),
+    *(("rollup_steps_daily", "day", k, v) for k, v in STEP_KEYS.items()),
+)
 TOKENS = (
     "prompt_tokens, cached_tokens, cache_write_tokens, cache_write_1h_tokens, "
     "completion_tokens, reasoning_tokens"
@@ -141,15 +153,15 @@ def _sums(columns: str) -> str:
     return ", ".join(f"SUM({c.strip()})" for c in columns.split(","))
 
 
-def rollup_sql(table: str, unit: str) -> str:
+def rollup_sql(table: str, unit: str, names: str = DIMS, keys: str = DIMS) -> str:
     """Fill one rollup from the request rows: the writer's sums, per bucket and key."""
     bucket = f"date_trunc('{unit}', created_at, 'UTC')"
     return (
-        f"INSERT INTO {table} (bucket, {DIMS}, request_count, {TOKENS}, {COSTS}, "
-        f"untasked_requests, untasked_cost) SELECT {bucket}, {DIMS}, COUNT(*), {_sums(TOKENS)}, "
+        f"INSERT INTO {table} (bucket, {names}, request_count, {TOKENS}, {COSTS}, "
+        f"untasked_requests, untasked_cost) SELECT {bucket}, {keys}, COUNT(*), {_sums(TOKENS)}, "
         f"{_sums(COSTS)}, SUM(CASE WHEN {UNTASKED} AND attempt = 0 THEN 1 ELSE 0 END), "
         f"SUM(CASE WHEN {UNTASKED} THEN cost_total ELSE 0 END) FROM requests "
-        f"GROUP BY {bucket}, {DIMS}"
+        f"GROUP BY {bucket}, {keys}"
     )
 
 
@@ -175,6 +187,7 @@ FROM (SELECT q.*,
                        AS run_no
             FROM requests GROUP BY task_id) q
       LEFT JOIN gen_tasks g ON g.n = q.run_no) t
+ORDER BY last_at  -- the heap order a live ledger has: a task row moves as it is updated
 """
 
 CHECK_SQL = """
@@ -240,9 +253,8 @@ async def fill(url: str, rows: int, days: int, seed: float = 0.14) -> dict[str, 
             + "; ".join(f"CREATE INDEX {n} ON requests {c}" for n, c in INDEXES.items()),
         )  # fmt: skip
         timings["rollups"] = await _step(
-            db, "rollups",
-            rollup_sql("rollup_hourly", "hour") + "; " + rollup_sql("rollup_daily", "day"),
-        )  # fmt: skip
+            db, "rollups", "; ".join(rollup_sql(t, u, n, k) for t, u, n, k in ROLLUPS)
+        )
         timings["task rows"] = await _step(db, "task rows", TASK_ROWS_SQL, now)
         await db.execute("DROP TABLE gen_tasks")
         timings["analyze"] = await _step(db, "analyze", "ANALYZE")
@@ -256,10 +268,10 @@ async def check(url: str) -> int:
     db = await _connect(url)
     differences = 0
     try:
-        for table, unit in (("rollup_hourly", "hour"), ("rollup_daily", "day")):
+        for table, unit, names, keys in ROLLUPS:
             await db.execute(f"DROP TABLE IF EXISTS check_{table}")
             await db.execute(f"CREATE TEMP TABLE check_{table} (LIKE {table})")
-            await db.execute(rollup_sql(f"check_{table}", unit))
+            await db.execute(rollup_sql(f"check_{table}", unit, names, keys))
             differences += await db.fetchval(CHECK_SQL.format(table=table))
     finally:
         await db.close()

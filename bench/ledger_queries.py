@@ -72,11 +72,19 @@ def report_queries(
         lambda: spend(engine, "model", month, now, scope=team),
         lambda: spend(engine, "model", month, now, scope=team, use_rollups=False),
     )
-    queries["spend by step kind, last 24 hours (rows)"] = (
-        lambda: spend(engine, "step_kind", now - timedelta(days=1), now),
-        None,
+    day = now - timedelta(days=1)
+    queries["spend by step kind, last 24 hours"] = (
+        lambda: spend(engine, "step_kind", day, now),
+        lambda: spend(engine, "step_kind", day, now, use_rollups=False),
     )
-    queries["spend by step kind, whole ledger (rows)"] = (lambda: spend(engine, "step_kind"), None)
+    queries["spend by step kind, whole ledger"] = (
+        lambda: spend(engine, "step_kind"),
+        lambda: spend(engine, "step_kind", use_rollups=False),
+    )
+    queries["spend by step, last 30 days"] = (
+        lambda: spend(engine, "step", month, now),
+        lambda: spend(engine, "step", month, now, use_rollups=False),
+    )
     queries["cost per task by team, all"] = (
         lambda: task_cost_stats(engine, "team"),
         lambda: task_cost_stats(engine, "team", sql_percentiles=False),
@@ -186,6 +194,10 @@ def write_results(
         "development machine shared with other work. Measured "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC with `python bench/ledger_queries.py --base`.",
         "",
+        "The last column times the same query once the slow way: `use_rollups=False` (spend "
+        "and outcomes summing the request rows) or `sql_percentiles=False` (cost per task "
+        "with every task's row sent to Python).",
+        "",
         "| query | p50 | under 1 s | base table, once |",
         "|---|---:|:---:|---:|",
     ]
@@ -221,6 +233,10 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         await engine.dispose()
     text = write_results(timings, facts, fill_s, args.runs)
+    if args.fill_log:
+        quoted = Path(args.fill_log).read_text().strip()
+        text += f"\nFill (`bench/ledger_fill.py --rows {args.rows:,}`, run before):\n\n"
+        text += f"```\n{quoted}\n```\n"
     Path(args.out).write_text(text)
     print(text)
     return 0 if all(t.error is None for t in timings) else 1
@@ -234,6 +250,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--base", action="store_true", help="also time the base-table reads")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--fill-log", help="output of an earlier ledger_fill.py run, to quote")
     raise SystemExit(asyncio.run(run(parser.parse_args())))
 
 
