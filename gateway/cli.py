@@ -16,7 +16,7 @@ from gateway import __version__
 from gateway.config import ConfigError, load_config
 from gateway.ledger.diagnosis import shown
 from gateway.services import Services
-from gateway.settings import DEFAULT_CONFIG, Settings
+from gateway.settings import DEFAULT_CONFIG, NoDataDirError, Settings
 
 app = typer.Typer(
     name="farebox",
@@ -76,11 +76,20 @@ def _config_lines(settings: Settings, simulator: str | None) -> list[str]:
     return lines
 
 
+def _urls(host: str, port: int) -> tuple[str, str]:
+    """Where the gateway listens, and a base URL a client on this machine can use."""
+    literal = f"[{host}]" if ":" in host else host or "0.0.0.0"  # an IPv6 address in a URL
+    base = f"http://{literal}:{port}/v1"
+    if host in ("0.0.0.0", "::", ""):  # every interface: no client can connect to these
+        return f"{base} (every interface)", f"http://127.0.0.1:{port}/v1"
+    return base, base
+
+
 def _banner(settings: Settings) -> Callable[[Services], None]:
     def show(services: Services) -> None:
         out = Console(soft_wrap=True)  # never wrapped: URLs, paths and commands stay copyable
-        base = f"http://{settings.host}:{settings.port}/v1"
-        out.print(f"[bold]Farebox {__version__}[/] serving on {base}")
+        listening, base = _urls(settings.host, settings.port)
+        out.print(f"[bold]Farebox {__version__}[/] serving on {listening}")
         if settings.admin_key is None:
             out.print(f'  OpenAI SDK: OpenAI(base_url="{base}", api_key="anything")')
             out.print(
@@ -208,4 +217,8 @@ _register_commands()
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    try:
+        app()
+    except NoDataDirError as exc:  # one line with the fix, not a traceback
+        err.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+        raise SystemExit(2) from None

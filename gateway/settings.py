@@ -18,8 +18,21 @@ def default_data_dir() -> Path:
 
     Never the current directory: `farebox report` run from another folder reads the ledger
     that `farebox serve` wrote, instead of creating an empty one where it stands."""
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "farebox"
+    base = os.environ.get("XDG_DATA_HOME")
+    if base:
+        return Path(base) / "farebox"
+    try:
+        home = Path.home()
+    except RuntimeError as exc:  # no HOME and no passwd entry: a container's arbitrary uid
+        raise NoDataDirError(
+            "farebox: this user has no home directory to keep the ledger in; "
+            "set FAREBOX_DATA_DIR (or XDG_DATA_HOME) to a writable folder"
+        ) from exc
+    return home / ".local" / "share" / "farebox"
+
+
+class NoDataDirError(RuntimeError):
+    """No data folder is configured and the user has no home directory to derive one."""
 
 
 class Timeouts(BaseSettings):

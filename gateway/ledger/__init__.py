@@ -8,7 +8,7 @@ See docs/ledger.md for the durability guarantee.
 
 from __future__ import annotations
 
-from gateway.ledger.engine import DEFAULT_DB_URL, LedgerURLError, async_url, make_engine, migrate
+from gateway.ledger.engine import LedgerURLError, async_url, make_engine, migrate
 from gateway.ledger.queries import (
     SpendRow,
     TaskCostStats,
@@ -20,13 +20,10 @@ from gateway.ledger.queries import (
     task_cost_stats,
 )
 from gateway.ledger.records import FinishedTask, RequestRecord, TaskFinish
-from gateway.ledger.spool import DEFAULT_SPOOL_DIR
 from gateway.ledger.store import close_idle_tasks
 from gateway.ledger.writer import LedgerWriter, OnTaskFinished, WriterConfig, WriterStats
 
 __all__ = [
-    "DEFAULT_DB_URL",
-    "DEFAULT_SPOOL_DIR",
     "FinishedTask",
     "LedgerURLError",
     "LedgerWriter",

@@ -13,8 +13,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from gateway.settings import default_data_dir
 
+
 # The one default (Settings.data_dir's): never a path relative to the current directory.
-DEFAULT_DB_URL = f"sqlite+aiosqlite:///{default_data_dir() / 'farebox.db'}"
+def default_db_url() -> str:
+    """A SQLite file in the per-user data folder (read when used: importing never fails)."""
+    return f"sqlite+aiosqlite:///{default_data_dir() / 'farebox.db'}"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Any constant works; it only has to be the same in every Farebox process.
 _MIGRATION_LOCK_KEY = 0x4641_5245_424F_58  # "FAREBOX"
@@ -28,7 +31,7 @@ class LedgerURLError(ValueError):
 
 def async_url(url: str | URL | None) -> URL:
     """Return `url` rewritten to the async driver (aiosqlite or asyncpg) of its database."""
-    parsed = make_url(url or DEFAULT_DB_URL)
+    parsed = make_url(url or default_db_url())
     if parsed.drivername in _POSTGRES_DRIVERS:
         return parsed.set(drivername="postgresql+asyncpg")
     if parsed.drivername in _SQLITE_DRIVERS:

@@ -35,7 +35,9 @@ from gateway.settings import default_data_dir
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SPOOL_DIR = default_data_dir() / "spool"  # Settings.data_dir's default, not the cwd
+def default_spool_dir() -> Path:
+    """Settings.data_dir's default spool, not the cwd (read when used: importing never fails)."""
+    return default_data_dir() / "spool"
 SEGMENT_SUFFIX = ".jsonl"
 REJECTED_DIR = "rejected"
 # A temporary file this old belongs to a process that died mid-write; anything younger may
@@ -92,8 +94,8 @@ def _encode_all(entries: list[LedgerEntry]) -> tuple[list[bytes], list[Refusal]]
 class Spool:
     """A directory of segment files, owned by one writer at a time (sharing is safe, not fast)."""
 
-    def __init__(self, directory: Path | str = DEFAULT_SPOOL_DIR) -> None:
-        self.directory = Path(directory)
+    def __init__(self, directory: Path | str | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else default_spool_dir()
         self._token = uuid.uuid4().hex[:12]
         self._counter = itertools.count()
         self.corrupt_lines = 0

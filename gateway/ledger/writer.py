@@ -21,7 +21,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -31,7 +31,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.ledger import store
 from gateway.ledger.records import FinishedTask, LedgerEntry, RequestRecord, TaskFinish, utcnow
 from gateway.ledger.refusal import Refusal, Salvage, apply_salvaging
-from gateway.ledger.spool import DEFAULT_SPOOL_DIR, REJECTED_DIR, SEGMENT_SUFFIX, Segment, Spool
+from gateway.ledger.spool import (
+    REJECTED_DIR,
+    SEGMENT_SUFFIX,
+    Segment,
+    Spool,
+    default_spool_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +52,7 @@ OnTaskFinished = Callable[[str, str, Decimal], None]
 class WriterConfig:
     """Timing and storage settings of a `LedgerWriter` (all durations in seconds)."""
 
-    spool_dir: Path = DEFAULT_SPOOL_DIR
+    spool_dir: Path = field(default_factory=default_spool_dir)
     flush_interval: float = 0.2
     # An open task with no request for this long is marked abandoned; None: never.
     idle_timeout: float | None = 1800.0
