@@ -7,8 +7,9 @@ back as a Response object or the typed event stream. Responses are kept in memor
 `store: false`, so `previous_response_id` continues a stored one; what the real API
 refuses is refused with its error: an unknown `previous_response_id`
 (`previous_response_not_found`), `max_output_tokens` below 16, a missing `model` or
-`input`, tool types other than `function`. Offered function tools are called by the plan
-`gateway.sim.responses_tools` describes (`metadata.sim_tool_rounds`, `tool_choice`).
+`input`, tool types other than `function`. Offered function tools are called by the chat
+route's plan (`gateway.sim.tool_calls`: `metadata.sim_tool_rounds`, `tool_rounds`,
+`tool_choice`), told back as function_call items with their argument deltas.
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from starlette.routing import Route
 
 from gateway.sim.errors import SimRequestError
 from gateway.sim.intake import Dialect, EarlyResponseError, admit, deliver
-from gateway.sim.openai_api import VLLM, _record, prepare
+from gateway.sim.openai_api import VLLM, _record, prepare, with_tool_call
 from gateway.sim.openai_wire import ChatJob, chunk_stream, completion_body
-from gateway.sim.responses_tools import ToolCall, tool_to_call
 from gateway.sim.state import SimState
 from gateway.upstream.responses_stream import ChatToResponses, sse
 from gateway.upstream.responses_wire import (
@@ -123,7 +123,8 @@ async def _job(state: SimState, body: dict[str, Any], items: list[dict[str, Any]
         raise _Refusal(
             f"The simulator serves function tools only ({exc}).", "tools", None
         ) from None
-    return await prepare(state, orjson.dumps(chat))
+    # The chat route's own tool plan (gateway/sim/tool_calls.py): one behaviour for both APIs.
+    return with_tool_call(state, await prepare(state, orjson.dumps(chat)))
 
 
 def _keep(
@@ -187,21 +188,6 @@ async def create_response(request: Request) -> Response:
 
     def finished(output: list[dict[str, Any]]) -> None:
         _keep(kept, body, response_id, items, output)
-
-    tool = tool_to_call(body, items)
-    if tool is not None:  # the planned tool call instead of the planned text
-        call = ToolCall(job, tool)
-        admission.record.completion_tokens = call.usage.completion_tokens
-        admission.record.reasoning_tokens = 0
-        admission.record.finish_reason = "tool_calls"
-
-        def whole_call() -> dict[str, Any]:
-            response = call.whole(body, response_id)
-            finished(response["output"])
-            return response
-
-        stream = call.events(body, response_id, finished) if job.request.stream else None
-        return await deliver(request, admission, job.timing, headers, stream, whole_call)
 
     def whole() -> dict[str, Any]:
         reply = completion_body(job)

@@ -39,6 +39,7 @@ PASSED = (
     "top_logprobs",
     "seed",
     "stream",
+    "metadata",
 )
 UNTRANSLATED_TOOLS = "only function tools can be translated to chat completions"
 

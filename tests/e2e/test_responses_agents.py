@@ -1,11 +1,12 @@
-"""The OpenAI Agents SDK, over Responses, running a three-step tool-using agent to the end.
+"""The OpenAI Agents SDK running a three-step tool-using agent to the end, four ways.
 
-The simulator's /v1/responses calls the offered tool twice (`metadata.sim_tool_rounds`,
-gateway/sim/responses_tools.py), so the agent loop is: call -> tool -> call -> tool ->
+The simulator calls the offered tool twice (`metadata.sim_tool_rounds`, its chat route's
+plan, gateway/sim/tool_calls.py), so the agent loop is: call -> tool -> call -> tool ->
 answer. Each run must be one task in the ledger: three calls, the step kinds the gateway
 infers (a user turn, then two tool results), and a task cost that is the calls' sum.
-Once with the task named by `X-Task-Id`; once with none, the SDK chaining its calls by
-`previous_response_id` (`auto_previous_response_id`), which carries the gateway's task.
+Over Responses to a `wire: responses` route, named by `X-Task-Id` or, with no task id,
+chained by the SDK's `auto_previous_response_id` (which carries the gateway's task); over
+Responses translated for a chat route; and over chat completions.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 from agents import (
     Agent,
     ModelSettings,
+    OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
     RunConfig,
     Runner,
@@ -48,15 +50,22 @@ def gateway(make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path) -> Ga
     return make_gateway(config=config)
 
 
-async def _run(gateway: Gateway, headers: dict[str, str], **options: Any) -> Any:
+async def _run(
+    gateway: Gateway, api: str, alias: str, headers: dict[str, str], **options: Any
+) -> Any:
     settings = ModelSettings(metadata={"sim_tool_rounds": "2"}, extra_headers=headers)
     # Closed inside the run's own loop: no socket is left to the loop's end.
     async with AsyncOpenAI(base_url=gateway.base_url, api_key="sk-agent", max_retries=0) as client:
+        model: Any = (
+            OpenAIResponsesModel(model=alias, openai_client=client)
+            if api == "responses"
+            else OpenAIChatCompletionsModel(model=alias, openai_client=client)
+        )
         agent = Agent(
             name="fares",
             instructions="Answer fare questions with the get_fare tool.",
             tools=[get_fare],
-            model=OpenAIResponsesModel(model="native", openai_client=client),
+            model=model,
             model_settings=settings,
         )
         config = RunConfig(tracing_disabled=True)
@@ -65,14 +74,25 @@ async def _run(gateway: Gateway, headers: dict[str, str], **options: Any) -> Any
         )
 
 
-@pytest.mark.parametrize("named", [True, False])
-def test_a_three_step_agent_is_one_task(gateway: Gateway, sim: SimControl, named: bool) -> None:
+RUNS = [
+    ("responses", "native", "/v1/responses", True),  # a wire: responses route
+    ("responses", "native", "/v1/responses", False),  # no task id: the SDK's chain carries it
+    ("responses", "chat", "/v1/chat/completions", True),  # translated for a chat route
+    ("chat_completions", "chat", "/v1/chat/completions", True),
+]
+
+
+@pytest.mark.parametrize(("api", "alias", "path", "named"), RUNS)
+def test_a_three_step_agent_is_one_task(
+    gateway: Gateway, sim: SimControl, api: str, alias: str, path: str, named: bool
+) -> None:
     CALLS.clear()
-    headers = {"X-Task-Id": "agent-run"} if named else {}
-    result = asyncio.run(_run(gateway, headers, auto_previous_response_id=not named))
+    headers = {"X-Task-Id": f"agent-{api}-{alias}"} if named else {}
+    chained = {"auto_previous_response_id": True} if not named else {}
+    result = asyncio.run(_run(gateway, api, alias, headers, **chained))
     assert result.final_output
-    assert CALLS == [("sample", "sample"), ("sample", "sample")]  # the tool ran twice
-    records = [r for r in sim.requests() if r["path"] == "/v1/responses"]
+    assert len(CALLS) == 2  # the tool ran twice, then the model answered
+    records = [r for r in sim.requests() if r["path"] == path]
     assert len(records) == 3
     gateway.last(3)
     contexts = gateway.seen[-3:]
@@ -80,7 +100,7 @@ def test_a_three_step_agent_is_one_task(gateway: Gateway, sim: SimControl, named
     assert len(tasks) == 1
     (task_id,) = tasks
     if named:
-        assert task_id == "agent-run"
+        assert task_id == f"agent-{api}-{alias}"
     kinds = [ctx.task.step_kind for ctx in contexts if ctx.task is not None]
     assert kinds == ["user_turn", "tool_result", "tool_result"]
     task = httpx.get(f"{gateway.base_url}/tasks/{task_id}", timeout=30).json()
