@@ -75,6 +75,10 @@ def test_command_line_overrides(tmp_path: Path) -> None:
     assert build_config(None, None, None, None) == default_config()
     with pytest.raises(ValueError):
         build_config(None, -1.0, None, None)
+    realistic = build_config(None, None, 10.0, None, "realistic")
+    assert realistic.decode_ms_per_token == 10.0 and realistic.max_num_seqs == 32
+    with pytest.raises(ValueError, match="unknown simulator profile"):
+        build_config(None, None, None, None, "turbo")
 
 
 def test_command_registers_with_typer() -> None:
