@@ -24,7 +24,12 @@ CONFIG = """
 models:
   text: {{model: sim-chat, base_url: "{sim}/v1", family: vllm}}
   embed: {{model: sim-embed, base_url: "{sim}/v1", family: vllm}}
+  capped: {{model: sim-chat, base_url: "{sim}/v1", family: vllm}}
   claude: {{provider: anthropic, model: claude-sim, base_url: "{sim}"}}
+rules:
+  - name: capped-output
+    match: {{model: capped}}
+    max_tokens: {{default: 6, ceiling: 6}}
 prices:
   text: {{input: 1.00, cached_input: 0.10, output: 4.00}}
   embed: {{input: 0.02}}
@@ -241,3 +246,17 @@ def test_what_the_real_api_refuses_is_refused(gateway: Gateway, sim: SimControl)
     assert len(_sent(sim)) == 4
     row = gateway.last(4)
     assert row.status_code == 400 and row.task is not None
+
+
+def test_a_rule_caps_max_tokens_in_the_completion_body(gateway: Gateway, sim: SimControl) -> None:
+    client, recorded = _client(gateway)
+    capped = client.completions.create(model="capped", prompt="Go on and on", max_tokens=50)
+    assert capped.usage is not None and capped.usage.completion_tokens == 6
+    client.completions.create(model="capped", prompt="Short", max_tokens=3)
+    first, second = (httpx.Response(200, content=_body(r)).json() for r in _sent(sim))
+    assert first["max_tokens"] == 6 and first["model"] == "sim-chat"
+    assert "max_completion_tokens" not in first  # chat's field has no place here
+    # Under the ceiling: the client's bytes, only the model renamed.
+    assert _body(_sent(sim)[1]) == patch_object(recorded.bodies[1], {"model": "sim-chat"}, set())
+    assert second["max_tokens"] == 3
+    assert gateway.last(2).response_headers.get("x-farebox-rule") == "capped-output"
