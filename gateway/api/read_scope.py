@@ -42,12 +42,15 @@ def scope_for(
     return ReadScope(team=principal.team, project=project)
 
 
-def request_scope(request: Request) -> ReadScope:
-    """The rows the request's principal may read, with no filter (single-resource reads)."""
+async def request_scope(request: Request) -> ReadScope:
+    """The rows the request's principal may read, with no filter (single-resource reads).
+
+    Async, as every dependency here: FastAPI runs a plain `def` one in its thread pool.
+    """
     return scope_for(principal_of(request.scope))
 
 
-def filtered_scope(
+async def filtered_scope(
     request: Request,
     team: Annotated[str | None, Query(description="Only this team's rows.")] = None,
     project: Annotated[str | None, Query(description="Only this project's rows.")] = None,
