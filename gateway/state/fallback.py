@@ -33,17 +33,14 @@ from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
-
 from gateway.settings import RedisLimits
+from gateway.state import outage
 from gateway.state.base import StateHealth, StateObserver, from_units, to_units
 from gateway.state.memory import MemoryState
 from gateway.state.redis import CostDelta, RedisState
 
 log = logging.getLogger("farebox.state")
 T = TypeVar("T")
-# Timeouts are OSErrors; a dead socket surfaces as either family.
-REDIS_DOWN = (RedisError, OSError)
 CLAIM_REUSE_S = 60.0
 
 
@@ -208,7 +205,9 @@ class FallbackState:
         try:
             async with asyncio.timeout(self._deadline):
                 result = await call(self.redis)
-        except REDIS_DOWN as exc:
+        except outage.CAUGHT as exc:
+            if not outage.is_outage(exc):
+                raise
             self._failed(exc)
             raise _Unavailable from exc
         self._failures = 0
@@ -241,7 +240,7 @@ class FallbackState:
                 for task_id, (units, ttl_s) in costs.items():
                     newer, _ = self._unsynced_costs.get(task_id, (0, 0.0))
                     self._unsynced_costs[task_id] = (units + newer, ttl_s)
-                if not isinstance(exc, REDIS_DOWN):
+                if not outage.is_outage(exc):
                     raise
                 self._failed(exc)
                 return False
@@ -259,7 +258,7 @@ class FallbackState:
                 await self.redis.pin_all(pins)
         except BaseException as exc:
             self._unsynced_pins = pins | self._unsynced_pins
-            if not isinstance(exc, REDIS_DOWN):
+            if not outage.is_outage(exc):
                 raise
             self._failed(exc)
             return False

@@ -26,10 +26,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TypeVar
 
-from redis.exceptions import RedisError
-
 from gateway.ledger.records import utcnow
 from gateway.settings import RedisLimits
+from gateway.state import outage
 from gateway.state.base import StateHealth, to_units
 from gateway.tenants.base import BudgetUsage
 from gateway.tenants.limits import Period, Scope, ScopeLimits
@@ -40,7 +39,6 @@ from gateway.tenants.redis import RedisLimiter
 
 log = logging.getLogger("farebox.tenants")
 T = TypeVar("T")
-REDIS_DOWN = (RedisError, OSError)  # timeouts are OSErrors
 MAX_PENDING = 100_000  # settles waiting for Redis; the oldest go first (their holds expire)
 PENDING_PER_CALL = 32  # sent before each call, so that no one request waits for a backlog
 
@@ -171,7 +169,9 @@ class FallbackLimiter:
             await self._push_spent()
             async with asyncio.timeout(self._deadline):
                 result = await call()
-        except REDIS_DOWN as exc:
+        except outage.CAUGHT as exc:
+            if not outage.is_outage(exc):
+                raise
             self._failed(exc)
             raise _Unavailable from exc
         if self._down_until is not None:
