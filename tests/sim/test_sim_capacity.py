@@ -14,6 +14,8 @@ import httpx
 import openai
 import orjson
 
+from gateway.config import load_config
+from gateway.settings import DEFAULT_CONFIG
 from gateway.sim import SimConfig, SimServer, create_sim_app
 from gateway.sim.capacity import Seats
 from gateway.sim.config import profile_config
@@ -183,3 +185,16 @@ def test_the_realistic_profile_times_hits_tiers_and_capacity() -> None:
     assert plan_timing(config, model, "default", 16, 24).prefill_ms < 1
     assert plan_timing(config, model, "default", 16, 24).decode_ms == 960
     assert profile_config(None) == SimConfig()  # tests and benches stay instant
+
+
+def test_make_runs_default_configuration_reaches_the_simulators_tiers() -> None:
+    # The embedded default sends sim-chat's flex and priority to the simulator as
+    # service_tier, which times them at tier_timing (and prices them by multiplier).
+    config = load_config(DEFAULT_CONFIG)
+    tiers = config.routing["sim-chat"].tiers
+    assert tiers["flex"].set == {"service_tier": "flex"}
+    assert tiers["priority"].set == {"service_tier": "priority"}
+    realistic = profile_config("realistic")
+    model = realistic.models[0]
+    decode = {tier: realistic.rates(model, tier)[1] for tier in ("default", "flex", "priority")}
+    assert decode["flex"] == 2 * decode["default"] == 4 * decode["priority"]
