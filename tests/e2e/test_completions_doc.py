@@ -1,18 +1,41 @@
 """docs/protocols.md's completions and embeddings example, run as a user runs it:
-`farebox serve`, no config (the embedded default's sim-chat and sim-embed)."""
+`farebox serve` on the embedded default (its sim-chat and sim-embed; without the litellm
+route, which the example does not use and which costs seconds of CPU to load)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
-from tests.e2e.test_serve_readme import ROOT, served
+from tests.e2e.test_serve_readme import ROOT
+from tests.servers import free_port, sim_only_config, wait_ready
 
-__all__ = ["served"]  # the fixture: `farebox serve` on a free port, the embedded config
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
+    env["FAREBOX_DATA_DIR"] = str(tmp_path / "data")
+    env["FAREBOX_CONFIG"] = str(sim_only_config(tmp_path / "farebox.yaml"))
+    command = [sys.executable, "-m", "gateway", "serve", "--port", str(port)]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        wait_ready(port, process)
+        yield port, process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def _doc_example(port: int) -> str:
