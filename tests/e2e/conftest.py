@@ -36,6 +36,7 @@ def sim_routes(sim_url: str) -> dict[str, ModelRoute]:
         "sglang-thinker": ModelRoute(
             provider="openai", model="sim-sglang-thinker", base_url=f"{sim_url}/v1", family="sglang"
         ),
+        "embed": ModelRoute(provider="openai", model="sim-embed", base_url=f"{sim_url}/v1"),
         "claude": ModelRoute(
             provider="anthropic",
             model="claude-sim",

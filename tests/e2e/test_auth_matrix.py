@@ -37,7 +37,16 @@ CHAT: dict[str, Any] = {
 MESSAGE: dict[str, Any] = {"model": "claude", "max_tokens": 8, "messages": CHAT["messages"]}
 COUNT: dict[str, Any] = {"model": "claude", "messages": CHAT["messages"]}
 RESPONSE: dict[str, Any] = {"model": "chat", "input": "hi", "max_output_tokens": 16}
-MODEL_CALLS = ("/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses")
+COMPLETION: dict[str, Any] = {"model": "chat", "prompt": "hi", "max_tokens": 8}
+EMBEDDING: dict[str, Any] = {"model": "embed", "input": "hi"}
+MODEL_CALLS = (
+    "/v1/chat/completions",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/responses",
+    "/v1/completions",
+    "/v1/embeddings",
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,8 @@ ENDPOINTS = (
     Endpoint("POST", "/v1/messages", "/v1/messages", MESSAGE, {"X-Task-Id": TASK}),
     Endpoint("POST", "/v1/messages/count_tokens", "/v1/messages/count_tokens", COUNT),
     Endpoint("POST", "/v1/responses", "/v1/responses", RESPONSE, {"X-Task-Id": TASK}),
+    Endpoint("POST", "/v1/completions", "/v1/completions", COMPLETION, {"X-Task-Id": TASK}),
+    Endpoint("POST", "/v1/embeddings", "/v1/embeddings", EMBEDDING, {"X-Task-Id": TASK}),
     Endpoint("GET", "/v1/models", "/v1/models"),
     Endpoint("GET", "/healthz", "/healthz"),
     Endpoint("GET", "/readyz", "/readyz"),
