@@ -19,22 +19,18 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Executable,
-    Numeric,
-    Select,
     and_,
     exists,
     func,
-    literal_column,
     not_,
     select,
-    type_coerce,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.ledger.explorer_sums import UNITS, ExplorerFilter, bucket_start, sums
 from gateway.ledger.queries import SHARE_QUANTUM, percentile, untasked_task
-from gateway.ledger.records import COST_FIELDS, MONEY_QUANTUM, OPEN, TOKEN_FIELDS
+from gateway.ledger.ranked import Ranked, ranked_stats
+from gateway.ledger.records import COST_FIELDS, OPEN, TOKEN_FIELDS
 from gateway.ledger.scope import request_rows, task_rows
 from gateway.ledger.store import REQUESTS, TASKS
 
@@ -265,12 +261,13 @@ def _add(totals: dict[str, list[Any]], key: str, *values: Any) -> None:
 
 async def outcome_stats(engine: AsyncEngine, f: ExplorerFilter) -> list[OutcomeStats]:
     """Cost per ended task by team and outcome (abandoned ones on lines of their own),
-    over tasks that ended in the window (by `finished_at`). PostgreSQL computes the
-    percentiles (`percentile_disc` is the nearest rank); SQLite has no such aggregate, so
-    its rows are sorted here."""
+    over tasks that ended in the window (by `finished_at`). PostgreSQL reads the
+    nearest-rank percentiles by rank off an index (gateway.ledger.ranked); SQLite has no
+    such index-only reads, so its rows are sorted here."""
     covered = and_(TASKS.c.status != OPEN, _tasks_where(f, TASKS.c.finished_at))
     if engine.dialect.name == "postgresql":
-        stats = [_from_sql(row) for row in await _rows(engine, _outcome_select(covered))]
+        found = await ranked_stats(engine, [TASKS.c.team, TASKS.c.status], covered)
+        stats = [_from_ranked(r) for r in found]
     else:
         statement = select(TASKS.c.team, TASKS.c.status, TASKS.c.cost_total).where(covered)
         groups: dict[tuple[str | None, str], list[Decimal]] = {}
@@ -288,30 +285,10 @@ def _from_costs(team: str | None, outcome: str, costs: list[Decimal]) -> Outcome
     return OutcomeStats(team, outcome, len(costs), total, p50, p95, costs[-1])
 
 
-def _outcome_select(covered: ColumnElement[bool]) -> Select[Any]:
-    cost = TASKS.c.cost_total
-    fractions: ColumnElement[Any] = literal_column("ARRAY[0.5, 0.95]::float8[]")
-    spread = type_coerce(
-        func.percentile_disc(fractions).within_group(cost), ARRAY(Numeric(asdecimal=True))
-    )
-    return (
-        select(
-            TASKS.c.team,
-            TASKS.c.status,
-            func.count().label("tasks"),
-            func.sum(cost).label("cost_total"),
-            spread.label("spread"),
-            func.max(cost).label("cost_max"),
-        )
-        .where(covered)
-        .group_by(TASKS.c.team, TASKS.c.status)
-    )
-
-
-def _from_sql(row: Any) -> OutcomeStats:
-    p50, p95 = (Decimal(value).quantize(MONEY_QUANTUM) for value in row.spread)
-    return OutcomeStats(row.team, row.status, int(row.tasks), row.cost_total, p50, p95,
-                        row.cost_max)  # fmt: skip
+def _from_ranked(found: Ranked) -> OutcomeStats:
+    team, outcome = found.key
+    return OutcomeStats(team, outcome, found.tasks, found.sums["cost_total"],
+                        found.percentiles[50], found.percentiles[95], found.cost_max)  # fmt: skip
 
 
 async def top_tasks(engine: AsyncEngine, f: ExplorerFilter, limit: int) -> list[TopTask]:

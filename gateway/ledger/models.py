@@ -141,6 +141,11 @@ class TaskRow(Base):
         Index("ix_tasks_status_last_activity_at", "status", "last_activity_at"),
         Index("ix_tasks_team_finished_at", "team", "finished_at"),
         Index("ix_tasks_finished_at", "finished_at"),
+        # Exact percentiles by rank without a sort (migration 0006, gateway.ledger.ranked).
+        Index("ix_tasks_team_cost", "team", "cost_total",
+              postgresql_include=["status", "finished_at", "request_count", "untasked"]),
+        Index("ix_tasks_team_status_cost", "team", "status", "cost_total",
+              postgresql_include=["finished_at", "request_count", "untasked"]),
     )
 
     task_id: Mapped[str] = mapped_column(String, primary_key=True)

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from gateway.ledger import task_stats, windows
+from gateway.ledger.ranked import Ranked, ranked_stats
 from gateway.ledger.records import ABANDONED, COST_FIELDS, OPEN, TOKEN_FIELDS, RequestRecord
 from gateway.ledger.scope import EVERYTHING, ReadScope, request_rows, task_rows
 from gateway.ledger.store import REQUESTS, TASKS
@@ -146,6 +147,34 @@ async def _fetch(db: Database, statement: Select[Any]) -> Sequence[Row[Any]]:
         async with db.connect() as connection:
             return (await connection.execute(statement)).all()
     return (await db.execute(statement)).all()
+
+
+def _in_window(
+    covered: ColumnElement[bool], column: Any, since: datetime | None, until: datetime | None
+) -> ColumnElement[bool]:
+    """`covered` and `since <= column < until`."""
+    conditions = [covered]
+    if since is not None:
+        conditions.append(column >= since)
+    if until is not None:
+        conditions.append(column < until)
+    return and_(*conditions)
+
+
+def _from_ranked(found: Ranked) -> TaskCostStats:
+    """A group's statistics from `ranked_stats`."""
+    total = found.sums["cost_total"]
+    return TaskCostStats(
+        group=found.key[0],
+        finished_tasks=found.tasks,
+        cost_total=total,
+        cost_p50=found.percentiles[50],
+        cost_p95=found.percentiles[95],
+        cost_max=found.cost_max,
+        output_share=_share(found.sums["cost_output"], total),
+        reasoning_share=_share(found.sums["cost_reasoning"], total),
+        cache_write_share=_share(found.sums["cost_cache_write"], total),
+    )
 
 
 def _window(
@@ -313,6 +342,11 @@ async def task_cost_stats(
         not_(untasked_task()),
         task_rows(scope),
     )
+    if sql_percentiles and _dialect(db) == "postgresql" and group_by == "team":
+        # Exact percentiles by rank over ix_tasks_team_cost (gateway.ledger.ranked).
+        found = [_from_ranked(r) for r in await ranked_stats(db, [group], _in_window(
+            covered, TASKS.c.finished_at, since, until))]  # fmt: skip
+        return sorted(found, key=lambda s: (s.group is None, s.group or ""))
     if sql_percentiles and _dialect(db) == "postgresql":
         in_sql = _window(task_stats.sql_stats(group, covered), TASKS.c.finished_at, since, until)
         found = [TaskCostStats(**task_stats.from_sql(row)) for row in await _fetch(db, in_sql)]

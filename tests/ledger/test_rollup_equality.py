@@ -14,6 +14,7 @@ from rollup_workload import START, assert_rollups_match_rows, base_rows, workloa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.ledger import LedgerWriter, WriterConfig, make_engine, migrate
+from gateway.ledger.explorer_queries import ExplorerFilter, outcome_stats
 from gateway.ledger.queries import SPEND_GROUPS, spend, task_cost_stats, task_outcomes
 from gateway.ledger.records import RequestRecord, TaskFinish
 from gateway.ledger.rollup import day_of
@@ -79,6 +80,9 @@ async def _reports(engine: AsyncEngine, fast: bool) -> list[Any]:
                                                    use_rollups=fast))  # fmt: skip
                 answers.append(await task_cost_stats(engine, group, since, until, scope=scope,
                                                      sql_percentiles=fast))  # fmt: skip
+            # Ranked percentiles on PostgreSQL, sorted in Python on SQLite (compared below).
+            window = ExplorerFilter(scope=scope, since=since, until=until)
+            answers.append(await outcome_stats(engine, window))
         answers.append(await task_cost_stats(engine, "team", since, until, include_abandoned=True,
                                              sql_percentiles=fast))  # fmt: skip
     return answers
