@@ -10,8 +10,9 @@ client's bytes with only the policy's edits and the upstream model name), and me
 from Anthropic's message object or events (`messages_meter`). The prefix check sees the
 Messages layout through `messages_prefix` (observe and strict only).
 
-Routes that speak chat completions (vLLM, SGLang, OpenAI) are refused with a 400 that says
-so: this path does not translate.
+Routes that speak chat completions (vLLM, SGLang, OpenAI) are translated
+(`messages_translate_call`): the body becomes a chat body right after the route is chosen,
+so every later stage sees what is sent; the reply comes back as Anthropic's.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ from gateway.pipeline.messages_meter import MessagesMeter
 from gateway.pipeline.messages_prefix import check_messages_prefix
 from gateway.pipeline.messages_relay import MessagesRelay, MessagesRelayResponse
 from gateway.pipeline.messages_request import MessagesContext, parse_count, parse_messages
+from gateway.pipeline.messages_translate_call import (
+    complete_translated,
+    count_translated,
+    open_translated,
+    translatable,
+    translate_context,
+)
 from gateway.pipeline.offload import patch_size, sized
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
@@ -74,11 +82,14 @@ async def handle_messages(ctx: MessagesContext, services: Services) -> Response:
     if ctx.identity.caller is None:  # open mode with `x-api-key`, as Anthropic clients send
         ctx.identity.caller = caller_id(ctx.headers.get("x-api-key"))
     decide_messages(ctx, services.config)
+    if translatable(ctx.route):
+        await sized(len(ctx.raw_body), translate_context, ctx)
     entitle(ctx)
     await claim_task(ctx, services.state)
     base_edits = ctx.edits.copy()
     decision = await apply_task_policy(ctx, services)
-    _check_native(ctx.alias, ctx.route)
+    if not ctx.translated:
+        _check_native(ctx.alias, ctx.route)
     assert ctx.alias is not None
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
     ctx.prefix = await check_messages_prefix(ctx, services.prefix_checker, services.state, rule)
@@ -99,6 +110,8 @@ async def handle_count_tokens(ctx: MessagesContext, services: Services) -> Respo
     route = _route(services.config, request.model)
     if ctx.principal.key is not None:
         check_model(ctx.principal.key.attributes, request.model)
+    if translatable(route):
+        return await sized(len(ctx.raw_body), count_translated, ctx.body, route)
     _check_native(request.model, route)
     body = ctx.raw_body
     if route.model != request.model:
@@ -145,11 +158,12 @@ def decide_messages(ctx: MessagesContext, config: GatewayConfig) -> None:
 
 
 def _check_native(alias: str | None, route: ModelRoute | None) -> None:
-    """Refuse a route that does not speak the Messages API (no translation on this path)."""
+    """Refuse a route that speaks neither the Messages API nor chat completions."""
     if route is not None and route.provider != NATIVE_PROVIDER:
         raise InvalidRequestError(
-            f"model '{alias}' is served over chat completions (provider {route.provider}); "
-            "/v1/messages reaches Anthropic routes only: call /v1/chat/completions for it",
+            f"model '{alias}' is served through litellm (provider {route.provider}); "
+            "/v1/messages reaches Anthropic and OpenAI-wire routes only: call "
+            "/v1/chat/completions for it",
             param="model",
         )
 
@@ -211,6 +225,10 @@ def _headers(ctx: MessagesContext, upstream: dict[str, str]) -> dict[str, str]:
 
 
 async def _complete(ctx: MessagesContext, services: Services) -> Response:
+    if ctx.translated:
+        response, upstream = await complete_translated(ctx, services)
+        response.headers.update(_headers(ctx, upstream) | cost_headers(ctx))
+        return response
     call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     meter = MessagesMeter()
@@ -231,6 +249,9 @@ async def _complete(ctx: MessagesContext, services: Services) -> Response:
 
 async def _stream(ctx: MessagesContext, services: Services) -> Response:
     """Open the upstream stream and wait for its first event before answering."""
+    if ctx.translated:
+        translated, upstream = await open_translated(ctx, services)
+        return MessagesRelayResponse(translated, headers=_headers(ctx, upstream))
     call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     ctx.timings.upstream_sent = time.perf_counter()

@@ -41,6 +41,7 @@ class MessagesContext(RequestContext):
     """A `RequestContext` whose request is a Messages request, not a chat completion."""
 
     messages: MessagesRequest | None = None
+    translated: bool = False  # the body is the chat body a chat-completions route receives
 
     @property
     def stream(self) -> bool:

@@ -304,8 +304,10 @@ def test_errors_come_in_anthropics_shape_as_the_sdks_own_classes(gateway: Gatewa
     }
     assert "no-such-model" in missing.value.message
     with pytest.raises(anthropic.BadRequestError) as chat_route:
-        client.messages.create(model="chat", max_tokens=8, messages=hi)
-    assert "chat completions" in chat_route.value.message
+        pdf: Any = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}
+        document: Any = [{"role": "user", "content": [{"type": "document", "source": pdf}]}]
+        client.messages.create(model="chat", max_tokens=8, messages=document)
+    assert "chat completions" in chat_route.value.message  # translated, but no documents
     with pytest.raises(anthropic.BadRequestError) as empty:
         client.messages.create(model="claude", max_tokens=8, messages=[])
     assert "messages" in empty.value.message

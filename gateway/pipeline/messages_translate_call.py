@@ -1,0 +1,165 @@
+"""The Messages pipeline's upstream step for routes that speak chat completions.
+
+`translate_context` runs right after the route is chosen: the Messages body becomes the
+chat body the upstream will receive (`messages_translate.to_chat`), so every later stage
+(entitlements, the policy's effort and thinking budget in the family's own field, the
+prefix check, the quota hold) sees and edits what is really sent. The reply comes back as
+an Anthropic message or event stream, metered from those (`MessagesMeter`), so the ledger
+books the upstream's own usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import orjson
+from starlette.responses import Response
+
+from gateway.config import ModelRoute
+from gateway.errors import InvalidRequestError
+from gateway.otel.propagation import upstream_headers as upstream_trace_headers
+from gateway.pipeline.chat import first_event, route_timeouts
+from gateway.pipeline.finish import finish
+from gateway.pipeline.messages_meter import MessagesMeter
+from gateway.pipeline.messages_relay import MessagesRelay
+from gateway.pipeline.messages_request import MessagesContext
+from gateway.pipeline.messages_stream_translate import StreamTranslator, error_event
+from gateway.pipeline.messages_translate import to_chat, to_message
+from gateway.pipeline.quota import input_tokens
+from gateway.services import Services
+from gateway.tokens import count_tokens
+from gateway.upstream.base import UpstreamCall
+from gateway.upstream.sse import event_data
+
+TRANSLATED_PROVIDER = "openai"
+"""Routes whose wire is chat completions (vLLM, SGLang, OpenAI): translated."""
+
+
+def translatable(route: ModelRoute | None) -> bool:
+    return route is not None and route.provider == TRANSLATED_PROVIDER
+
+
+def translate_context(ctx: MessagesContext) -> None:
+    """Replace the Messages body with the chat body the route will receive."""
+    assert ctx.route is not None
+    chat = to_chat(ctx.body, ctx.route.wire_family)
+    ctx.body = chat
+    ctx.raw_body = orjson.dumps(chat)
+    ctx.translated = True
+
+
+def _stops(ctx: MessagesContext) -> list[str] | None:
+    stops = ctx.body.get("stop")
+    return [s for s in stops if isinstance(s, str)] if isinstance(stops, list) else None
+
+
+def build_chat_call(ctx: MessagesContext, services: Services) -> UpstreamCall:
+    """The chat call: the translated body with the stages' edits."""
+    assert ctx.alias is not None and ctx.route is not None
+    if not translatable(ctx.route):  # a fallback moved it to a route of another wire
+        raise InvalidRequestError(
+            f"model '{ctx.alias}' does not speak chat completions: a translated Messages "
+            "request cannot fall back to it",
+            param="model",
+        )
+    parsed = ctx.forwarded_body()
+    body = orjson.dumps(parsed)
+    call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
+    call.timeouts = route_timeouts(ctx, services)
+    call.extra_headers = {**ctx.upstream_headers, **upstream_trace_headers()}
+    return call
+
+
+async def complete_translated(
+    ctx: MessagesContext, services: Services
+) -> tuple[Response, dict[str, str]]:
+    """A whole reply, as an Anthropic message (and the upstream's headers)."""
+    call = build_chat_call(ctx, services)
+    meter = MessagesMeter()
+    ctx.timings.upstream_sent = time.perf_counter()
+    try:
+        reply = await services.upstreams.adapter(call.route).complete(call)
+    except asyncio.CancelledError:
+        with anyio.CancelScope(shield=True):
+            await finish(ctx, meter.meter, services, cancelled=True)
+        raise
+    assert ctx.alias is not None
+    message = to_message(reply.payload, ctx.alias, _stops(ctx))
+    meter.observe_message(message)
+    await finish(ctx, meter.meter, services)
+    body = orjson.dumps(message)
+    return Response(body, status_code=reply.status, media_type="application/json"), reply.headers
+
+
+async def open_translated(
+    ctx: MessagesContext, services: Services
+) -> tuple[MessagesRelay, dict[str, str]]:
+    """The upstream's chat stream as Anthropic events, relayed and metered as a native one."""
+    call = build_chat_call(ctx, services)
+    assert ctx.alias is not None
+    translator = StreamTranslator(ctx.alias, input_tokens(ctx), _stops(ctx))
+    ctx.timings.upstream_sent = time.perf_counter()
+    stream = await services.upstreams.adapter(call.route).open_stream(call)
+    events = translated_events(stream.events(), translator)
+    first = await first_event(stream, events, call)
+    return MessagesRelay(ctx, first, events, stream, services), stream.headers
+
+
+async def translated_events(
+    chat: AsyncIterator[bytes], translator: StreamTranslator
+) -> AsyncIterator[bytes]:
+    """Each chat event's Anthropic events (none for keep-alives), ending at `[DONE]`."""
+    async for event in chat:
+        data = event_data(event)
+        if data is None or not data.strip():
+            continue
+        if data.strip() == b"[DONE]":
+            for out in translator.finish():
+                yield out
+            return
+        payload = _object(data)
+        if payload is None or "error" in payload:
+            yield error_event(payload or {"error": "a stream chunk that is not an object"})
+            return
+        for out in translator.feed(payload):
+            yield out
+
+
+def _object(data: bytes) -> dict[str, Any] | None:
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def count_translated(body: dict[str, Any], route: ModelRoute) -> Response:
+    """count_tokens for a chat route: the gateway's estimate (no chat server counts tokens).
+
+    The translated prompt's messages and tools, tokenized with the gateway's tokenizer
+    (cl100k_base) plus 4 tokens per message for the chat template.
+    """
+    chat = to_chat(body, route.wire_family)
+    total = 0
+    for message in chat["messages"]:
+        content = message.get("content") or ""
+        text = content if isinstance(content, str) else orjson.dumps(content).decode()
+        total += 4 + count_tokens(text)
+        if message.get("tool_calls"):
+            total += count_tokens(orjson.dumps(message["tool_calls"]).decode())
+    if chat.get("tools"):
+        total += count_tokens(orjson.dumps(chat["tools"]).decode())
+    return Response(orjson.dumps({"input_tokens": total}), media_type="application/json")
+
+
+__all__ = [
+    "complete_translated",
+    "count_translated",
+    "open_translated",
+    "translatable",
+    "translate_context",
+]
