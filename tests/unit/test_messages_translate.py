@@ -1,0 +1,226 @@
+"""The Messages <-> chat translation, as pure functions (no server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.errors import InvalidRequestError
+from gateway.pipeline.messages_stream_translate import StreamTranslator
+from gateway.pipeline.messages_translate import to_chat, to_message
+
+SCHEMA = {"type": "object", "required": ["b"], "properties": {"b": {}, "a": {}}}
+
+
+def test_a_full_request_becomes_the_chat_body() -> None:
+    body: dict[str, Any] = {
+        "model": "chat",
+        "max_tokens": 100,
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        "tools": [{"name": "f", "description": "d", "input_schema": SCHEMA}],
+        "tool_choice": {"type": "tool", "name": "f", "disable_parallel_tool_use": True},
+        "stop_sequences": ["END"],
+        "temperature": 0.5,
+        "top_k": 5,
+        "metadata": {"user_id": "u1"},
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hm", "signature": "s"},
+                    {"type": "text", "text": "Calling."},
+                    {"type": "tool_use", "id": "t1", "name": "f", "input": {"b": 1, "a": 2}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [{"type": "text", "text": "ok"}],
+                    },
+                    {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}},
+                ],
+            },
+        ],
+    }
+    chat = to_chat(body, "vllm")
+    assert chat["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "Calling.",
+            "tool_calls": [
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": '{"b":1,"a":2}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "ok"},
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}],
+        },
+    ]
+    assert chat["tools"] == [
+        {"type": "function", "function": {"name": "f", "description": "d", "parameters": SCHEMA}}
+    ]
+    assert list(chat["tools"][0]["function"]["parameters"]) == ["type", "required", "properties"]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    assert chat["parallel_tool_calls"] is False
+    assert (chat["max_tokens"], chat["stop"], chat["user"]) == (100, ["END"], "u1")
+    assert (chat["temperature"], chat["top_k"]) == (0.5, 5)
+    assert b"cache_control" not in orjson.dumps(chat)
+    assert "top_k" not in to_chat(body, "openai")  # OpenAI refuses it
+
+
+@pytest.mark.parametrize(
+    ("family", "expected"),
+    [
+        ("vllm", {"thinking_token_budget": 2048}),
+        ("sglang", {"chat_template_kwargs": {"thinking_budget": 2048}}),
+        ("openai", {"reasoning_effort": "low"}),
+    ],
+)
+def test_a_thinking_budget_lands_in_the_familys_field(
+    family: Any, expected: dict[str, Any]
+) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    chat = to_chat(body | {"thinking": {"type": "enabled", "budget_tokens": 2048}}, family)
+    assert {k: chat[k] for k in expected} == expected
+
+
+def test_documents_and_server_tools_are_refused_by_position() -> None:
+    pdf = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": "x"},
+    }
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": [pdf]}]}
+    with pytest.raises(InvalidRequestError) as refused:
+        to_chat(body, "vllm")
+    assert refused.value.param == "messages.0.content.0"
+    tools = {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}
+    with pytest.raises(InvalidRequestError):
+        to_chat({"model": "m", "messages": [{"role": "user", "content": "x"}]} | tools, "vllm")
+
+
+def test_a_completion_becomes_a_message() -> None:
+    reply = {
+        "id": "chatcmpl-abc",
+        "choices": [
+            {
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "reasoning_content": "think",
+                    "content": "Looking.",
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": '{"b":1}'},
+                        }
+                    ],
+                },
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 50,
+            "completion_tokens": 7,
+            "prompt_tokens_details": {"cached_tokens": 32},
+        },
+    }
+    message = to_message(reply, "chat")
+    assert message["id"] == "msg_abc" and message["model"] == "chat"
+    assert message["content"] == [
+        {"type": "thinking", "thinking": "think", "signature": ""},
+        {"type": "text", "text": "Looking."},
+        {"type": "tool_use", "id": "c1", "name": "f", "input": {"b": 1}},
+    ]
+    assert message["stop_reason"] == "tool_use"
+    assert message["usage"] == {
+        "input_tokens": 18,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 32,
+        "output_tokens": 7,
+    }
+    length = {"choices": [{"finish_reason": "length", "message": {"content": "a"}}]}
+    assert to_message(length, "m")["stop_reason"] == "max_tokens"
+    stop = {
+        "choices": [{"finish_reason": "stop", "stop_reason": "END", "message": {"content": "a"}}]
+    }
+    assert (
+        to_message(stop, "m", ["END"])["stop_reason"],
+        to_message(stop, "m", ["END"])["stop_sequence"],
+    ) == (
+        "stop_sequence",
+        "END",
+    )
+
+
+def _events(out: list[bytes]) -> list[dict[str, Any]]:
+    return [orjson.loads(event.split(b"data: ", 1)[1]) for event in out]
+
+
+def test_a_chat_stream_becomes_anthropic_events_with_usage_at_both_ends() -> None:
+    translator = StreamTranslator("chat", input_estimate=40)
+    chunks: list[dict[str, Any]] = [
+        {
+            "id": "chatcmpl-1",
+            "choices": [{"delta": {"role": "assistant", "reasoning_content": "hm"}}],
+        },
+        {"choices": [{"delta": {"content": "Hi"}}]},
+        {
+            "choices": [
+                {
+                    "delta": {
+                        "tool_calls": [
+                            {"index": 0, "id": "c1", "function": {"name": "f", "arguments": ""}}
+                        ]
+                    }
+                }
+            ]
+        },
+        {
+            "choices": [
+                {"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"b":'}}]}}
+            ]
+        },
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}}]},
+        {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+        {"choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 9}},
+    ]
+    out: list[bytes] = []
+    for chunk in chunks:
+        out += translator.feed(chunk)
+    events = _events(out + translator.finish())
+    kinds = [e["type"] for e in events]
+    assert kinds == [
+        "message_start",
+        "content_block_start",  # thinking
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",  # text
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",  # tool_use
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert events[0]["message"]["usage"]["input_tokens"] == 40  # the gateway's count
+    assert events[7]["content_block"] == {"type": "tool_use", "id": "c1", "name": "f", "input": {}}
+    partial = "".join(e["delta"]["partial_json"] for e in events[8:10])
+    assert orjson.loads(partial) == {"b": 1}
+    assert events[-2]["delta"]["stop_reason"] == "tool_use"
+    assert events[-2]["usage"]["input_tokens"] == 42 and events[-2]["usage"]["output_tokens"] == 9
+    assert translator.finish() == []  # closes once
