@@ -11,14 +11,16 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import orjson
 import pytest
 
 from tests.conftest import SimControl
-from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import Gateway, GatewayFactory
 
 SCHEMA: Any = {  # keys deliberately not in sorted order: the order must survive
     "type": "object",
@@ -187,3 +189,45 @@ def test_count_tokens_on_a_chat_route_is_the_gateways_estimate(
     # An estimate of the content: the server's chat template adds tokens the gateway cannot
     # see (the simulator's ChatML markers: 59 counted, 102 served for this prompt).
     assert served // 2 <= counted.input_tokens <= served
+
+
+POLICY = """
+models:
+  thinker: {{provider: openai, model: sim-thinker, base_url: "{sim}/v1", family: vllm}}
+prices:
+  thinker: {{gpu: {{cost_per_hour: "3.60", prefill_tokens_per_second: 10000, decode_tokens_per_second: 1000}}}}
+rules:
+  - name: thinker-thinks-a-little
+    match: {{model: thinker}}
+    thinking_budget: 128
+    max_tokens: {{default: 600, ceiling: 600}}
+routing:
+  thinker:
+    capabilities: {{supports_thinking_budget: true}}
+"""
+
+
+def test_the_policy_caps_a_translated_thinking_budget_and_the_ledger_books_it(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    config = tmp_path / "farebox.yaml"
+    config.write_text(POLICY.format(sim=sim.url))
+    gateway = make_gateway(config=config)
+    with anthropic.Anthropic(base_url=gateway.server.url, api_key="k", max_retries=0) as sdk:
+        message = sdk.messages.create(
+            model="thinker",
+            max_tokens=4000,
+            thinking={"type": "enabled", "budget_tokens": 3000},
+            messages=[{"role": "user", "content": "Plan the migration."}],
+            extra_headers={"X-Task-Id": "translated-policy"},
+        )
+    (body,) = _chat_bodies(sim)
+    assert body["thinking_token_budget"] == 128  # the rule's cap, in vLLM's field
+    assert body["max_tokens"] == 600 + 128  # the answer's ceiling, plus the budget vLLM counts in
+    assert message.content[0].type == "thinking"
+    ctx = gateway.last()
+    assert ctx.usage is not None and ctx.cost is not None
+    assert ctx.usage.completion_tokens == message.usage.output_tokens > 0
+    task = httpx.get(f"{gateway.base_url}/tasks/translated-policy", timeout=30).json()
+    assert task["request_count"] == 1  # the ledger row
+    assert Decimal(task["cost"]["total"]) == ctx.cost.total > 0
