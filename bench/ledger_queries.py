@@ -225,6 +225,8 @@ async def run(args: argparse.Namespace) -> int:
     try:
         now = facts["newest"] + timedelta(seconds=1)
         queries = report_queries(engine, now, facts["task"]) | explorer_queries(engine, now)
+        if args.only:  # re-time a few queries: printed, the results file left alone
+            queries = {k: v for k, v in queries.items() if any(o in k for o in args.only)}
         await spend(engine, "team")  # warm the pool and the catalog caches
         timings = [
             await _time(name, query, base, args.runs, args.base)
@@ -232,6 +234,8 @@ async def run(args: argparse.Namespace) -> int:
         ]
     finally:
         await engine.dispose()
+    if args.only:
+        return 0 if timings and all(t.error is None for t in timings) else 1
     text = write_results(timings, facts, fill_s, args.runs)
     if args.fill_log:
         quoted = Path(args.fill_log).read_text().strip()
@@ -250,6 +254,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--base", action="store_true", help="also time the base-table reads")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--only", action="append", metavar="TEXT",
+                        help="time only the queries whose name holds TEXT; print, write nothing")
     parser.add_argument("--fill-log", help="output of an earlier ledger_fill.py run, to quote")
     raise SystemExit(asyncio.run(run(parser.parse_args())))
 
