@@ -132,6 +132,14 @@ def test_a_tool_round_trip_through_a_chat_route(
     assert second["messages"][2] == {"role": "tool", "tool_call_id": use.id, "content": "paid"}
     assert gateway.last(2).usage is not None
 
+    with client.messages.stream(
+        model="chat", max_tokens=64, tools=TOOLS, tool_choice={"type": "any"}, messages=ask
+    ) as stream:
+        streamed = stream.get_final_message()  # the SDK joins the input_json_delta parts
+    (streamed_use,) = [block for block in streamed.content if block.type == "tool_use"]
+    assert streamed.stop_reason == "tool_use"
+    assert streamed_use.name == "lookup_invoice" and streamed_use.input == use.input  # seeded
+
 
 def test_a_stream_has_usage_in_message_start_and_message_delta(
     gateway: Gateway, client: anthropic.Anthropic, sim: SimControl

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -10,6 +12,7 @@ import pytest
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.messages_stream_translate import StreamTranslator
 from gateway.pipeline.messages_translate import to_chat, to_message
+from gateway.pipeline.messages_translate_call import translated_events
 
 SCHEMA = {"type": "object", "required": ["b"], "properties": {"b": {}, "a": {}}}
 
@@ -224,3 +227,27 @@ def test_a_chat_stream_becomes_anthropic_events_with_usage_at_both_ends() -> Non
     assert events[-2]["delta"]["stop_reason"] == "tool_use"
     assert events[-2]["usage"]["input_tokens"] == 42 and events[-2]["usage"]["output_tokens"] == 9
     assert translator.finish() == []  # closes once
+
+
+async def _chat_events(*datas: bytes) -> AsyncIterator[bytes]:
+    for data in datas:
+        yield (data if data.startswith(b":") else b"data: " + data) + b"\n\n"  # ":" a comment
+
+
+async def _translated(*datas: bytes) -> list[dict[str, Any]]:
+    translator = StreamTranslator("chat", input_estimate=3)
+    return _events([e async for e in translated_events(_chat_events(*datas), translator)])
+
+
+def test_the_stream_glue_ends_at_done_and_turns_an_in_band_error_into_an_error_event() -> None:
+    chunk = orjson.dumps({"choices": [{"delta": {"content": "a"}, "finish_reason": "stop"}]})
+    whole = asyncio.run(_translated(b": keep-alive", chunk, b"[DONE]", chunk))
+    assert [e["type"] for e in whole][-2:] == ["message_delta", "message_stop"]
+    assert whole[-2]["usage"]["input_tokens"] == 3  # no usage chunk came: the estimate stays
+    failed = asyncio.run(_translated(chunk, orjson.dumps({"error": {"message": "KV cache full"}})))
+    assert failed[-1] == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "KV cache full"},
+    }
+    cut = asyncio.run(_translated(chunk))  # no [DONE]: no message_stop, the relay says so
+    assert "message_stop" not in [e["type"] for e in cut]
