@@ -50,6 +50,9 @@ def translate_context(ctx: MessagesContext) -> None:
     ctx.body = chat
     ctx.raw_body = orjson.dumps(chat)
     ctx.translated = True
+    # `identify` rewrote `metadata` without Farebox's task fields: chat gets `user` instead.
+    ctx.edits.set_fields.pop("metadata", None)
+    ctx.edits.remove.discard("metadata")
 
 
 def _stops(ctx: MessagesContext) -> list[str] | None:

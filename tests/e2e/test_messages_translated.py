@@ -28,6 +28,7 @@ SCHEMA: Any = {  # keys deliberately not in sorted order: the order must survive
     "properties": {"number": {"type": "string"}},
 }
 TOOLS: Any = [{"name": "lookup_invoice", "description": "Find an invoice.", "input_schema": SCHEMA}]
+META: Any = {"user_id": "user-7", "task_id": "translated-whole"}  # task_id is Farebox's
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 
@@ -72,8 +73,7 @@ def test_a_message_is_translated_to_chat_and_billed(
         ],
         stop_sequences=["\n\n\n"],
         extra_body={"temperature": 0.2},  # this SDK version has no temperature argument
-        metadata={"user_id": "user-7"},
-        extra_headers={"X-Task-Id": "translated-whole"},
+        metadata=META,
     )
     message = raw.parse()
     assert message.type == "message" and message.model == "chat"
@@ -82,7 +82,7 @@ def test_a_message_is_translated_to_chat_and_billed(
     assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
 
     (body,) = _chat_bodies(sim)
-    assert body["model"] == "sim-chat" and body["user"] == "user-7"
+    assert body["model"] == "sim-chat" and body["user"] == "user-7" and "metadata" not in body
     assert body["stop"] == ["\n\n\n"] and body["temperature"] == 0.2
     assert body["messages"][0] == {"role": "system", "content": "Answer briefly."}
     image, text = body["messages"][1]["content"]
