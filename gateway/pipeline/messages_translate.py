@@ -60,7 +60,8 @@ def thinking_fields(thinking: Any, output_config: Any, family: Family) -> dict[s
 
     Budgeted thinking becomes the budget field of vLLM (`thinking_token_budget`) or SGLang
     (`chat_template_kwargs.thinking_budget`); OpenAI has only an effort, the budget's level.
-    Adaptive thinking's `output_config.effort` becomes `reasoning_effort`.
+    Adaptive thinking's `output_config.effort` becomes `reasoning_effort`; thinking
+    disabled switches a vLLM or SGLang chat template's thinking off.
     """
     if not isinstance(thinking, dict):
         return {}
@@ -72,6 +73,8 @@ def thinking_fields(thinking: Any, output_config: Any, family: Family) -> dict[s
         if family == "sglang":
             return {"chat_template_kwargs": {"thinking_budget": budget}}
         return {"thinking_token_budget": budget}
+    if kind == "disabled" and family in ("vllm", "sglang"):
+        return {"chat_template_kwargs": {"enable_thinking": False}}  # as the policy writes "none"
     effort = output_config.get("effort") if isinstance(output_config, dict) else None
     if kind == "adaptive" and isinstance(effort, str):
         return {"reasoning_effort": effort}

@@ -100,6 +100,14 @@ def test_a_thinking_budget_lands_in_the_familys_field(
     assert {k: chat[k] for k in expected} == expected
 
 
+def test_thinking_off_and_adaptive_effort() -> None:
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    off = to_chat(body | {"thinking": {"type": "disabled"}}, "vllm")
+    assert off["chat_template_kwargs"] == {"enable_thinking": False}
+    adaptive = {"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}
+    assert to_chat(body | adaptive, "openai")["reasoning_effort"] == "high"
+
+
 def test_documents_and_server_tools_are_refused_by_position() -> None:
     pdf = {
         "type": "document",
