@@ -5,7 +5,7 @@ optional model alias) and applies all of it inside the SQL, as `gateway.ledger.q
 does. Sums by team, project, model, backend and tier are read through the rollups
 (`gateway.ledger.explorer_sums`; `use_rollups=False` reads the rows, and the tests compare
 both); time buckets are computed by the database and come back as aware UTC datetimes.
-Prefix verdicts and tasks are not in the rollups: they read `requests` and `tasks`.
+Prefix verdicts read the `rollup_prefix_*` tables; tasks read `tasks`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from sqlalchemy import (
     Executable,
     and_,
     exists,
-    func,
     not_,
     select,
 )
@@ -31,6 +30,7 @@ from gateway.ledger.explorer_sums import UNITS, ExplorerFilter, bucket_start, su
 from gateway.ledger.queries import SHARE_QUANTUM, percentile, untasked_task
 from gateway.ledger.ranked import Ranked, ranked_stats
 from gateway.ledger.records import COST_FIELDS, OPEN, TOKEN_FIELDS
+from gateway.ledger.rollup import PREFIX
 from gateway.ledger.scope import request_rows, task_rows
 from gateway.ledger.store import REQUESTS, TASKS
 
@@ -210,30 +210,25 @@ async def cache_use(
 
 
 async def prefix_breaks(
-    engine: AsyncEngine, f: ExplorerFilter
+    engine: AsyncEngine, f: ExplorerFilter, use_rollups: bool = True
 ) -> tuple[list[PrefixVerdicts], list[BreakCause]]:
     """Requests per prefix verdict, and per divergence reason (`miss:volatile_value` is a
-    miss whose reason is `volatile_value`), the costliest reason first."""
-    status = REQUESTS.c.prefix_status
-    statement = (
-        select(
-            status.label("status"),
-            func.count().label("requests"),
-            func.sum(REQUESTS.c.prefix_lost_usd).label("lost"),
-            func.sum(REQUESTS.c.expected_cached_tokens).label("expected"),
-            func.sum(REQUESTS.c.cached_tokens).label("cached"),
-        )
-        .where(_requests_where(f), status.is_not(None))
-        .group_by(status)
-    )
+    miss whose reason is `volatile_value`), the costliest reason first. Read through the
+    `rollup_prefix_*` tables (`use_rollups=False` reads the rows)."""
+    measures = ("request_count", "prefix_lost_usd", "expected_cached_tokens", "cached_tokens")
+    statement = sums(engine.dialect.name, f, ["prefix_status"], measures, None, use_rollups,
+                     PREFIX)  # fmt: skip
     verdicts: dict[str, list[Any]] = {}
     causes: dict[str, list[Any]] = {}
     for row in await _rows(engine, statement):
-        verdict, _, reason = str(row.status).partition(":")
-        lost = row.lost or Decimal(0)
-        _add(verdicts, verdict, int(row.requests), lost)
+        if not row.prefix_status:
+            continue  # no verdict ('' in the key)
+        verdict, _, reason = row.prefix_status[1:].partition(":")
+        lost, requests = row.prefix_lost_usd or Decimal(0), int(row.request_count)
+        _add(verdicts, verdict, requests, lost)
         if reason:
-            _add(causes, reason, int(row.requests), lost, int(row.expected or 0), int(row.cached))
+            _add(causes, reason, requests, lost, int(row.expected_cached_tokens or 0),
+                 int(row.cached_tokens or 0))  # fmt: skip
     return (
         sorted(
             (PrefixVerdicts(name, *values) for name, values in verdicts.items()),

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import ColumnElement, Select, func, literal, select
 
+from gateway.ledger.rollup import ENCODED, FAMILIES, Family
 from gateway.ledger.scope import EVERYTHING, ReadScope, request_rows
 from gateway.ledger.store import REQUESTS
-from gateway.ledger.windows import DAILY, HOURLY, Piece, pieces
+from gateway.ledger.windows import Piece, pieces
 
 # Characters of SQLite's stored text ("2025-03-01 12:34:56.000000") that name the bucket.
 _SQLITE_PREFIX = {"hour": 13, "day": 10}
@@ -50,13 +51,20 @@ def bucket_start(text: str, unit: str) -> datetime:
     return datetime.strptime(text, _PY_FORMAT[unit]).replace(tzinfo=UTC)
 
 
-def _pieces(f: ExplorerFilter, unit: str | None, use_rollups: bool) -> list[Piece]:
+def _pieces(f: ExplorerFilter, unit: str | None, use_rollups: bool, family: Family) -> list[Piece]:
     if not use_rollups or f.scope.caller is not None:
         return [Piece(REQUESTS, f.since, f.until)]
-    cut = pieces(f.since, f.until)
+    cut = pieces(f.since, f.until, family)
     if unit != "hour":
         return cut
-    return [Piece(HOURLY, p.since, p.until) if p.table is DAILY else p for p in cut]
+    return [Piece(family.hourly, p.since, p.until) if p.table is family.daily else p for p in cut]
+
+
+def _key(table: Any, rows: bool, key: str) -> ColumnElement[Any]:
+    """A key column; a nullable one read from the rows encoded as the rollups store it."""
+    if rows and key in ENCODED:
+        return func.coalesce(literal(":").concat(table.c[key]), "")
+    return table.c[key]
 
 
 def _piece_select(
@@ -66,7 +74,7 @@ def _piece_select(
     table, rows = piece.table, piece.table is REQUESTS
     moment = table.c.created_at if rows else table.c.bucket
     columns = [bucket_text(dialect, moment, unit).label("bucket")] if unit else []
-    columns += [table.c[key].label(key) for key in keys]
+    columns += [_key(table, rows, key).label(key) for key in keys]
     for name in measures:
         counted = func.count() if rows and name == "request_count" else func.sum(table.c[name])
         columns.append(counted.label(name))
@@ -91,12 +99,14 @@ def sums(
     measures: Sequence[str],
     unit: str | None = None,
     use_rollups: bool = True,
+    family: Family = FAMILIES[0],
 ) -> Select[Any]:
     """One SELECT of `measures` (request_count, token and cost columns) per bucket (if
-    `unit`) and rollup key column in `keys`, over the rows `f` selects."""
+    `unit`) and key column of `family` in `keys`, over the rows `f` selects; a nullable
+    key comes back encoded ('' or ':' + the value, gateway.ledger.rollup)."""
     parts = [
         _piece_select(dialect, piece, f, unit, keys, measures)
-        for piece in _pieces(f, unit, use_rollups)
+        for piece in _pieces(f, unit, use_rollups, family)
     ]
     union = (parts[0] if len(parts) == 1 else parts[0].union_all(*parts[1:])).subquery()
     grouping = [union.c.bucket] if unit else []

@@ -254,6 +254,47 @@ class DailyStepRollupRow(StepRollupColumns, Base):
     __tablename__ = "rollup_steps_daily"
 
 
+class PrefixRollupColumns:
+    """The key and sums of a prefix rollup row: one time bucket of one team, project, model
+    and prefix verdict (`hit`, `miss:<reason>`; none is '' and one ':' + it, as steps)."""
+
+    bucket: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    team: Mapped[str] = mapped_column(String, primary_key=True)
+    project: Mapped[str] = mapped_column(String, primary_key=True)
+    model_alias: Mapped[str] = mapped_column(String, primary_key=True)
+    prefix_status: Mapped[str] = mapped_column(String, primary_key=True)
+    request_count: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_input: Mapped[Decimal] = mapped_column(Money)
+    cost_cached: Mapped[Decimal] = mapped_column(Money)
+    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
+    cost_output: Mapped[Decimal] = mapped_column(Money)
+    cost_reasoning: Mapped[Decimal] = mapped_column(Money)
+    cost_total: Mapped[Decimal] = mapped_column(Money)
+    # Untasked requests counted at their first attempt, and the cost of all their attempts.
+    untasked_requests: Mapped[int] = mapped_column(BigInteger)
+    untasked_cost: Mapped[Decimal] = mapped_column(Money)
+    expected_cached_tokens: Mapped[int] = mapped_column(BigInteger)  # NULL summed as 0
+    prefix_lost_usd: Mapped[Decimal] = mapped_column(Money)
+
+
+class HourlyPrefixRollupRow(PrefixRollupColumns, Base):
+    """Request sums per UTC hour by prefix verdict."""
+
+    __tablename__ = "rollup_prefix_hourly"
+
+
+class DailyPrefixRollupRow(PrefixRollupColumns, Base):
+    """Request sums per UTC day by prefix verdict."""
+
+    __tablename__ = "rollup_prefix_daily"
+
+
 class ApiKeyRow(Base):
     """A virtual key: its SHA-256, never its secret (see gateway.keys)."""
 

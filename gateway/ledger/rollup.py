@@ -7,12 +7,15 @@ base table in tests/ledger/test_rollup_equality.py). Each batch adds its aggrega
 one `INSERT ... ON CONFLICT DO UPDATE SET x = x + excluded.x` per grain, keys sorted so
 concurrent writers lock rows in the same order.
 
-Two families of rollups, each per hour and per day: `rollup_*` keyed by (bucket, team,
-project, model_alias, backend, tier_served) and `rollup_steps_*` keyed by (bucket, team,
-project, task_step, step_kind). The sums are the request count, the token and cost
-columns, and the untasked requests (counted at their first attempt, attempt 0) with the
-cost of all their attempts. A step or kind may be missing: in a key it is stored as ''
-and a present one as ':' + the value (`encode`), so NULL never meets a real value.
+Three families of rollups, each per hour and per day: `rollup_*` keyed by (bucket, team,
+project, model_alias, backend, tier_served), `rollup_steps_*` keyed by (bucket, team,
+project, task_step, step_kind) and `rollup_prefix_*` keyed by (bucket, team, project,
+model_alias, prefix_status), which adds two sums: expected cached tokens and the money
+prefix breaks lost (migration 0007, for the explorer's prefix panel). The sums are the
+request count, the token and cost columns, and the untasked requests (counted at their
+first attempt, attempt 0) with the cost of all their attempts. A step, kind or prefix
+verdict may be missing: in a key it is stored as '' and a present one as ':' + the value
+(`encode`), so NULL never meets a real value.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.ledger.models import (
+    DailyPrefixRollupRow,
     DailyRollupRow,
     DailyStepRollupRow,
+    HourlyPrefixRollupRow,
     HourlyRollupRow,
     HourlyStepRollupRow,
 )
@@ -39,9 +44,13 @@ HOURLY: Table = HourlyRollupRow.__table__  # type: ignore[assignment]
 DAILY: Table = DailyRollupRow.__table__  # type: ignore[assignment]
 STEPS_HOURLY: Table = HourlyStepRollupRow.__table__  # type: ignore[assignment]
 STEPS_DAILY: Table = DailyStepRollupRow.__table__  # type: ignore[assignment]
+PREFIX_HOURLY: Table = HourlyPrefixRollupRow.__table__  # type: ignore[assignment]
+PREFIX_DAILY: Table = DailyPrefixRollupRow.__table__  # type: ignore[assignment]
 DIMENSIONS = ("team", "project", "model_alias", "backend", "tier_served")
 STEP_DIMENSIONS = ("team", "project", "task_step", "step_kind")
-ENCODED = frozenset({"task_step", "step_kind"})  # nullable: encoded in a key
+PREFIX_DIMENSIONS = ("team", "project", "model_alias", "prefix_status")
+PREFIX_EXTRA = ("expected_cached_tokens", "prefix_lost_usd")  # nullable: summed as 0
+ENCODED = frozenset({"task_step", "step_kind", "prefix_status"})  # nullable: encoded in a key
 COUNTS = ("request_count", *TOKEN_FIELDS, "untasked_requests")
 MONEY = (*COST_FIELDS, "untasked_cost")
 MEASURES = (*COUNTS, *MONEY)
@@ -66,12 +75,21 @@ class Family:
     dimensions: tuple[str, ...]
     hourly: Table
     daily: Table
+    extra: tuple[str, ...] = ()  # sums beyond MEASURES
+
+    def measures(self) -> tuple[str, ...]:
+        return (*MEASURES, *self.extra)
 
     def grains(self) -> tuple[tuple[Table, Floor], ...]:
         return ((self.hourly, hour_of), (self.daily, day_of))
 
 
-FAMILIES = (Family(DIMENSIONS, HOURLY, DAILY), Family(STEP_DIMENSIONS, STEPS_HOURLY, STEPS_DAILY))
+FAMILIES = (
+    Family(DIMENSIONS, HOURLY, DAILY),
+    Family(STEP_DIMENSIONS, STEPS_HOURLY, STEPS_DAILY),
+    Family(PREFIX_DIMENSIONS, PREFIX_HOURLY, PREFIX_DAILY, PREFIX_EXTRA),
+)
+PREFIX = FAMILIES[2]
 
 
 def encode(value: str | None) -> str:
@@ -95,7 +113,10 @@ def is_untasked(record: RequestRecord) -> bool:
 
 
 def rollup_deltas(
-    records: Iterable[RequestRecord], floor: Floor, dimensions: tuple[str, ...] = DIMENSIONS
+    records: Iterable[RequestRecord],
+    floor: Floor,
+    dimensions: tuple[str, ...] = DIMENSIONS,
+    extra: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """Sum records per bucket and key into the rows the upsert adds, sorted by key."""
     deltas: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -106,9 +127,12 @@ def rollup_deltas(
             delta = deltas[key] = dict(zip(("bucket", *dimensions), key, strict=True))
             delta.update({name: 0 for name in COUNTS})
             delta.update({name: Decimal(0) for name in MONEY})
+            delta.update({name: 0 for name in extra})
         delta["request_count"] += 1
         for name in (*TOKEN_FIELDS, *COST_FIELDS):
             delta[name] += getattr(record, name)
+        for name in extra:
+            delta[name] += getattr(record, name) or 0
         if is_untasked(record):
             delta["untasked_requests"] += record.attempt == 0
             delta["untasked_cost"] += record.cost_total
@@ -129,8 +153,9 @@ async def add_to_rollups(connection: AsyncConnection, written: Sequence[RequestR
     for family in FAMILIES:
         for table, floor in family.grains():
             statement = _insert(connection, table)
-            changes = {name: table.c[name] + statement.excluded[name] for name in MEASURES}
+            changes = {name: table.c[name] + statement.excluded[name] for name in family.measures()}
             upsert = statement.on_conflict_do_update(
                 index_elements=["bucket", *family.dimensions], set_=changes
             )
-            await connection.execute(upsert, rollup_deltas(written, floor, family.dimensions))
+            deltas = rollup_deltas(written, floor, family.dimensions, family.extra)
+            await connection.execute(upsert, deltas)

@@ -39,7 +39,20 @@ def _call(rng: random.Random, task_id: str, request_id: str, attempt: int, at: d
         reasoning_tokens=rng.randrange(0, 900), cost_total=sum(costs.values(), Decimal(0)),
         step_kind=rng.choice(("plan", "code", None)), **costs,
         task_step=rng.choice(("user_turn", "tool_result", None, "", ":odd")),
+        **_prefix(request_id, attempt),
     )  # fmt: skip
+
+
+def _prefix(request_id: str, attempt: int) -> dict[str, Any]:
+    """A prefix verdict (or none) and its numbers, from its own generator: `rng`'s draws
+    stay as they were."""
+    own = random.Random(f"{request_id}/{attempt}")
+    status = own.choice(("hit", "miss:first_call", "miss:volatile_value", "miss:", None))
+    if status is None:
+        return {}
+    lost = _money(own) if status.startswith("miss") and own.random() < 0.8 else None
+    return {"prefix_status": status, "prefix_lost_usd": lost,
+            "expected_cached_tokens": own.choice((None, own.randrange(0, 40_000)))}  # fmt: skip
 
 
 def workload(seed: int = 14, tasks: int = 40, loose: int = 15) -> list[RequestRecord | TaskFinish]:
@@ -79,12 +92,15 @@ def expected_rollup(
     records: list[RequestRecord],
     floor: Callable[[datetime], datetime],
     dimensions: tuple[str, ...] = DIMENSIONS,
+    extra: tuple[str, ...] = (),
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
     """A rollup computed in Python from base rows: key -> sums."""
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for item in records:
         key = (floor(item.created_at), *(key_of(item, name) for name in dimensions))
-        sums = out.setdefault(key, {name: 0 for name in MEASURES})
+        sums = out.setdefault(key, {name: 0 for name in (*MEASURES, *extra)})
+        for name in extra:
+            sums[name] += getattr(item, name) or 0
         sums["request_count"] += 1
         for name in (*TOKEN_FIELDS, *COST_FIELDS):
             sums[name] += getattr(item, name)
@@ -95,13 +111,13 @@ def expected_rollup(
 
 
 async def stored_rollup(
-    engine: AsyncEngine, table: Table, dimensions: tuple[str, ...]
+    engine: AsyncEngine, table: Table, dimensions: tuple[str, ...], extra: tuple[str, ...] = ()
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
     """One rollup table as key -> sums."""
     async with engine.connect() as connection:
         rows = (await connection.execute(select(table))).all()
     return {
-        (row.bucket, *(getattr(row, n) for n in dimensions)): {n: getattr(row, n) for n in MEASURES}
+        (row.bucket, *(getattr(row, n) for n in dimensions)): {n: getattr(row, n) for n in (*MEASURES, *extra)}
         for row in rows
     }
 
@@ -111,6 +127,7 @@ async def assert_rollups_match_rows(engine: AsyncEngine) -> None:
     records = await base_rows(engine)
     for family in FAMILIES:
         for table, floor in family.grains():
-            stored = await stored_rollup(engine, table, family.dimensions)
-            assert stored == expected_rollup(records, floor, family.dimensions), table.name
+            stored = await stored_rollup(engine, table, family.dimensions, family.extra)
+            expected = expected_rollup(records, floor, family.dimensions, family.extra)
+            assert stored == expected, table.name
             assert stored or not records, table.name

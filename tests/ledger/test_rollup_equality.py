@@ -14,7 +14,7 @@ from rollup_workload import START, assert_rollups_match_rows, base_rows, workloa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.ledger import LedgerWriter, WriterConfig, make_engine, migrate
-from gateway.ledger.explorer_queries import ExplorerFilter, outcome_stats
+from gateway.ledger.explorer_queries import ExplorerFilter, outcome_stats, prefix_breaks
 from gateway.ledger.queries import SPEND_GROUPS, spend, task_cost_stats, task_outcomes
 from gateway.ledger.records import RequestRecord, TaskFinish
 from gateway.ledger.rollup import day_of
@@ -83,6 +83,9 @@ async def _reports(engine: AsyncEngine, fast: bool) -> list[Any]:
             # Ranked percentiles on PostgreSQL, sorted in Python on SQLite (compared below).
             window = ExplorerFilter(scope=scope, since=since, until=until)
             answers.append(await outcome_stats(engine, window))
+            for model in (None, "smart"):
+                chosen = ExplorerFilter(scope=scope, since=since, until=until, model=model)
+                answers.append(await prefix_breaks(engine, chosen, use_rollups=fast))
         answers.append(await task_cost_stats(engine, "team", since, until, include_abandoned=True,
                                              sql_percentiles=fast))  # fmt: skip
     return answers
@@ -105,6 +108,7 @@ async def test_reports_read_the_same_through_rollups_and_rows(
     assert any(row.untasked_requests for answer in fast for row in answer
                if hasattr(row, "untasked_requests"))  # fmt: skip
     assert sum(len(answer) for answer in fast) > 150  # the windows are not empty
+    assert any(answer[1] for answer in fast if isinstance(answer, tuple))  # break causes
 
 
 @pytest.mark.postgres
