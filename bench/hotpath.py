@@ -295,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx, results = bench.ctx, bench.results
     ctx.loadavg.append("at end: " + _loadavg())
     ctx.notes += _notes(time.monotonic() - started) + _failures(results)
+    if ctx.versions.get("farebox commit", "").endswith("-dirty"):
+        ctx.notes.append(DIRTY)
     spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in bench.seconds.items())
     ctx.notes.append(f"Wall time per target, start to stop: {spent}.")
     judged = goals(results)
@@ -315,6 +317,12 @@ def _broken(results: Results) -> bool:
 
 def _loadavg() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+DIRTY = (
+    "The commit is marked -dirty: tracked files had uncommitted changes when it ran (a shared "
+    "checkout), so the numbers are of the working tree as it was, not of the commit alone."
+)
 
 
 def _failures(results: Results) -> list[str]:
