@@ -270,8 +270,10 @@ class Policy(_Section):
         for pattern, settings in self.routing.items():
             if fnmatchcase(alias, pattern):
                 return settings
-        return RouteSettings()
+        return _NO_ROUTING  # frozen: one shared default, not a validated model per request
 
+
+_NO_ROUTING = RouteSettings()
 
 PolicySection = Policy
 """The name the gateway configuration embeds: its `defaults`, `rules` and `routing` keys."""
