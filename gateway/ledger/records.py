@@ -30,6 +30,8 @@ MONEY_QUANTUM = Decimal(1).scaleb(-MONEY_SCALE)
 # No single amount reaches $100M: SQLite keeps money as int64 units of 1e-10 (at most
 # ~$922M) and NUMERIC(20, 10) at most $10bn, so task sums of such amounts still fit.
 MONEY_LIMIT = Decimal(100_000_000)
+ZERO = Decimal(0)  # the cost fields' default, recognised by identity in `as_money`
+ZERO_MONEY = ZERO.quantize(MONEY_QUANTUM)
 OPEN = "open"
 ABANDONED = "abandoned"
 UNTASKED = "untasked"  # the status of a request without a task id, from its first row
@@ -59,6 +61,8 @@ def as_money(value: object, name: str) -> Decimal:
     Rounding here, once, makes every stored row and every task total agree to the digit:
     a task's cost is exactly the sum of its rows' costs.
     """
+    if value is ZERO:  # a field left at its default: nothing to check or round
+        return ZERO_MONEY
     if isinstance(value, bool) or not isinstance(value, Decimal | int):
         raise TypeError(
             f"{name} must be a Decimal (got {type(value).__name__}); money is never float"
@@ -100,12 +104,12 @@ class RequestRecord:
     cache_write_1h_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
-    cost_input: Decimal = Decimal("0")
-    cost_cached: Decimal = Decimal("0")
-    cost_cache_write: Decimal = Decimal("0")
-    cost_output: Decimal = Decimal("0")
-    cost_reasoning: Decimal = Decimal("0")
-    cost_total: Decimal = Decimal("0")
+    cost_input: Decimal = ZERO
+    cost_cached: Decimal = ZERO
+    cost_cache_write: Decimal = ZERO
+    cost_output: Decimal = ZERO
+    cost_reasoning: Decimal = ZERO
+    cost_total: Decimal = ZERO
     ttft_ms: int | None = None
     ttfat_ms: int | None = None
     duration_ms: int = 0

@@ -20,6 +20,7 @@ from gateway.ledger.records import MONEY_LIMIT, MONEY_QUANTUM, as_money
 from gateway.metrics import Metrics
 from gateway.pipeline.context import RequestContext
 from gateway.pricing import COMPONENTS, CostBreakdown
+from gateway.usage import Usage
 
 ZERO = Decimal(0)
 # No component of one call is booked above this, so the row's total always fits the
@@ -108,7 +109,9 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
     assert ctx.task is not None and ctx.route is not None and ctx.alias is not None
     timings = ctx.timings
     finished = timings.finished or timings.received
-    record = RequestRecord(
+    # The usage goes in with the rest: `with_usage` would build and check the row twice.
+    usage = _usage_fields(ctx.usage) if ctx.usage is not None else {}
+    return RequestRecord(
         request_id=ctx.request_id,
         attempt=attempt,
         task_id=ctx.task.task_id,
@@ -143,8 +146,18 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
         prefix_lost_usd=ctx.prefix.lost_usd if ctx.prefix is not None else None,
         thinking_enforcement=ctx.response_headers.get("x-farebox-thinking-enforcement"),
         dropped_params=ctx.dropped_params,
+        **usage,
     )
-    return record.with_usage(ctx.usage) if ctx.usage is not None else record
+
+
+def _usage_fields(usage: Usage) -> dict[str, Any]:
+    """What `RequestRecord.with_usage` sets, as constructor arguments."""
+    return {
+        **usage.token_counts(),
+        "estimated": usage.estimated,
+        "usage_suspect": usage.suspect,
+        "usage_reported": usage.reported,
+    }
 
 
 _CHILDREN: WeakKeyDictionary[Metrics, dict[tuple[Any, ...], Any]] = WeakKeyDictionary()
