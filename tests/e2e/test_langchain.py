@@ -6,14 +6,17 @@ for a chat route), invoked and streamed. The simulator calls the offered tool tw
 gateway/sim/tool_calls.py), so the loop is call -> tool -> call -> tool -> answer, and
 each run must be one task in the ledger (named by `X-Task-Id` in `default_headers`):
 three calls, the step kinds the gateway infers, a task cost that is the calls' sum.
+The LangChain example in docs/protocols.md runs here too, against this gateway.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -129,3 +132,17 @@ def test_a_langchain_tool_loop_is_one_task(
     costs = [ctx.cost.total for ctx in contexts if ctx.cost is not None]
     assert len(costs) == 3 and all(cost > 0 for cost in costs)
     assert Decimal(task["cost"]["total"]) == sum(costs)
+
+
+def test_the_docs_langchain_example_runs_as_one_task(
+    gateway: Gateway, sim: SimControl, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "protocols.md").read_text()
+    block = re.search(r"### LangChain.*?```python\n(.*?)```", doc, re.S)
+    assert block, "docs/protocols.md has no LangChain example"
+    code = block.group(1).replace("http://127.0.0.1:4000/v1", gateway.base_url)
+    exec(code.replace('model="sim-chat"', 'model="native"'), {})  # this file's route alias
+    assert capsys.readouterr().out.strip()
+    assert [r["path"] for r in sim.requests()] == ["/v1/responses"] * 3
+    task = httpx.get(f"{gateway.base_url}/tasks/demo-langchain", timeout=30).json()
+    assert task["request_count"] == 3 and Decimal(task["cost"]["total"]) > 0
