@@ -136,11 +136,20 @@ STEP_KEYS = {
     "CASE WHEN task_step IS NULL THEN '' ELSE ':' || task_step END, "
     "CASE WHEN step_kind IS NULL THEN '' ELSE ':' || step_kind END",
 }
-ROLLUPS = (
-    ("rollup_hourly", "hour", DIMS, DIMS),
-    ("rollup_daily", "day", DIMS, DIMS),
-    *(("rollup_steps_hourly", "hour", k, v) for k, v in STEP_KEYS.items()),
-    *(("rollup_steps_daily", "day", k, v) for k, v in STEP_KEYS.items()),
+# Prefix rollups (migration 0007): the verdict encoded as a step, and two more sums.
+PREFIX_NAMES = "team, project, model_alias, prefix_status"
+PREFIX_KEYS = (
+    "team, project, model_alias, "
+    "CASE WHEN prefix_status IS NULL THEN '' ELSE ':' || prefix_status END"
+)
+PREFIX_EXTRA = ("expected_cached_tokens", "prefix_lost_usd")
+ROLLUPS: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
+    ("rollup_hourly", "hour", DIMS, DIMS, ()),
+    ("rollup_daily", "day", DIMS, DIMS, ()),
+    *(("rollup_steps_hourly", "hour", k, v, ()) for k, v in STEP_KEYS.items()),
+    *(("rollup_steps_daily", "day", k, v, ()) for k, v in STEP_KEYS.items()),
+    ("rollup_prefix_hourly", "hour", PREFIX_NAMES, PREFIX_KEYS, PREFIX_EXTRA),
+    ("rollup_prefix_daily", "day", PREFIX_NAMES, PREFIX_KEYS, PREFIX_EXTRA),
 )
 TOKENS = (
     "prompt_tokens, cached_tokens, cache_write_tokens, cache_write_1h_tokens, "
@@ -153,14 +162,20 @@ def _sums(columns: str) -> str:
     return ", ".join(f"SUM({c.strip()})" for c in columns.split(","))
 
 
-def rollup_sql(table: str, unit: str, names: str = DIMS, keys: str = DIMS) -> str:
-    """Fill one rollup from the request rows: the writer's sums, per bucket and key."""
+def rollup_sql(
+    table: str, unit: str, names: str = DIMS, keys: str = DIMS, extra: tuple[str, ...] = ()
+) -> str:
+    """Fill one rollup from the request rows: the writer's sums, per bucket and key (and
+    `extra` nullable columns summed with NULL as 0)."""
     bucket = f"date_trunc('{unit}', created_at, 'UTC')"
+    extra_names = "".join(f", {name}" for name in extra)
+    extra_sums = "".join(f", COALESCE(SUM({name}), 0)" for name in extra)
     return (
         f"INSERT INTO {table} (bucket, {names}, request_count, {TOKENS}, {COSTS}, "
-        f"untasked_requests, untasked_cost) SELECT {bucket}, {keys}, COUNT(*), {_sums(TOKENS)}, "
-        f"{_sums(COSTS)}, SUM(CASE WHEN {UNTASKED} AND attempt = 0 THEN 1 ELSE 0 END), "
-        f"SUM(CASE WHEN {UNTASKED} THEN cost_total ELSE 0 END) FROM requests "
+        f"untasked_requests, untasked_cost{extra_names}) SELECT {bucket}, {keys}, COUNT(*), "
+        f"{_sums(TOKENS)}, {_sums(COSTS)}, "
+        f"SUM(CASE WHEN {UNTASKED} AND attempt = 0 THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN {UNTASKED} THEN cost_total ELSE 0 END){extra_sums} FROM requests "
         f"GROUP BY {bucket}, {keys}"
     )
 
@@ -253,7 +268,7 @@ async def fill(url: str, rows: int, days: int, seed: float = 0.14) -> dict[str, 
             + "; ".join(f"CREATE INDEX {n} ON requests {c}" for n, c in INDEXES.items()),
         )  # fmt: skip
         timings["rollups"] = await _step(
-            db, "rollups", "; ".join(rollup_sql(t, u, n, k) for t, u, n, k in ROLLUPS)
+            db, "rollups", "; ".join(rollup_sql(*rollup) for rollup in ROLLUPS)
         )
         timings["task rows"] = await _step(db, "task rows", TASK_ROWS_SQL, now)
         await db.execute("DROP TABLE gen_tasks")
@@ -268,10 +283,10 @@ async def check(url: str) -> int:
     db = await _connect(url)
     differences = 0
     try:
-        for table, unit, names, keys in ROLLUPS:
+        for table, unit, names, keys, extra in ROLLUPS:
             await db.execute(f"DROP TABLE IF EXISTS check_{table}")
             await db.execute(f"CREATE TEMP TABLE check_{table} (LIKE {table})")
-            await db.execute(rollup_sql(f"check_{table}", unit, names, keys))
+            await db.execute(rollup_sql(f"check_{table}", unit, names, keys, extra))
             differences += await db.fetchval(CHECK_SQL.format(table=table))
     finally:
         await db.close()
