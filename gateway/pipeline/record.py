@@ -203,10 +203,15 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
             "output": usage.answer_tokens,
             "reasoning": usage.reasoning_tokens,
         }
+        # Every series is looked up (so it exists at 0); adding zero would only take its lock.
         for kind, count in counts.items():
-            _labels(metrics, metrics.tokens, model=model, kind=kind).inc(count)
+            child = _labels(metrics, metrics.tokens, model=model, kind=kind)
+            if count:
+                child.inc(count)
     for kind, amount in booked.components.items():
-        _labels(metrics, metrics.cost, model=model, kind=kind).inc(float(amount))
+        child = _labels(metrics, metrics.cost, model=model, kind=kind)
+        if amount:
+            child.inc(float(amount))
     _observe_latencies(metrics, ctx, model)
     _observe_prefix(metrics, ctx, model)
     enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")

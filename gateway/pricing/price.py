@@ -84,8 +84,27 @@ class Rates:
         return {"1h": self.cache_write_1h, "12h": self.cache_write_12h}.get(ttl, self.cache_write)
 
 
+_RESOLVED: dict[tuple[int, ...], tuple[tuple[PriceSheet, ...], Rates]] = {}
+"""Rates by the identity of their sheets: a price map's sheets live as long as its
+configuration, and resolving them again was ~1.5% of a small request's CPU. The entry
+holds its sheets, so no id is reused while it lives."""
+MAX_RESOLVED = 4096
+
+
 def resolve_rates(chain: Sequence[PriceSheet]) -> Rates:
     """Take each price from the first sheet in `chain` that has it, then fill the gaps."""
+    key = tuple(map(id, chain))
+    hit = _RESOLVED.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], chain, strict=True)):
+        return hit[1]
+    rates = _resolve(chain)
+    if len(_RESOLVED) >= MAX_RESOLVED:  # configurations reloaded many times
+        _RESOLVED.clear()
+    _RESOLVED[key] = (tuple(chain), rates)
+    return rates
+
+
+def _resolve(chain: Sequence[PriceSheet]) -> Rates:
 
     def first(name: str) -> Decimal | None:
         return next((v for s in chain if (v := getattr(s, name)) is not None), None)
