@@ -1,9 +1,10 @@
-"""LangChain's ChatOpenAI running a three-step tool loop through the gateway, five ways.
+"""LangChain's ChatOpenAI running a three-step tool loop through the gateway, six ways.
 
 `ChatOpenAI(...).bind_tools([get_fare])` over chat completions and with
-`use_responses_api=True` (to a `wire: responses` route, forwarded natively, and translated
-for a chat route), invoked and streamed. The simulator calls the offered tool twice (`metadata.sim_tool_rounds`,
-gateway/sim/tool_calls.py), so the loop is call -> tool -> call -> tool -> answer, and
+`use_responses_api=True` (to a `wire: responses` route, forwarded natively, also chained by
+`use_previous_response_id` with no task id, and translated for a chat route), invoked and
+streamed. The simulator calls the offered tool twice
+(`metadata.sim_tool_rounds`, gateway/sim/tool_calls.py), so the loop is call -> tool -> call -> tool -> answer, and
 each run must be one task in the ledger (named by `X-Task-Id` in `default_headers`):
 three calls, the step kinds the gateway infers, a task cost that is the calls' sum.
 The LangChain example in docs/protocols.md runs here too, against this gateway.
@@ -66,12 +67,14 @@ def gateway(
 
 
 def _run(gateway: Gateway, alias: str, responses: bool, stream: bool, task: str) -> AIMessage:
+    chained = task == "chained"  # no task id: LangChain's previous_response_id carries it
     llm = ChatOpenAI(
         base_url=gateway.base_url,
         api_key="sk-langchain",  # type: ignore[arg-type]
         model=alias,
         use_responses_api=responses,
-        default_headers={"X-Task-Id": task},
+        use_previous_response_id=chained,
+        default_headers={} if chained else {"X-Task-Id": task},
         extra_body={"metadata": {"sim_tool_rounds": "2"}},
         max_retries=0,
     )
@@ -96,22 +99,23 @@ def _stream(model: Any, messages: list[BaseMessage]) -> AIMessage:
 
 
 RUNS = [
-    ("chat", False, False),
-    ("chat", False, True),
-    ("native", True, False),  # use_responses_api=True to a wire: responses route
-    ("native", True, True),
-    ("chat", True, True),  # use_responses_api=True translated for a chat route
+    ("chat", False, False, True),
+    ("chat", False, True, True),
+    ("native", True, False, True),  # use_responses_api=True to a wire: responses route
+    ("native", True, True, True),
+    ("native", True, False, False),  # use_previous_response_id=True, no X-Task-Id
+    ("chat", True, True, True),  # use_responses_api=True translated for a chat route
 ]
 
 
-@pytest.mark.parametrize(("alias", "responses", "stream"), RUNS)
+@pytest.mark.parametrize(("alias", "responses", "stream", "named"), RUNS)
 def test_a_langchain_tool_loop_is_one_task(
-    gateway: Gateway, sim: SimControl, alias: str, responses: bool, stream: bool
+    gateway: Gateway, sim: SimControl, alias: str, responses: bool, stream: bool, named: bool
 ) -> None:
     CALLS.clear()
     before = len(gateway.seen)
-    task_id = f"langchain-{alias}-{'responses' if responses else 'chat'}-{stream}"
-    answer = _run(gateway, alias, responses, stream, task_id)
+    named_id = f"langchain-{alias}-{'responses' if responses else 'chat'}-{stream}"
+    answer = _run(gateway, alias, responses, stream, named_id if named else "chained")
     assert answer.text
     assert len(CALLS) == 2  # the tool ran twice, then the model answered
     path = "/v1/responses" if alias == "native" else "/v1/chat/completions"
@@ -119,12 +123,18 @@ def test_a_langchain_tool_loop_is_one_task(
     assert len(records) == 3 and all(r["stream"] is stream for r in records)
     bodies = [orjson.loads(base64.b64decode(str(r["body_b64"]))) for r in records]
     assert all(b["metadata"]["sim_tool_rounds"] == "2" for b in bodies)
+    if not named:  # the gateway expanded LangChain's chain: the upstream got every item
+        assert [len(b["input"]) for b in bodies] == [1, 3, 5]
+        assert not any("previous_response_id" in b for b in bodies)
     tools = [b["tools"][0] for b in bodies]  # Responses: flat; chat: under "function"
     assert all(t.get("name", t.get("function", {}).get("name")) == "get_fare" for t in tools)
     gateway.last(before + 3)
     contexts = gateway.seen[before:]
     assert len(contexts) == 3
-    assert {ctx.task.task_id for ctx in contexts if ctx.task is not None} == {task_id}
+    tasks = {ctx.task.task_id for ctx in contexts if ctx.task is not None}
+    assert len(tasks) == 1
+    (task_id,) = tasks
+    assert task_id == named_id if named else task_id.startswith("chain-")
     kinds = [ctx.task.step_kind for ctx in contexts if ctx.task is not None]
     assert kinds == ["user_turn", "tool_result", "tool_result"]
     task = httpx.get(f"{gateway.base_url}/tasks/{task_id}", timeout=30).json()
