@@ -29,10 +29,25 @@ def capabilities(prices: PriceBook, config: GatewayConfig, alias: str) -> dict[s
 
     The policy does not use it: `plan_route` reads the upstream model's own entry.
     """
+    key = config.price_key(alias)
+    hit = _CAPABILITIES.get((id(prices), key))
+    if hit is not None and hit[0] is prices:
+        return hit[1]
     try:
-        return prices.model_info(config.price_key(alias)) or {}
+        info = prices.model_info(key) or {}
     except UnknownModelError:
-        return {}
+        info = {}
+    if len(_CAPABILITIES) >= MAX_CAPABILITIES:  # price books replaced by many reloads
+        _CAPABILITIES.clear()
+    _CAPABILITIES[(id(prices), key)] = (prices, info)
+    return info
+
+
+_CAPABILITIES: dict[tuple[int, str], tuple[PriceBook, dict[str, Any]]] = {}
+"""Map entries by price book and key: `model_info` deep-copies the entry (or raises for an
+unpriced model) on every call, and a book never changes its map. Callers only read the
+dict; the entry holds its book, so no id is reused while it lives."""
+MAX_CAPABILITIES = 1024
 
 
 def facts_of(ctx: RequestContext, alias: str, task_effort: Any = None) -> RequestFacts:
