@@ -83,7 +83,8 @@ def _on_simulator(policy: Path, sim: SimControl, into: Path) -> tuple[Path, list
             anthropic = route.get("provider") == "anthropic"
             route["base_url"] = sim.url if anthropic else f"{sim.url}/v1"
     into.write_text(yaml.safe_dump(config, sort_keys=False))
-    return into, list(config["models"])
+    chat = [alias for alias, route in config["models"].items() if route["model"] != "sim-embed"]
+    return into, chat  # an embedding model answers no chat request
 
 
 def _explain(
