@@ -120,10 +120,16 @@ def test_no_generated_request_gets_a_5xx(make_gateway: GatewayFactory) -> None:
         print(f"fuzz: slow: {line}")
     assert not fuzzer.problems, "\n".join(fuzzer.problems[:20])
     assert fuzzer.sent >= REQUESTS
-    assert fuzzer.chat_ok > 0  # some reached the simulator and back
-    # Every chat answered 200 was billed: the ledger holds at least that many rows.
+    assert fuzzer.chat_ok > 0  # some model calls reached the simulator and back
+    # Every model call answered 200 was billed: the ledger holds at least that many rows.
     spend = httpx.get(f"{gateway.base_url}/spend", params={"group_by": "model"}, timeout=60)
     assert sum(row["request_count"] for row in spend.json()["data"]) >= fuzzer.chat_ok
+
+
+# Model calls that reach an upstream and book a ledger row when answered 200.
+BOOKED = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages"}
+)
 
 
 class Fuzzer:
@@ -176,7 +182,7 @@ class Fuzzer:
                 f"{took:.1f} s {case.method} {case.formatted_path} {response.status_code}"
             )
         self.statuses[response.status_code] += 1
-        if case.operation.path == "/v1/chat/completions" and response.status_code == 200:
+        if case.operation.path in BOOKED and response.status_code == 200:
             self.chat_ok += 1
         problem = _check(case, response)
         if problem is not None:

@@ -94,7 +94,7 @@ def test_reasoning_in_either_field_is_measured(gateway: Gateway, model: str, fie
 
 def test_models_endpoint_lists_the_aliases(gateway: Gateway) -> None:
     ids = [model.id for model in _client(gateway).models.list()]
-    assert ids[:5] == ["sim-chat", "chat", "thinker", "sglang-thinker", "claude"]
+    assert ids[:6] == ["sim-chat", "chat", "thinker", "sglang-thinker", "embed", "claude"]
     assert "strict-chat" in ids
 
 
