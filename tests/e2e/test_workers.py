@@ -148,6 +148,12 @@ def test_two_workers_serve_sum_their_metrics_and_drain_on_sigterm(tmp_path: Path
         assert len(list(metrics_dir.glob("counter_*.db"))) == 2  # one file per worker
 
         # A worker that dies after it started is replaced; what it counted still counts.
+        # Killed once its rows are in the ledger: two writers share one SQLite file, and
+        # one waiting on the other's lock may take longer than a flush interval.
+        deadline = time.monotonic() + 20
+        while _ledger_rows(tmp_path) < 7:
+            assert time.monotonic() < deadline, "the workers' rows never reached the ledger"
+            time.sleep(0.1)
         os.kill(workers[0], signal.SIGKILL)
         replacement = _replacement(process.pid, children, workers[0])
         with _only(replacement, [replacement, workers[1]]):
@@ -164,8 +170,12 @@ def test_two_workers_serve_sum_their_metrics_and_drain_on_sigterm(tmp_path: Path
             process.wait(timeout=30)
     assert not metrics_dir.exists()
     assert not any(Path(f"/proc/{pid}").exists() for pid in children)  # helper too
+    # The killed worker's rows were in the ledger before the kill; the others' writers
+    # flushed as they exited.
+    assert _ledger_rows(tmp_path) == 8
+
+
+def _ledger_rows(tmp_path: Path) -> int:
     with sqlite3.connect(tmp_path / "data" / "farebox.db") as ledger:
         (rows,) = ledger.execute("SELECT count(*) FROM requests").fetchone()
-    # The killed worker's rows were written within a flush interval (0.2 s) of its
-    # requests, seconds before the kill; the others' writers flushed as they exited.
-    assert rows == 8
+    return int(rows)
