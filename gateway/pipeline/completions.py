@@ -6,7 +6,7 @@
 The stages are the chat pipeline's own; what differs is the wire. The request is parsed
 into a chat-shaped view for the stages (`completions_request`), sent to the route's
 `{base_url}/completions` or `/embeddings` as the client's bytes with only the stages'
-edits (`completions_upstream`), and measured from the reply's `usage`. A completion
+edits (`gateway.upstream.openai_paths`), and measured from the reply's `usage`. A completion
 stream is relayed by the chat relay, its `text` chunks read as content deltas.
 
 Only OpenAI-wire routes (vLLM, SGLang, OpenAI, the simulator) serve these APIs here; a
@@ -31,7 +31,6 @@ from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.chat import apply_task_policy, first_event, route_timeouts
 from gateway.pipeline.completions_request import CompletionsContext, native_edits, parse_kind
-from gateway.pipeline.completions_upstream import COMPLETIONS, EMBEDDINGS, OpenAIPathUpstream
 from gateway.pipeline.entitle import entitle, may_use
 from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
@@ -44,6 +43,7 @@ from gateway.pipeline.tier_report import tier_headers
 from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.upstream.base import UpstreamCall
+from gateway.upstream.openai_paths import COMPLETIONS, EMBEDDINGS, OpenAIPathUpstream
 
 _CAPS = ("max_completion_tokens", "max_tokens")
 

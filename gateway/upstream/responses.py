@@ -8,53 +8,14 @@ The route's key goes in `Authorization: Bearer`, never the client's.
 
 from __future__ import annotations
 
-from gateway.upstream import failures
-from gateway.upstream.anthropic_messages import json_object
-from gateway.upstream.base import UpstreamCall, UpstreamReply
-from gateway.upstream.http_stream import (
-    HttpClient,
-    HttpRequest,
-    SseStream,
-    open_reply,
-    response_headers,
-    whole_reply,
-)
-from gateway.upstream.openai_compat import (
-    MAX_ERROR_BYTES,
-    MAX_REPLY_BYTES,
-    call_timeout,
-    sized_body,
-)
+from gateway.upstream.http_stream import HttpClient
+from gateway.upstream.openai_paths import OpenAIPathUpstream
 
 PATH = "/responses"
 
 
-class ResponsesUpstream:
+class ResponsesUpstream(OpenAIPathUpstream):
     """Sends Responses API calls to `{base_url}/responses`."""
 
     def __init__(self, client: HttpClient):
-        self._client = client
-
-    def _request(self, call: UpstreamCall) -> HttpRequest:
-        headers = {"content-type": "application/json", **call.extra_headers}
-        if call.stream:
-            headers["accept"] = "text/event-stream"
-            headers["accept-encoding"] = "identity"
-        if call.api_key:
-            headers["authorization"] = f"Bearer {call.api_key}"
-        body = sized_body(call.body, headers)
-        url = call.base_url.rstrip("/") + PATH
-        return HttpRequest(url, body, headers, call_timeout(call), (call.api_key,))
-
-    async def complete(self, call: UpstreamCall) -> UpstreamReply:
-        """A whole Response object, checked to be a JSON object."""
-        where = failures.describe_upstream(call.alias, call.base_url)
-        limits = (MAX_REPLY_BYTES, MAX_ERROR_BYTES)
-        response, body = await whole_reply(self._client, self._request(call), where, limits)
-        payload = json_object(body, where)
-        return UpstreamReply(response.status, body, response_headers(response), payload)
-
-    async def open_stream(self, call: UpstreamCall) -> SseStream:
-        where = failures.describe_upstream(call.alias, call.base_url)
-        response = await open_reply(self._client, self._request(call), where, MAX_ERROR_BYTES)
-        return SseStream(response, where)
+        super().__init__(client, PATH)

@@ -1,9 +1,8 @@
-"""OpenAI-wire routes other than chat: `POST {base_url}/completions` and `/embeddings`.
+"""OpenAI-wire routes other than chat: `POST {base_url}/completions`, `/embeddings`, `/responses`.
 
 The client's bytes go out with only the stages' edits; replies are checked to be JSON
 objects and passed on as sent; streams are relayed event by event. The route's key goes
-in `Authorization: Bearer`, never the client's. (As `gateway.upstream.responses` does
-for `/responses`, with the path a parameter.)
+in `Authorization: Bearer`, never the client's.
 """
 
 from __future__ import annotations
