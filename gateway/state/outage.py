@@ -3,22 +3,41 @@
 Timeouts are OSErrors and a dead socket surfaces as a RedisError or an OSError; but a
 reply that arrives after redis-py gave up on its connection can also meet asyncio's
 closed transport, which raises a plain RuntimeError ("unable to perform operation on
-<TCPTransport closed=True ...>"). That one is an outage too; any other RuntimeError is a
-bug and is not hidden.
+<TCPTransport closed=True ...>"), and a connection closed between redis-py's "connected?"
+check and its write raises AttributeError ('NoneType' object has no attribute
+'writelines'). Both are the client's connection state, not ours: an error of those two
+types raised inside redis-py's connection module is an outage too. Any other
+RuntimeError or AttributeError (raised in our code) is a bug and is not hidden.
 """
 
 from __future__ import annotations
 
+import os
+
+import redis.asyncio.connection
 from redis.exceptions import RedisError
 
-CAUGHT = (RedisError, OSError, RuntimeError)
+CAUGHT = (RedisError, OSError, RuntimeError, AttributeError)
 """Catch these around a Redis call, then ask `is_outage` whether to fall back."""
 
 _CLOSED_TRANSPORT = "unable to perform operation on"
+_CONNECTION_MODULE = os.path.normcase(redis.asyncio.connection.__file__)
 
 
 def is_outage(exc: BaseException) -> bool:
     """Whether `exc`, raised by a Redis call, means Redis is unreachable right now."""
     if isinstance(exc, RedisError | OSError):
         return True
-    return isinstance(exc, RuntimeError) and str(exc).startswith(_CLOSED_TRANSPORT)
+    if isinstance(exc, RuntimeError) and str(exc).startswith(_CLOSED_TRANSPORT):
+        return True
+    return isinstance(exc, RuntimeError | AttributeError) and _raised_in_connection(exc)
+
+
+def _raised_in_connection(exc: BaseException) -> bool:
+    """Whether the innermost frame of `exc` is redis-py's connection code."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.normcase(tb.tb_frame.f_code.co_filename) == _CONNECTION_MODULE

@@ -85,8 +85,16 @@ class RedisState:
         await self.client.ping()
 
     async def reconnect(self) -> None:
-        """Drop pooled connections (after an outage they are dead), then ping on a new one."""
-        await self._pool.disconnect()
+        """Drop the idle pooled connections (after an outage they are dead), then ping.
+
+        Only the idle ones: a call begun before the outage may still hold a connection
+        (its deadline is longer than the probe interval), and closing a socket under a
+        call that is about to write made redis-py write to a closed transport (RuntimeError)
+        or to none at all (AttributeError: 'NoneType' object has no attribute 'writelines').
+        A connection in use closes itself on its own error, and the pool reconnects a
+        closed one when it is next taken.
+        """
+        await self._pool.disconnect(inuse_connections=False)
         await self.client.ping()
 
     async def add_units(self, deltas: dict[str, CostDelta]) -> dict[str, int]:
@@ -172,6 +180,9 @@ class RedisState:
         if held is None:
             return value
         return held.decode() if isinstance(held, bytes) else str(held)
+
+    async def forget_task_value(self, task_id: str, name: str) -> bool:
+        return bool(await self.client.delete(self._pin_key(task_id, name)))
 
     def _prefix_key(self, key: str) -> str:
         return f"{self.namespace}:prefix:{key}"
