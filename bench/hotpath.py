@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import asyncpg
 from hotpath_goals import FB, PG, W2, Results, goals
 from hotpath_load import (
     ALL,
@@ -55,6 +56,7 @@ from hotpath_targets import (
     ROOT,
     Target,
     farebox_workers_flag,
+    fresh_database,
     litellm_version,
     start_farebox,
     start_litellm,
@@ -155,13 +157,13 @@ class Bench:
         self.run_target(direct, ALL)
         floor = start_minproxy(self.python, self.args.floor, self.workdir, self.setup.mock_url)
         self._one(floor, ALL if self.full else THROUGHPUT)  # the ratios need c=64 only
-        self._one(self._farebox(FB, postgres=False), ALL)
+        self._one(self._farebox(FB, postgres=None), ALL)
         self.results.import_s = None if self.tiny else _import_seconds()
         if self.args.no_postgres:
             self.results.skipped[PG] = "--no-postgres"
         else:
             scenarios = (SMALL_JSON_C1, *THROUGHPUT) if self.full else THROUGHPUT
-            self._one(self._farebox(PG, postgres=True), scenarios)
+            self._postgres(scenarios)
         self._litellm()
         self._workers()
 
@@ -181,12 +183,20 @@ class Bench:
             if found:
                 self.results.log_errors[target.name] = found
 
+    def _postgres(self, scenarios: tuple[Scenario, ...]) -> None:
+        """Farebox on a PostgreSQL database of this run's own, migrated from empty."""
+        try:
+            with fresh_database(self.args.postgres_url) as url:
+                self._one(self._farebox(PG, postgres=url), scenarios)
+        except (OSError, asyncpg.PostgresError) as exc:  # no server: the others still run
+            self.results.skipped[PG] = f"failed: PostgreSQL at {self.args.postgres_url}: {exc}"
+
     def _farebox(
-        self, name: str, postgres: bool, workers: int | None = None, core: str = GATEWAY_CORE
+        self, name: str, postgres: str | None, workers: int | None = None, core: str = GATEWAY_CORE
     ) -> Target:
-        database = self.args.postgres_url if postgres else None
+        """`farebox serve`; `postgres`: the URL of the ledger's database, else SQLite."""
         mock, redis = self.setup.mock_url, self.args.redis_url
-        return start_farebox(name, self.workdir, mock, core, database, workers, redis)
+        return start_farebox(name, self.workdir, mock, core, postgres, workers, redis)
 
     def _litellm(self) -> None:
         version = litellm_version(self.args.litellm_venv)
@@ -213,8 +223,8 @@ class Bench:
             self.results.skipped[W2] = "not run in --tiny mode"
         else:
             both = f"{LOAD_CORE},{GATEWAY_CORE}"
-            self._one(self._farebox("farebox-1-worker", False, 1, both), THROUGHPUT)
-            self._one(self._farebox(W2, False, 2, both), THROUGHPUT)
+            self._one(self._farebox("farebox-1-worker", None, 1, both), THROUGHPUT)
+            self._one(self._farebox(W2, None, 2, both), THROUGHPUT)
 
     def configs(self) -> dict[str, str]:
         """The configuration files the gateways ran with."""
@@ -265,7 +275,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--floor", type=Path, default=FLOOR, help="perf-floor tools' folder")
     parser.add_argument("--litellm-venv", type=Path, default=LITELLM_VENV)
-    parser.add_argument("--postgres-url", default=POSTGRES_URL, help="the PostgreSQL ledger")
+    parser.add_argument(
+        "--postgres-url",
+        default=POSTGRES_URL,
+        help="the PostgreSQL server (a database of the run's own is made there)",
+    )
     parser.add_argument("--redis-url", default=REDIS_URL, help="Redis state (PostgreSQL, workers)")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "RESULTS.md")
     parser.add_argument("--json-out", type=Path, default=None)

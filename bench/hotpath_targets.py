@@ -11,8 +11,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,6 +145,42 @@ def start_farebox(
         command += ["--workers", str(workers)]
     proc = launch(name, command, core, workdir, settings)
     return Target(name, chat_url(port), proc)
+
+
+@contextlib.contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """A PostgreSQL database of this run's own on `server_url`'s server, dropped afterwards.
+
+    The gateway migrates it from empty, so no stale ledger can stand in the way: the
+    shared `test` database once had its Alembic version at head but tables of later
+    migrations missing (dropped by hand or by another tool), and the run's rows failed
+    with `relation "rollup_steps_hourly" does not exist`.
+    """
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    admin = make_url(server_url)
+    name = f"farebox_hotpath_{uuid.uuid4().hex[:12]}"
+
+    async def execute(statement: str) -> None:
+        connection = await asyncpg.connect(
+            host=admin.host,
+            port=admin.port,
+            user=admin.username or "postgres",
+            password=admin.password,
+            database=admin.database,
+            timeout=10,
+        )
+        try:
+            await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    asyncio.run(execute(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin.set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def litellm_version(venv: Path) -> str | None:
