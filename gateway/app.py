@@ -25,6 +25,7 @@ from gateway.api import embeddings as embeddings_api
 from gateway.api import messages as messages_api
 from gateway.api import metrics as metrics_api
 from gateway.api import responses as responses_api
+from gateway.api import stored_responses as stored_responses_api
 from gateway.audit import AuditLog
 from gateway.auth.middleware import AuthMiddleware
 from gateway.body_guard import BodyGuard
@@ -111,6 +112,7 @@ def create_app(
         chat.router,
         messages_api.router,
         responses_api.router,
+        stored_responses_api.router,
         completions_api.router,
         embeddings_api.router,
         models.router,

@@ -40,7 +40,7 @@ from gateway.pipeline.messages_relay import event_payload
 from gateway.pipeline.offload import patch_size, sized
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
-from gateway.pipeline.respond import cost_headers
+from gateway.pipeline.respond import cost_headers, cost_object
 from gateway.pipeline.responses_meter import ResponsesMeter
 from gateway.pipeline.responses_prefix import check_responses_prefix
 from gateway.pipeline.responses_relay import (
@@ -55,7 +55,7 @@ from gateway.pipeline.responses_request import (
     parse_responses,
     policy_view,
 )
-from gateway.pipeline.task_claim import claim_task
+from gateway.pipeline.task_claim import claim_task, task_owner
 from gateway.pipeline.tier_report import tier_headers
 from gateway.rawjson import patch_object
 from gateway.services import Services
@@ -84,8 +84,10 @@ async def handle_responses(ctx: ResponsesContext, services: Services) -> Respons
     previous = await _chain(ctx, store)
     ctx.body = await sized(len(ctx.raw_body), policy_view, ctx.native, ctx.items)
     identify(ctx)
-    if previous is not None and previous.owner not in (None, ctx.identity.caller):
-        raise not_found(str(ctx.native.get("previous_response_id")))  # another caller's
+    if previous is not None and not previous.readable_by(
+        task_owner(ctx.principal, ctx.identity), ctx.identity.caller
+    ):
+        raise not_found(str(ctx.native.get("previous_response_id")))  # another team's
     decide_responses(ctx, services.config)
     entitle(ctx)
     await claim_task(ctx, services.state)
@@ -217,8 +219,16 @@ class _Sender:
             if isinstance(output, list)
             else ctx.items
         )
-        owner = ctx.identity.caller
-        await self._store.save(response_id, StoredResponse(items, ctx.task.task_id, owner))
+        if ctx.chained:  # as the client got it: with its own previous_response_id
+            response = response | {"previous_response_id": ctx.native.get("previous_response_id")}
+        usage = response.get("usage")
+        if isinstance(usage, dict):  # and its `usage.cost` (`respond.with_cost`)
+            response = response | {"usage": usage | {"cost": cost_object(ctx)}}
+        scope = task_owner(ctx.principal, ctx.identity)
+        kept = StoredResponse(
+            items, ctx.task.task_id, ctx.identity.caller, scope, response, len(ctx.items)
+        )
+        await self._store.save(response_id, kept)
 
     async def complete(self, ctx: ResponsesContext, services: Services) -> Response:
         call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)

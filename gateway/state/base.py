@@ -70,6 +70,10 @@ class SharedState(Protocol):
         """Fix a task setting unless one is already fixed (the first step wins)."""
         ...
 
+    async def forget_task_value(self, task_id: str, name: str) -> bool:
+        """Drop a fixed setting (a deleted stored response); return whether one was held."""
+        ...
+
     async def claim_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> str:
         """Fix a task setting unless one is fixed, atomically; return the one now in force.
 

@@ -150,6 +150,15 @@ class FallbackState:
             self._unsynced_pins[(task_id, name)] = (value, ttl_s)
         await self.local.pin_task_value(task_id, name, value, ttl_s)
 
+    async def forget_task_value(self, task_id: str, name: str) -> bool:
+        # Local too: a copy kept there through an outage must not answer after a delete.
+        self._unsynced_pins.pop((task_id, name), None)
+        held_here = await self.local.forget_task_value(task_id, name)
+        held = await self._either(
+            "forget_task_value", lambda state: state.forget_task_value(task_id, name)
+        )
+        return held or held_here
+
     async def claim_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> str:
         if self._up:
             known = self._claimed.get((task_id, name))

@@ -93,6 +93,11 @@ class MemoryState:
         self.set_task_value(task_id, name, value, ttl_s)
         return value
 
+    async def forget_task_value(self, task_id: str, name: str) -> bool:
+        held = self._value(task_id, name) is not None
+        self._values.pop(f"{task_id}:{name}", None)
+        return held
+
     def set_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> None:
         """Take a value learned elsewhere (Redis), so an outage keeps what was known."""
         key = f"{task_id}:{name}"

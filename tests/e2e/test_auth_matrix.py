@@ -47,6 +47,7 @@ MODEL_CALLS = (
     "/v1/completions",
     "/v1/embeddings",
 )
+STORED = ("/v1/responses/{response_id}", "/v1/responses/{response_id}/input_items")
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ ENDPOINTS = (
     Endpoint("POST", "/v1/responses", "/v1/responses", RESPONSE, {"X-Task-Id": TASK}),
     Endpoint("POST", "/v1/completions", "/v1/completions", COMPLETION, {"X-Task-Id": TASK}),
     Endpoint("POST", "/v1/embeddings", "/v1/embeddings", EMBEDDING, {"X-Task-Id": TASK}),
+    Endpoint("GET", "/v1/responses/{response}", STORED[0]),
+    Endpoint("GET", "/v1/responses/{response}/input_items", STORED[1]),
+    Endpoint("DELETE", "/v1/responses/{response}", STORED[0]),
     Endpoint("GET", "/v1/models", "/v1/models"),
     Endpoint("GET", "/healthz", "/healthz"),
     Endpoint("GET", "/readyz", "/readyz"),
@@ -114,6 +118,7 @@ class World:
     keys: dict[str, str]  # state -> secret
     victim: str  # the id of a key the admin routes act on
     http: httpx.Client  # one client: a new one per call builds an SSL context (~50 ms)
+    response: str = ""  # the id of alpha's stored response
 
 
 def _admin(gateway: Gateway) -> httpx.Client:
@@ -144,6 +149,7 @@ def world(make_gateway: GatewayFactory) -> Iterator[World]:
         **CHAT, extra_headers={"X-Task-Id": TASK}
     )
     assert reply.choices[0].message.content
+    kept = gateway.sdk(api_key=alpha["key"]).responses.create(**RESPONSE)
     while datetime.now(UTC).isoformat() <= soon:  # the expired key's time has passed
         time.sleep(0.05)
     keys = {
@@ -157,14 +163,14 @@ def world(make_gateway: GatewayFactory) -> Iterator[World]:
         "admin": ADMIN_KEY,
     }
     with httpx.Client(base_url=gateway.server.url, timeout=30) as http:
-        yield World(gateway, keys, victim["id"], http)
+        yield World(gateway, keys, victim["id"], http, kept.id)
 
 
 def _call(world: World, endpoint: Endpoint, state: str) -> httpx.Response:
     headers = dict(endpoint.headers)
     if world.keys[state]:
         headers["Authorization"] = f"Bearer {world.keys[state]}"
-    path = endpoint.path.replace("{victim}", world.victim)
+    path = endpoint.path.replace("{victim}", world.victim).replace("{response}", world.response)
     return world.http.request(
         endpoint.method,
         path,
@@ -182,7 +188,7 @@ def _expected(endpoint: Endpoint, state: str) -> tuple[int, str | None]:
         return 200, None
     if state in ("none", "wrong", "revoked", "expired"):
         return 401, "invalid_api_key"
-    admin_route, model_call = path.startswith("/admin/"), path in MODEL_CALLS
+    admin_route, model_call = path.startswith("/admin/"), path in MODEL_CALLS + STORED
     if state == "admin":
         if model_call:
             return 403, "permission_denied"
@@ -199,6 +205,8 @@ def _expected(endpoint: Endpoint, state: str) -> tuple[int, str | None]:
         return 200, None
     if path == "/v1/messages/count_tokens":
         return 200, None  # no task: nothing of alpha's to own
+    if path in STORED:  # alpha's stored response: as unknown to another team
+        return 404, "response_not_found"
     # Another team's key, on alpha's task and alpha's numbers.
     if model_call or "finish" in path:
         return 403, "task_not_owned"
