@@ -140,12 +140,26 @@ class TaskRow(Base):
     __table_args__ = (
         Index("ix_tasks_status_last_activity_at", "status", "last_activity_at"),
         Index("ix_tasks_team_finished_at", "team", "finished_at"),
-        Index("ix_tasks_finished_at", "finished_at"),
+        # Carries what the Grafana panel "Cost per finished task" reads (migration 0008).
+        Index(
+            "ix_tasks_finished_at_cover",
+            "finished_at",
+            postgresql_include=["team", "status", "cost_total"],
+        ),
         # Exact percentiles by rank without a sort (migration 0006, gateway.ledger.ranked).
-        Index("ix_tasks_team_cost", "team", "cost_total",
-              postgresql_include=["status", "finished_at", "request_count", "untasked"]),
-        Index("ix_tasks_team_status_cost", "team", "status", "cost_total",
-              postgresql_include=["finished_at", "request_count", "untasked"]),
+        Index(
+            "ix_tasks_team_cost",
+            "team",
+            "cost_total",
+            postgresql_include=["status", "finished_at", "request_count", "untasked"],
+        ),
+        Index(
+            "ix_tasks_team_status_cost",
+            "team",
+            "status",
+            "cost_total",
+            postgresql_include=["finished_at", "request_count", "untasked"],
+        ),
     )
 
     task_id: Mapped[str] = mapped_column(String, primary_key=True)
@@ -174,16 +188,18 @@ class TaskRow(Base):
     untasked: Mapped[bool] = mapped_column(server_default=false())
 
 
-class RollupColumns:
-    """The key and sums of a rollup row: one time bucket of one team, project, model,
-    backend and served tier (see gateway.ledger.rollup)."""
+class RollupKey:
+    """The key columns every rollup starts with: a UTC hour or day of one team's project
+    (sorted first, before the family's own key columns; see gateway.ledger.rollup)."""
 
-    bucket: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
-    team: Mapped[str] = mapped_column(String, primary_key=True)
-    project: Mapped[str] = mapped_column(String, primary_key=True)
-    model_alias: Mapped[str] = mapped_column(String, primary_key=True)
-    backend: Mapped[str] = mapped_column(String, primary_key=True)
-    tier_served: Mapped[str] = mapped_column(String, primary_key=True)
+    bucket: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True, sort_order=-1)
+    team: Mapped[str] = mapped_column(String, primary_key=True, sort_order=-1)
+    project: Mapped[str] = mapped_column(String, primary_key=True, sort_order=-1)
+
+
+class RollupSums(RollupKey):
+    """The sums every rollup row carries, after its key columns."""
+
     request_count: Mapped[int] = mapped_column(BigInteger)
     prompt_tokens: Mapped[int] = mapped_column(BigInteger)
     cached_tokens: Mapped[int] = mapped_column(BigInteger)
@@ -200,6 +216,34 @@ class RollupColumns:
     # Untasked requests counted at their first attempt, and the cost of all their attempts.
     untasked_requests: Mapped[int] = mapped_column(BigInteger)
     untasked_cost: Mapped[Decimal] = mapped_column(Money)
+
+
+class RollupColumns(RollupSums):
+    """A rollup row keyed by model, backend and served tier too."""
+
+    model_alias: Mapped[str] = mapped_column(String, primary_key=True)
+    backend: Mapped[str] = mapped_column(String, primary_key=True)
+    tier_served: Mapped[str] = mapped_column(String, primary_key=True)
+
+
+class StepRollupColumns(RollupSums):
+    """A rollup row keyed by step and step kind too; a missing step or kind is stored as ''
+    and a present one with a ':' prefix, so NULL stays apart from every value in a key."""
+
+    task_step: Mapped[str] = mapped_column(String, primary_key=True)
+    step_kind: Mapped[str] = mapped_column(String, primary_key=True)
+
+
+class PrefixRollupColumns(RollupSums):
+    """A rollup row keyed by model, served tier (migration 0008) and prefix verdict too
+    (`hit`, `miss:<reason>`; none is '' and one ':' + it, as steps), with two more sums."""
+
+    model_alias: Mapped[str] = mapped_column(String, primary_key=True)
+    tier_served: Mapped[str] = mapped_column(String, primary_key=True)
+    prefix_status: Mapped[str] = mapped_column(String, primary_key=True)
+    # NULL summed as 0; after the common sums.
+    expected_cached_tokens: Mapped[int] = mapped_column(BigInteger, sort_order=1)
+    prefix_lost_usd: Mapped[Decimal] = mapped_column(Money, sort_order=1)
 
 
 class HourlyRollupRow(RollupColumns, Base):
@@ -214,34 +258,6 @@ class DailyRollupRow(RollupColumns, Base):
     __tablename__ = "rollup_daily"
 
 
-class StepRollupColumns:
-    """The key and sums of a step rollup row: one time bucket of one team, project, step
-    and step kind; a missing step or kind is stored as '' and a present one with a ':'
-    prefix, so NULL stays apart from every value in a key (see gateway.ledger.rollup)."""
-
-    bucket: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
-    team: Mapped[str] = mapped_column(String, primary_key=True)
-    project: Mapped[str] = mapped_column(String, primary_key=True)
-    task_step: Mapped[str] = mapped_column(String, primary_key=True)
-    step_kind: Mapped[str] = mapped_column(String, primary_key=True)
-    request_count: Mapped[int] = mapped_column(BigInteger)
-    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
-    cached_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger)
-    completion_tokens: Mapped[int] = mapped_column(BigInteger)
-    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
-    cost_input: Mapped[Decimal] = mapped_column(Money)
-    cost_cached: Mapped[Decimal] = mapped_column(Money)
-    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
-    cost_output: Mapped[Decimal] = mapped_column(Money)
-    cost_reasoning: Mapped[Decimal] = mapped_column(Money)
-    cost_total: Mapped[Decimal] = mapped_column(Money)
-    # Untasked requests counted at their first attempt, and the cost of all their attempts.
-    untasked_requests: Mapped[int] = mapped_column(BigInteger)
-    untasked_cost: Mapped[Decimal] = mapped_column(Money)
-
-
 class HourlyStepRollupRow(StepRollupColumns, Base):
     """Request sums per UTC hour by step."""
 
@@ -252,35 +268,6 @@ class DailyStepRollupRow(StepRollupColumns, Base):
     """Request sums per UTC day by step."""
 
     __tablename__ = "rollup_steps_daily"
-
-
-class PrefixRollupColumns:
-    """The key and sums of a prefix rollup row: one time bucket of one team, project, model
-    and prefix verdict (`hit`, `miss:<reason>`; none is '' and one ':' + it, as steps)."""
-
-    bucket: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
-    team: Mapped[str] = mapped_column(String, primary_key=True)
-    project: Mapped[str] = mapped_column(String, primary_key=True)
-    model_alias: Mapped[str] = mapped_column(String, primary_key=True)
-    prefix_status: Mapped[str] = mapped_column(String, primary_key=True)
-    request_count: Mapped[int] = mapped_column(BigInteger)
-    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
-    cached_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger)
-    completion_tokens: Mapped[int] = mapped_column(BigInteger)
-    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
-    cost_input: Mapped[Decimal] = mapped_column(Money)
-    cost_cached: Mapped[Decimal] = mapped_column(Money)
-    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
-    cost_output: Mapped[Decimal] = mapped_column(Money)
-    cost_reasoning: Mapped[Decimal] = mapped_column(Money)
-    cost_total: Mapped[Decimal] = mapped_column(Money)
-    # Untasked requests counted at their first attempt, and the cost of all their attempts.
-    untasked_requests: Mapped[int] = mapped_column(BigInteger)
-    untasked_cost: Mapped[Decimal] = mapped_column(Money)
-    expected_cached_tokens: Mapped[int] = mapped_column(BigInteger)  # NULL summed as 0
-    prefix_lost_usd: Mapped[Decimal] = mapped_column(Money)
 
 
 class HourlyPrefixRollupRow(PrefixRollupColumns, Base):

@@ -10,8 +10,9 @@ concurrent writers lock rows in the same order.
 Three families of rollups, each per hour and per day: `rollup_*` keyed by (bucket, team,
 project, model_alias, backend, tier_served), `rollup_steps_*` keyed by (bucket, team,
 project, task_step, step_kind) and `rollup_prefix_*` keyed by (bucket, team, project,
-model_alias, prefix_status), which adds two sums: expected cached tokens and the money
-prefix breaks lost (migration 0007, for the explorer's prefix panel). The sums are the
+model_alias, tier_served, prefix_status), which adds two sums: expected cached tokens and
+the money prefix breaks lost (migration 0007, for the explorer's prefix panel; 0008 added
+the tier, which the Grafana prefix panel filters on). The sums are the
 request count, the token and cost columns, and the untasked requests (counted at their
 first attempt, attempt 0) with the cost of all their attempts. A step, kind or prefix
 verdict may be missing: in a key it is stored as '' and a present one as ':' + the value
@@ -48,7 +49,7 @@ PREFIX_HOURLY: Table = HourlyPrefixRollupRow.__table__  # type: ignore[assignmen
 PREFIX_DAILY: Table = DailyPrefixRollupRow.__table__  # type: ignore[assignment]
 DIMENSIONS = ("team", "project", "model_alias", "backend", "tier_served")
 STEP_DIMENSIONS = ("team", "project", "task_step", "step_kind")
-PREFIX_DIMENSIONS = ("team", "project", "model_alias", "prefix_status")
+PREFIX_DIMENSIONS = ("team", "project", "model_alias", "tier_served", "prefix_status")
 PREFIX_EXTRA = ("expected_cached_tokens", "prefix_lost_usd")  # nullable: summed as 0
 ENCODED = frozenset({"task_step", "step_kind", "prefix_status"})  # nullable: encoded in a key
 COUNTS = ("request_count", *TOKEN_FIELDS, "untasked_requests")

@@ -20,9 +20,17 @@ RULES = ROOT / "dashboards" / "alerts" / "farebox.rules.yml"
 RULE_TESTS = sorted((ROOT / "dashboards" / "alerts" / "tests").glob("*.test.yml"))
 
 # Grafana's own variables; any other `$name` must be a template variable of the dashboard.
-BUILT_IN = {"__range", "__rate_interval", "__interval", "__timeFilter", "__timeGroupAlias"}
+BUILT_IN = {
+    "__range",
+    "__rate_interval",
+    "__interval",
+    "__timeFilter",
+    "__timeGroupAlias",
+    "__timeFrom",
+    "__timeTo",
+}
 VARIABLE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
-SQL_MACRO = re.compile(r"\$__(timeFilter|timeGroupAlias)\(([^)]*)\)")
+SQL_MACRO = re.compile(r"\$__(timeFilter|timeGroupAlias|timeFrom|timeTo)\(([^)]*)\)")
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,8 @@ def sql(text: str, chosen: dict[str, str], start: datetime, end: datetime) -> st
         name, args = match.group(1), [a.strip() for a in match.group(2).split(",")]
         if name == "timeFilter":
             return f"{args[0]} BETWEEN '{start.isoformat()}' AND '{end.isoformat()}'"
+        if name in ("timeFrom", "timeTo"):  # a quoted timestamp, as Grafana writes it
+            return f"'{(start if name == 'timeFrom' else end).isoformat()}'"
         seconds = 60  # $__interval on a one-hour range
         return f'floor(extract(epoch from {args[0]}) / {seconds}) * {seconds} AS "time"'
 

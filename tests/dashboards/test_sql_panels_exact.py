@@ -1,0 +1,129 @@
+"""The SQL panels that read rollups answer exactly what the request rows say, at any range.
+
+A PostgreSQL ledger is filled by bench/ledger_fill.py (the 10M-row benchmark's generator,
+here 30,000 rows over 3 days, at the head migration), then *Prefix breaks* (whole days
+from `rollup_prefix_daily`, whole hours from `rollup_prefix_hourly`, the partial hours from
+the rows) is compared with the same question asked of the `requests` rows alone, over
+ranges that start and end on and off hour and day boundaries, inside one hour, across
+days, with every variable on All and with one team, model and tier picked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.dashboards import panels
+from tests.dashboards.conftest import _admin, fetch
+from tests.pg import PG_HOST, PG_PORT, PG_USER
+
+pytestmark = pytest.mark.postgres
+
+# The panel's question asked of the rows (the panel's query before migration 0008).
+ROWS_SQL = """
+SELECT model_alias AS model, prefix_status AS reason, count(*) AS misses,
+  coalesce(sum(prefix_lost_usd), 0) AS lost_usd
+FROM requests
+WHERE $__timeFilter(created_at) AND ('${team:regex}' = '.*' OR team ~ '^(${team:regex})$')
+  AND ('${model:regex}' = '.*' OR model_alias ~ '^(${model:regex})$')
+  AND ('${tier:regex}' = '.*' OR tier_served ~ '^(${tier:regex})$')
+  AND prefix_status LIKE 'miss%'
+GROUP BY 1, 2
+"""
+CHOICES = [
+    {"team": ".*", "model": ".*", "tier": ".*"},
+    {"team": "team-00|team-03", "model": "smart", "tier": "flex"},
+    {"team": "team-01", "model": ".*", "tier": "standard"},
+]
+
+
+def _fill_module() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "bench" / "ledger_fill.py"
+    spec = importlib.util.spec_from_file_location("ledger_fill", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("ledger_fill", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def filled() -> Iterator[tuple[str, datetime]]:
+    """A ledger of 30,000 generated rows over the 3 days before now; its name and now."""
+    name = f"farebox_panels_{int(time.time() * 1000) % 10**9}"
+    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    try:
+        url = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
+        asyncio.run(_fill_module().fill(url, rows=30_000, days=3))
+        yield name, datetime.now(UTC)
+    finally:
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def _ranges(now: datetime) -> list[tuple[datetime, datetime]]:
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    day = hour.replace(hour=0)
+    return [
+        (now - timedelta(hours=24), now),  # the dashboard's default
+        (now - timedelta(days=4), now),  # everything: days, hours and both edges
+        (hour - timedelta(hours=30), hour - timedelta(hours=2)),  # whole hours only
+        (day - timedelta(days=2), day),  # whole days only
+        (day - timedelta(days=2, minutes=-7), day - timedelta(hours=3, seconds=-1)),
+        (hour - timedelta(hours=5, minutes=-10), hour - timedelta(hours=5, minutes=-40)),
+        (hour - timedelta(hours=6, minutes=-50), hour - timedelta(hours=5, minutes=-20)),
+        (day - timedelta(hours=1, minutes=-15), day + timedelta(minutes=30)),  # across midnight
+    ]
+
+
+async def _plan(database: str, sql: str) -> str:
+    """The plan of `sql` once autovacuum has run (visibility map set) with sequential
+    scans priced out: the small test table would otherwise be read whole."""
+    connection = await asyncpg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER,
+                                       database=database, timeout=5)  # fmt: skip
+    try:
+        await connection.execute("VACUUM (ANALYZE) tasks")
+        await connection.execute("SET enable_seqscan = off")
+        return "\n".join(row[0] for row in await connection.fetch("EXPLAIN " + sql))
+    finally:
+        await connection.close()
+
+
+def _keyed(rows: list[dict[str, Any]]) -> dict[tuple[Any, Any], tuple[Any, Any]]:
+    return {(r["model"], r["reason"]): (r["misses"], r["lost_usd"]) for r in rows}
+
+
+def test_prefix_breaks_panel_equals_the_rows_at_every_range(filled: tuple[str, datetime]) -> None:
+    database, now = filled
+    (query,) = [q for q in panels.queries() if q.panel == "Prefix breaks: misses and money lost"]
+    compared = 0
+    for start, end in _ranges(now):
+        for chosen in CHOICES:
+            panel = asyncio.run(fetch(database, panels.sql(query.text, chosen, start, end)))
+            rows = asyncio.run(fetch(database, panels.sql(ROWS_SQL, chosen, start, end)))
+            assert _keyed(panel) == _keyed(rows), (start, end, chosen)
+            lost = [row["lost_usd"] for row in panel]
+            assert lost == sorted(lost, reverse=True)  # the costliest reason first
+            compared += len(rows)
+    assert compared > 100  # the ranges are not empty
+
+
+def test_cost_per_task_panel_reads_the_covering_index(filled: tuple[str, datetime]) -> None:
+    database, now = filled
+    (query,) = [q for q in panels.queries()
+                if q.panel == "Cost per finished task by team and outcome"
+                and q.kind == "postgres"]  # fmt: skip
+    text = panels.sql(query.text, CHOICES[0], now - timedelta(days=2), now)
+    plan = asyncio.run(_plan(database, text))
+    assert "Index Only Scan using ix_tasks_finished_at_cover" in plan, plan
+    rows = asyncio.run(fetch(database, text))
+    assert {r["outcome"] for r in rows} == {"success", "failed"}
