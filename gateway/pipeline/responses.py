@@ -57,6 +57,7 @@ from gateway.pipeline.responses_request import (
 )
 from gateway.pipeline.task_claim import claim_task, task_owner
 from gateway.pipeline.tier_report import tier_headers
+from gateway.pipeline.wire_prefix import translated_fields
 from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.state.responses import ResponseStore, StoredResponse
@@ -95,7 +96,9 @@ async def handle_responses(ctx: ResponsesContext, services: Services) -> Respons
     decision = await apply_task_policy(ctx, services)
     assert ctx.alias is not None
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
-    ctx.prefix = await check_responses_prefix(ctx, services.prefix_checker, services.state, rule)
+    ctx.prefix = await check_responses_prefix(
+        ctx, services.prefix_checker, services.state, rule, native_route(ctx)
+    )
     await quota.reserve(ctx, services)
     sender = _Sender(store)
     send = sender.stream if ctx.stream else sender.complete
@@ -185,6 +188,7 @@ def _build_call(ctx: ResponsesContext, services: Services) -> UpstreamCall:
             raise InvalidRequestError(
                 f"model '{ctx.alias}' is served over chat completions: {exc}", param="tools"
             ) from None
+        parsed |= translated_fields(ctx)  # what the route's prefix actions rewrote
         body = orjson.dumps(parsed)
     call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
     call.timeouts = route_timeouts(ctx, services)

@@ -1,56 +1,46 @@
-"""The prefix check on a Responses request: observe and strict, on the Responses layout.
+"""The prefix check on a Responses request, on the Responses layout (`wire_prefix`).
 
 The checker reads the request in chat terms (`responses_request.policy_view`): tools,
 then `instructions` as the leading system message, then the input items in order, the
 earlier turns of a `previous_response_id` chain included (the gateway expands the chain
 itself, so what is checked is what the upstream receives). History is kept under the
 task, which a chain carries along, so a changed tool or instruction between two calls
-of one chain is a break. `strict` applies; the actions that rewrite a chat body
-(`normalize`, `sticky_cache_key`, `anthropic_cache_control`) are not applied here.
+of one chain is a break.
+
+Translated to chat completions, that view is the chat body sent (`chat_body` builds the
+same messages and tools from the same items), so every action of the route applies to it
+(`normalize`, `sticky_cache_key`, `anthropic_cache_control` on a litellm Anthropic route,
+`strict`) and `wire_prefix.translated_fields` lays what they rewrote over the chat body.
+To a `wire: responses` route the client's bytes are sent: `observe` and `strict` apply.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from gateway.errors import InvalidRequestError
-from gateway.pipeline.offload import sized
-from gateway.pipeline.prefix import PrefixOutcome, history_keys, prefix_headers
+from gateway.pipeline.prefix import PrefixOutcome
 from gateway.pipeline.responses_request import ResponsesContext
+from gateway.pipeline.wire_prefix import check_wire_prefix
 from gateway.prefix.cache_rules import CacheRule
-from gateway.prefix.cacheability import uncacheable
 from gateway.prefix.checker import PrefixChecker
-from gateway.prefix.record import PrefixRecord
-from gateway.prefix.strict import strict_error_message, strict_violations
 from gateway.state import SharedState
 
 
+def _as_viewed(body: dict[str, Any]) -> dict[str, Any]:
+    return body  # `ctx.body` is already the chat-shaped view
+
+
 async def check_responses_prefix(
-    ctx: ResponsesContext, checker: PrefixChecker, state: SharedState, rule: CacheRule
-) -> PrefixOutcome:
-    """Check the prompt the upstream will receive; refuse it where the route is strict."""
-    keys = history_keys(ctx)
-    raw_history = await state.prefix_history(keys)
-    return await sized(len(ctx.raw_body), _check, ctx, checker, rule, raw_history, keys)
-
-
-def _check(
     ctx: ResponsesContext,
     checker: PrefixChecker,
+    state: SharedState,
     rule: CacheRule,
-    raw_history: list[dict[str, Any]],
-    keys: list[str],
+    native: bool,
 ) -> PrefixOutcome:
-    assert ctx.route is not None
-    started = time.perf_counter()
-    history = [PrefixRecord.from_dict(item) for item in raw_history]
-    check = checker.check(ctx.forwarded_body(), rule, history)
-    check_seconds = time.perf_counter() - started
-    if "strict" in ctx.route.prefix:
-        violations = strict_violations(check.findings, check.divergence)
-        if violations:
-            raise InvalidRequestError(strict_error_message(violations), code="volatile_prefix")
-    blocked = uncacheable(check.request, rule)
-    ctx.response_headers.update(prefix_headers(check, blocked))
-    return PrefixOutcome(check, rule.family, keys, check_seconds, uncacheable=blocked)
+    """Check the prompt the upstream will receive; refuse it where the route is strict."""
+    if native:
+        return await check_wire_prefix(ctx, checker, state, rule, _as_viewed)
+    key = ctx.native.get("prompt_cache_key")
+    if isinstance(key, str) and key:  # the client's own key wins over a sticky one
+        ctx.body["prompt_cache_key"] = key
+    return await check_wire_prefix(ctx, checker, state, rule, None)
