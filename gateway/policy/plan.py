@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from gateway.policy.backends import merged_capabilities, thinking_enforcement
@@ -50,10 +51,48 @@ class _Served:
     asked: str | None
 
 
-def _serve(draft: Draft, given: _Inputs) -> _Served:
+@dataclass(frozen=True, slots=True)
+class _RouteView:
+    """What a route's settings and map entry give every request alike."""
+
+    route: RouteSettings
+    caps: Mapping[str, Any]
+    notes: tuple[str, ...]
+    offered: tuple[Tier, ...]
+
+
+def _route_view(
+    policy: Policy, alias: str, family: Family, capabilities: Mapping[str, Any]
+) -> _RouteView:
+    """The alias's routing, merged capabilities and tiers, kept per policy and map entry.
+
+    Kept only for a read-only entry (the planner's, `route_capabilities`): a plain dict
+    could change between calls. Each entry holds its policy and map entry, so a reloaded
+    policy (a new object) never reads an old one's view and no id is reused while it lives.
+    """
+    cacheable = isinstance(capabilities, MappingProxyType)
+    key = (id(policy), alias, family, id(capabilities))
+    hit = _VIEWS.get(key) if cacheable else None
+    if hit is not None and hit[0] is policy and hit[1] is capabilities:
+        return hit[2]
+    route = policy.route(alias)
+    notes: list[str] = []
+    caps = merged_capabilities(family, capabilities, route.capabilities, notes)
+    view = _RouteView(route, caps, tuple(notes), offered_tiers(family, route, caps))
+    if cacheable:
+        if len(_VIEWS) >= MAX_VIEWS:  # policies replaced by many reloads
+            _VIEWS.clear()
+        _VIEWS[key] = (policy, capabilities, view)
+    return view
+
+
+_VIEWS: dict[tuple[int, str, str, int], tuple[Policy, Mapping[str, Any], _RouteView]] = {}
+MAX_VIEWS = 1024
+
+
+def _serve(draft: Draft, given: _Inputs, offered: tuple[Tier, ...]) -> _Served:
     """Choose the tier, write its parameters, and name the alias that serves it."""
     asked, field = requested_tier(given.facts, draft.body)
-    offered = offered_tiers(given.family, given.route, given.caps)
     target, label = given.target, given.label
     if target is not None:
         # A fallback names its tier; the rule and the client were heard on the first try.
@@ -126,8 +165,10 @@ def plan(
     draft = Draft(body)
     step = infer_step_kind(body, facts.step_kind)
     label, actions = select_rule(policy, facts, step)
-    route = policy.route(target.alias if target is not None else facts.alias)
-    caps = merged_capabilities(family, capabilities or {}, route.capabilities, draft.notes)
+    alias = target.alias if target is not None else facts.alias
+    view = _route_view(policy, alias, family, {} if capabilities is None else capabilities)
+    draft.notes.extend(view.notes)
+    route, caps = view.route, view.caps
     given = _Inputs(facts, family, caps, actions, label, route, target)
     resolved = resolve_thinking(draft, actions, facts, family, label)
     thinking = shape_thinking(draft, family, caps, resolved)
@@ -142,5 +183,5 @@ def plan(
     # OpenAI-style backends carry a rule's budget as an effort only: a hint, said as one.
     effort_only = family in ("openai", "other") and resolved.source == "rule" and not thinking.off
     held = resolved.budget if budget is None and effort_only else budget
-    served = _serve(draft, given)
+    served = _serve(draft, given, view.offered)
     return _decision(draft, given, step, resolved.effort, budget, limit, served, held)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from gateway.config import GatewayConfig, ModelRoute
@@ -30,11 +31,29 @@ from gateway.policy.tier_prices import refuse_unpriced
 from gateway.pricing import catalog
 
 
-def route_capabilities(route: ModelRoute, model_map: Mapping[str, Any]) -> dict[str, Any]:
-    """The upstream model's entry in litellm's map, found as litellm finds it; {} if none."""
-    key = catalog.find_key(model_map, upstream_map_name(route.provider, route.model))
+def route_capabilities(route: ModelRoute, model_map: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The upstream model's entry in litellm's map, found as litellm finds it; {} if none.
+
+    Read-only and kept per map and model: a map never changes once its price book is built,
+    and `plan` keeps what it derives from a read-only entry (the merged capabilities, the
+    tiers offered) by its identity.
+    """
+    name = upstream_map_name(route.provider, route.model)
+    hit = _ENTRIES.get((id(model_map), name))
+    if hit is not None and hit[0] is model_map:
+        return hit[1]
+    key = catalog.find_key(model_map, name)
     entry = model_map.get(key) if key is not None else None
-    return dict(entry) if isinstance(entry, Mapping) else {}
+    found = MappingProxyType(dict(entry) if isinstance(entry, Mapping) else {})
+    if len(_ENTRIES) >= MAX_ENTRIES:  # maps replaced by many reloads
+        _ENTRIES.clear()
+    _ENTRIES[(id(model_map), name)] = (model_map, found)
+    return found
+
+
+_ENTRIES: dict[tuple[int, str], tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+"""Map entries by map and model name; each holds its map, so no id is reused while it lives."""
+MAX_ENTRIES = 1024
 
 
 def _gateway_edits(decision: Decision, config: GatewayConfig, body: Mapping[str, Any]) -> Decision:
