@@ -16,7 +16,7 @@ UV_VERSION ?= 0.13.9
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 INSTALL_TOOL := $(if $(filter pip,$(INSTALLER)),$(BIN)/python,$(BIN)/uv)
 
-.PHONY: run test check lint typecheck unit bench fuzz services clean chromium prometheus screenshots
+.PHONY: run test check lint typecheck unit bench fuzz services clean chromium prometheus agent-clis screenshots
 
 $(BIN)/python:
 	@echo "farebox: creating the virtual environment $(VENV) with $(PYTHON)"
@@ -62,6 +62,11 @@ chromium:
 prometheus:
 	@bash .ci/prometheus
 
+# Codex and Claude Code from npm, pinned, into .cache/npm (.ci/agent-clis; ~20 s the first
+# time; fails under CI=true if it cannot), for tests/e2e/test_agent_clis.py.
+agent-clis:
+	@bash .ci/agent-clis
+
 # A PNG of each view of the cost explorer (/ui) after a small workload, in docs/screenshots.
 screenshots: $(VENV)/.installed-test chromium
 	$(BIN)/python -m tests.e2e.explorer_workload --screenshots docs/screenshots
@@ -71,7 +76,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/mypy
 
 # Four workers, each test file on one of them (files share their servers and fixtures).
-test: $(VENV)/.installed-test services chromium prometheus lint
+test: $(VENV)/.installed-test services chromium prometheus agent-clis lint
 	$(BIN)/pytest -q -n 4 --dist loadfile
 
 unit: $(VENV)/.installed-test

@@ -17,6 +17,7 @@ chat completions and its reply translated back (`gateway.upstream.responses_wire
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -66,6 +67,10 @@ from gateway.upstream.responses import ResponsesUpstream
 from gateway.upstream.responses_stream import ChatToResponses, sse
 from gateway.upstream.responses_wire import chat_body, input_items, new_id, response_from_chat
 from gateway.usage import Usage
+
+SESSION_HEADER = "session-id"
+"""Codex's per-session id (a UUID), sent on every request: the task id by default."""
+_SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def not_found(response_id: str) -> InvalidRequestError:
@@ -123,8 +128,11 @@ async def _chain(ctx: ResponsesContext, store: ResponseStore) -> StoredResponse 
     metadata = ctx.native.get("metadata")
     named = isinstance(metadata, dict) and metadata.get("task_id") not in (None, "")
     if not (ctx.headers.get("x-task-id") or named):
+        session = ctx.headers.get(SESSION_HEADER, "")
         if previous is not None and previous.task_id:
             ctx.headers["x-task-id"] = previous.task_id
+        elif _SESSION_ID.fullmatch(session):  # Codex's session: one task per `codex exec`
+            ctx.headers["x-task-id"] = session
         elif ctx.responses.store:  # the first call of a chain names the task it starts
             # Not `task-...`: that is the name of a request's own task (ledger: untasked).
             ctx.headers["x-task-id"] = f"chain-{ctx.request_id.removeprefix('req-')}"

@@ -12,7 +12,10 @@ TOOL_RESULT = "tool_result"
 CONTINUATION = "continuation"
 """The model continues an assistant message it was given (prefill)."""
 UNKNOWN = "unknown"
-"""No messages, or a system/developer message last."""
+"""No messages, or only system/developer messages."""
+_INSTRUCTIONS = ("system", "developer")
+"""Roles skipped from the end: a mid-conversation system turn (Claude Code sends one after
+the user's message) does not change what the step is."""
 
 STEP_KINDS = (USER_TURN, TOOL_RESULT, CONTINUATION, UNKNOWN)
 
@@ -29,9 +32,18 @@ def infer_step_kind(body: Mapping[str, Any], explicit: str | None = None) -> str
     if explicit and explicit.strip():
         return explicit.strip().lower()
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+    if not isinstance(messages, list):
         return UNKNOWN
-    last = messages[-1]
+    last = next(
+        (
+            m
+            for m in reversed(messages)
+            if not isinstance(m, dict) or m.get("role") not in _INSTRUCTIONS
+        ),
+        None,
+    )
+    if not isinstance(last, dict):
+        return UNKNOWN
     role = last.get("role")
     if role == "user":
         return TOOL_RESULT if _only_tool_results(last.get("content")) else USER_TURN

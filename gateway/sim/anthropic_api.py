@@ -31,6 +31,7 @@ from gateway.sim.intake import Admission, Dialect, EarlyResponseError, admit, de
 from gateway.sim.prefix_cache import BlockKey, TokenChain, root_key
 from gateway.sim.state import SimState
 from gateway.sim.timing import plan_timing
+from gateway.sim.tool_calls import messages_call
 
 
 def _unauthorized() -> Response:
@@ -86,10 +87,17 @@ async def prepare(state: SimState, request: Request, body: bytes) -> MessageJob:
     model = state.config.find_model(parsed.model, "anthropic")
     if model is None:
         raise SimRequestError(404, f"model: {parsed.model}")
+    check_system_turns(parsed, model)
     root = root_key("anthropic", model.name)
     # Tokenizing and hashing a long prompt takes tens of milliseconds; keep the loop free.
     blocks, chain = await asyncio.to_thread(_render, parsed, root, state.config.block_size)
     plan = _plan(state, parsed, model, blocks)
+    config = state.config
+    call = messages_call(
+        parsed, config.tool_script, config.tool_rounds, rng_for(config.seed, blocks.text)
+    )
+    if call is not None:
+        plan = OutputPlan(plan.reasoning, (), "stop")  # the call replaces the text answer
     cache = state.breakpoints.apply(
         chain, blocks.boundaries, blocks.breakpoints, model.min_cacheable_tokens
     )
@@ -102,7 +110,7 @@ async def prepare(state: SimState, request: Request, body: bytes) -> MessageJob:
         model,
         "fast" if fast else ("priority" if priority else "standard"),
         prompt_tokens - cache.read,
-        plan.completion_tokens,
+        plan.completion_tokens + (call.output_tokens if call is not None else 0),
     )
     return MessageJob(
         request=parsed,
@@ -114,7 +122,19 @@ async def prepare(state: SimState, request: Request, body: bytes) -> MessageJob:
         timing=timing,
         fast=fast,
         service_tier="priority" if priority else "standard",
+        tool_call=call,
     )
+
+
+def check_system_turns(parsed: MessagesRequest, model: SimModel) -> None:
+    """Refuse a `system` turn in `messages` where the model has no mid-conversation system."""
+    if model.mid_conversation_system:
+        return
+    for index, message in enumerate(parsed.messages):
+        if message.role == "system":
+            raise SimRequestError(
+                400, f"messages.{index}.role: Input should be 'user' or 'assistant'"
+            )
 
 
 def check_speed(parsed: MessagesRequest, model: SimModel, beta: str) -> None:
@@ -136,7 +156,7 @@ def _record(admission: Admission, job: MessageJob) -> None:
     record.prompt_tokens = job.prompt_tokens
     record.cached_tokens = job.cache.read
     record.cache_creation_tokens = job.cache.written
-    record.completion_tokens = job.plan.completion_tokens
+    record.completion_tokens = job.output_tokens
     record.reasoning_tokens = job.plan.reasoning_tokens
     record.finish_reason = job.stop_reason
     record.planned_prefill_ms = job.timing.prefill_ms

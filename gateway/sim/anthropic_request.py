@@ -87,7 +87,7 @@ class MessageParam(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]  # system: on mid-conversation models
     content: str | list[dict[str, Any]]
 
 
@@ -213,6 +213,9 @@ def _cache_control(block: dict[str, Any]) -> CacheControl | None:
         raise SimRequestError(400, "cache_control: " + describe_validation(exc)[0]) from exc
 
 
+_HEADERS = {"user": "\n\nHuman: ", "assistant": "\n\nAssistant: ", "system": "\n\nSystem: "}
+
+
 def _blocks(request: MessagesRequest) -> list[tuple[str, dict[str, Any]]]:
     """Return (text, source block) in cache order: tools, system, then messages."""
     out = [
@@ -227,7 +230,7 @@ def _blocks(request: MessagesRequest) -> list[tuple[str, dict[str, Any]]]:
     for message in request.messages:
         content = message.content
         parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        header = "\n\nHuman: " if message.role == "user" else "\n\nAssistant: "
+        header = _HEADERS[message.role]
         for index, block in enumerate(parts):
             out.append(((header if index == 0 else "") + _block_text(block), block))
     return out

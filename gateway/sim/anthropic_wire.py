@@ -13,6 +13,7 @@ from gateway.sim.anthropic_request import MessagesRequest
 from gateway.sim.config import SimModel
 from gateway.sim.generator import OutputPlan, signature_for
 from gateway.sim.timing import Pacer, Timing
+from gateway.sim.tool_calls import PlannedCall
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,13 @@ class MessageJob:
     timing: Timing
     fast: bool
     service_tier: str = "standard"  # the capacity that served it: standard or priority
+    tool_call: PlannedCall | None = None  # a tool_use instead of a text answer
+
+    @property
+    def output_tokens(self) -> int:
+        """Return output tokens: thinking, text and the tool_use's name and input."""
+        called = self.tool_call.output_tokens if self.tool_call is not None else 0
+        return self.plan.completion_tokens + called
 
     @property
     def input_tokens(self) -> int:
@@ -37,6 +45,8 @@ class MessageJob:
     @property
     def stop_reason(self) -> str:
         """Return Anthropic's name for why generation stopped."""
+        if self.tool_call is not None:
+            return "tool_use"
         return "max_tokens" if self.plan.finish_reason == "length" else "end_turn"
 
 
@@ -50,7 +60,7 @@ def usage(job: MessageJob, output_tokens: int | None = None) -> dict[str, Any]:
             "ephemeral_5m_input_tokens": job.cache.write_5m,
             "ephemeral_1h_input_tokens": job.cache.write_1h,
         },
-        "output_tokens": job.plan.completion_tokens if output_tokens is None else output_tokens,
+        "output_tokens": job.output_tokens if output_tokens is None else output_tokens,
         "service_tier": job.service_tier,
     }
     if job.request.speed is not None:
@@ -67,7 +77,13 @@ def content_blocks(job: MessageJob) -> list[dict[str, Any]]:
         blocks.append({"type": "thinking", "thinking": text, "signature": signature_for(text)})
     if plan.content:
         blocks.append({"type": "text", "text": plan.content_text})
+    if job.tool_call is not None:
+        blocks.append(_tool_use(job.tool_call, orjson.loads(job.tool_call.arguments)))
     return blocks
+
+
+def _tool_use(call: PlannedCall, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": arguments}
 
 
 def message_body(job: MessageJob) -> dict[str, Any]:
@@ -120,9 +136,25 @@ async def event_stream(job: MessageJob) -> AsyncGenerator[bytes, None]:
             yield _event("content_block_delta", {"index": index, "delta": signature})
         yield _event("content_block_stop", {"index": index})
         index += 1
+    if job.tool_call is not None:
+        async for event in _tool_use_events(job.tool_call, index, pacer, sent):
+            yield event
     final = usage(job)
     final.pop("cache_creation")
     final.pop("service_tier")
     stop: dict[str, Any] = {"stop_reason": job.stop_reason, "stop_sequence": None}
     yield _event("message_delta", {"delta": stop, "usage": final})
     yield _event("message_stop", {})
+
+
+async def _tool_use_events(
+    call: PlannedCall, index: int, pacer: Pacer, sent: int
+) -> AsyncGenerator[bytes, None]:
+    """The tool_use block: its start with an empty input, input_json_delta pieces, stop."""
+    yield _event("content_block_start", {"index": index, "content_block": _tool_use(call, {})})
+    for piece in call.pieces:
+        await pacer.token(sent)
+        sent += 1
+        delta = {"type": "input_json_delta", "partial_json": piece}
+        yield _event("content_block_delta", {"index": index, "delta": delta})
+    yield _event("content_block_stop", {"index": index})

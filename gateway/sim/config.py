@@ -42,6 +42,9 @@ class SimModel(BaseModel):
     # Anthropic only: prefixes shorter than this are never written to the cache.
     min_cacheable_tokens: int = Field(default=0, ge=0)
     supports_fast_mode: bool = False
+    # Anthropic only: `{"role": "system"}` turns inside `messages` (mid-conversation system
+    # messages, which current Claude models take and Claude Code sends); else refused.
+    mid_conversation_system: bool = False
     # Anthropic only: the account has Priority Tier capacity, which `service_tier: auto`
     # (the default) uses and `standard_only` declines.
     priority_capacity: bool = False
@@ -78,6 +81,7 @@ def default_models() -> list[SimModel]:
             thinking=True,
             min_cacheable_tokens=1024,
             supports_fast_mode=True,
+            mid_conversation_system=True,
         ),
         # Stands for text-embedding-3-small: 1536 dimensions, shortened on request.
         SimModel(
@@ -98,6 +102,15 @@ def default_tier_timing() -> dict[str, TierTiming]:
     }
 
 
+class ScriptedCall(BaseModel):
+    """One tool call of a scripted plan: the function's name and the arguments it gets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class SimConfig(BaseModel):
     """Everything the simulator needs; build it in code or load it from YAML."""
 
@@ -116,6 +129,9 @@ class SimConfig(BaseModel):
     # Tool calls the chat route makes after the last user message before it answers
     # (gateway/sim/tool_calls.py); a request's metadata.sim_tool_rounds overrides it.
     tool_rounds: int = Field(default=0, ge=0)
+    # A scripted plan instead (gateway/sim/tool_calls.py): the n-th call after the last
+    # user message is tool_script[n] when that function is offered; then a text answer.
+    tool_script: list[ScriptedCall] = Field(default_factory=list)
     api_key: SecretStr | None = None
     request_log_size: int = Field(default=1000, ge=1)
 

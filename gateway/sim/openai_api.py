@@ -29,7 +29,7 @@ from gateway.sim.openai_wire import ChatJob, chunk_stream, completion_body
 from gateway.sim.prefix_cache import BlockKey, TokenChain, root_key
 from gateway.sim.state import SimState
 from gateway.sim.timing import plan_timing
-from gateway.sim.tool_calls import plan_call, tool_to_call
+from gateway.sim.tool_calls import chat_call
 
 
 def _bearer(request: Request) -> str | None:
@@ -161,10 +161,9 @@ def with_tool_call(state: SimState, job: ChatJob) -> ChatJob:
     request = job.request
     seed = request.seed if request.seed is not None else state.config.seed
     rng = rng_for(seed, orjson.dumps(request.messages).decode())
-    function = tool_to_call(request, state.config.tool_rounds, rng)
-    if function is None:
+    call = chat_call(request, state.config.tool_script, state.config.tool_rounds, rng)
+    if call is None:
         return job
-    call = plan_call(function, rng)
     plan = OutputPlan(job.plan.reasoning, (), "stop")  # the call replaces the text answer
     timing = dataclasses.replace(
         job.timing, output_tokens=plan.completion_tokens + call.output_tokens

@@ -7,9 +7,11 @@ back as a Response object or the typed event stream. Responses are kept in memor
 `store: false`, so `previous_response_id` continues a stored one; what the real API
 refuses is refused with its error: an unknown `previous_response_id`
 (`previous_response_not_found`), `max_output_tokens` below 16, a missing `model` or
-`input`, tool types other than `function`. Offered function tools are called by the chat
+`input`, a tool type the API does not have. Offered function tools are called by the chat
 route's plan (`gateway.sim.tool_calls`: `metadata.sim_tool_rounds`, `tool_rounds`,
-`tool_choice`), told back as function_call items with their argument deltas.
+`tool_script`, `tool_choice`), told back as function_call items with their argument
+deltas. The API's other tool types (hosted ones like `web_search`, `custom` and
+`namespace` groups, as Codex offers) are accepted and never called.
 """
 
 from __future__ import annotations
@@ -39,6 +41,24 @@ from gateway.usage import usage_from_openai
 
 MIN_OUTPUT_TOKENS = 16  # OpenAI refuses a smaller max_output_tokens
 MAX_KEPT = 10_000  # stored responses kept, oldest dropped first
+# Tool types the Responses API takes besides `function`; the simulator never calls them.
+UNCALLED_TOOLS = frozenset(
+    {
+        "web_search",
+        "web_search_preview",
+        "file_search",
+        "code_interpreter",
+        "image_generation",
+        "computer_use_preview",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "mcp",
+        "custom",
+        "namespace",
+        "tool_search",
+    }
+)
 
 
 def openai_error_body(
@@ -116,9 +136,27 @@ def _refused(error: SimRequestError) -> Response:
     return JSONResponse(body, status_code=error.status)
 
 
+def _function_tools(body: dict[str, Any]) -> dict[str, Any]:
+    """The body with only its function tools (others are accepted, never called)."""
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return body
+    for index, tool in enumerate(tools):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function" and kind not in UNCALLED_TOOLS:
+            raise _Refusal(
+                f"Invalid value: {kind!r}. Supported values are: 'function', "
+                + ", ".join(f"'{name}'" for name in sorted(UNCALLED_TOOLS))
+                + ".",
+                f"tools[{index}].type",
+                "invalid_value",
+            )
+    return body | {"tools": [t for t in tools if t.get("type") == "function"]}
+
+
 async def _job(state: SimState, body: dict[str, Any], items: list[dict[str, Any]]) -> ChatJob:
     try:
-        chat = chat_body(body, items)
+        chat = chat_body(_function_tools(body), items)
     except ValueError as exc:
         raise _Refusal(
             f"The simulator serves function tools only ({exc}).", "tools", None

@@ -9,6 +9,12 @@ one, else one of the functions offered picked by the seed; its arguments fill th
 schema's required properties from the same seeded generator (strings are words, an
 `enum` one of its values, numbers small integers), so a run repeats exactly for a seed
 and prompt. Reasoning models think first, then call.
+
+A scripted plan (the configuration's `tool_script`) replaces the seeded one, for agents
+whose tools must get real arguments (Codex's `exec_command` a command it can run): the
+n-th call after the last user message is the script's n-th entry, with its arguments,
+when that function is offered; past the script's end, or when it is not offered, the
+model answers in text. The Messages API's route uses the same plans (`anthropic_api`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 import orjson
 
 from gateway import tokens
+from gateway.sim.config import ScriptedCall
 from gateway.sim.generator import pick_words
 from gateway.sim.openai_request import ChatRequest
 
@@ -59,12 +66,7 @@ def _functions(request: ChatRequest) -> list[dict[str, Any]]:
 
 def planned_rounds(request: ChatRequest, default: int) -> int:
     """The request's `metadata.sim_tool_rounds`, else the configured default."""
-    metadata = (request.model_extra or {}).get("metadata")
-    value = metadata.get("sim_tool_rounds") if isinstance(metadata, dict) else None
-    try:
-        return max(int(value), 0) if value is not None else default
-    except (TypeError, ValueError):
-        return default
+    return _rounds((request.model_extra or {}).get("metadata"), default)
 
 
 def calls_since_user(messages: list[dict[str, Any]]) -> int:
@@ -126,3 +128,74 @@ def plan_call(function: dict[str, Any], rng: random.Random) -> PlannedCall:
     arguments = arguments_of(schema if isinstance(schema, dict) else {}, rng)
     call_id = f"call_{rng.getrandbits(96):024x}"
     return PlannedCall(call_id, str(function.get("name") or ""), orjson.dumps(arguments).decode())
+
+
+def scripted_call(
+    script: list[ScriptedCall], offered: list[str], calls_made: int, rng: random.Random
+) -> PlannedCall | None:
+    """The script's next call when its function is offered, else None (a text answer)."""
+    if calls_made >= len(script) or script[calls_made].name not in offered:
+        return None
+    step = script[calls_made]
+    call_id = f"call_{rng.getrandbits(96):024x}"
+    return PlannedCall(call_id, step.name, orjson.dumps(step.arguments).decode())
+
+
+def chat_call(
+    request: ChatRequest, script: list[ScriptedCall], default_rounds: int, rng: random.Random
+) -> PlannedCall | None:
+    """The call a chat request gets now (scripted, planned or forced), or None."""
+    choice = (request.model_extra or {}).get("tool_choice")
+    if script and choice in (None, "auto") and request.tools:
+        offered = [str(f.get("name")) for f in _functions(request)]
+        return scripted_call(script, offered, calls_since_user(request.messages), rng)
+    function = tool_to_call(request, default_rounds, rng)
+    return plan_call(function, rng) if function is not None else None
+
+
+def _turns_since_user(messages: list[Any]) -> int:
+    """Assistant tool_use turns since the last user turn that is not only tool results."""
+    count = 0
+    for message in reversed(messages):
+        blocks = message.content if isinstance(message.content, list) else []
+        kinds = {b.get("type") for b in blocks if isinstance(b, dict)}
+        if message.role == "user" and (not blocks or kinds - {"tool_result"}):
+            break
+        count += message.role == "assistant" and "tool_use" in kinds
+    return count
+
+
+def messages_call(
+    request: Any, script: list[ScriptedCall], default_rounds: int, rng: random.Random
+) -> PlannedCall | None:
+    """The tool_use a Messages request gets now (scripted, planned or forced), or None.
+
+    `request` is the simulator's MessagesRequest: custom tools (those with an
+    `input_schema`) are callable; `tool_choice` any or a named tool forces a call.
+    """
+    tools = [t for t in request.tools or [] if isinstance(t.get("input_schema"), dict)]
+    choice = request.model_extra.get("tool_choice") if request.model_extra else None
+    kind = choice.get("type") if isinstance(choice, dict) else "auto"
+    if not tools or kind == "none":
+        return None
+    made = _turns_since_user(request.messages)
+    if kind == "tool":
+        tools = [t for t in tools if t.get("name") == choice.get("name")]
+    elif kind != "any" and script:
+        call = scripted_call(script, [str(t.get("name")) for t in tools], made, rng)
+        return call and PlannedCall("toolu_" + call.call_id[5:], call.name, call.arguments)
+    elif kind != "any" and made >= _rounds(request.metadata, default_rounds):
+        return None
+    if not tools:
+        return None
+    tool = rng.choice(tools)
+    call = plan_call({"name": tool.get("name"), "parameters": tool["input_schema"]}, rng)
+    return PlannedCall("toolu_" + call.call_id[5:], call.name, call.arguments)
+
+
+def _rounds(metadata: Any, default: int) -> int:
+    value = metadata.get("sim_tool_rounds") if isinstance(metadata, dict) else None
+    try:
+        return max(int(value), 0) if value is not None else default
+    except (TypeError, ValueError):
+        return default

@@ -106,6 +106,8 @@ def test_facts_from_headers() -> None:
             CONTINUATION,
         ),
         ([{"role": "system", "content": "be brief"}], UNKNOWN),
+        # A mid-conversation system turn after the user's (Claude Code sends one).
+        ([{"role": "user", "content": "hi"}, {"role": "system", "content": "env"}], USER_TURN),
         ([], UNKNOWN),
         (["not a message"], UNKNOWN),
     ],

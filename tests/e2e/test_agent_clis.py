@@ -1,0 +1,206 @@
+"""The real coding-agent CLIs through the gateway: OpenAI's Codex and Anthropic's Claude Code.
+
+Each CLI runs non-interactively (`codex exec`, `claude -p`) against a gateway on a real
+port, with the simulator as upstream. The simulator follows a scripted tool plan
+(`tool_script`, gateway/sim/tool_calls.py): its first answer calls the CLI's shell tool
+with `echo farebox-tool-ran`, the CLI runs it and sends the output back, and the second
+answer is text. Each run is one task in the ledger, named by the CLI's own session id
+(Codex's `session-id` header, Claude Code's `x-claude-code-session-id`), with two calls
+of step kinds user_turn and tool_result and the cost of both.
+
+The CLIs are npm packages installed by `.ci/agent-clis` into `.cache/npm/` at the exact
+versions it pins. Without them these tests fail under CI=true and skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import SimControl
+from tests.e2e.conftest import Gateway, GatewayFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / ".cache" / "npm" / "node_modules" / ".bin"
+MARKER = "farebox-tool-ran"
+CLIENT_KEY = "sk-client-key"
+CONFIG = """
+models:
+  codex: {{model: sim-chat, base_url: "{sim}/v1", family: vllm, wire: responses}}
+  claude:
+    provider: anthropic
+    model: claude-sim
+    base_url: "{sim}"
+    api_key_env: FAREBOX_TEST_ANTHROPIC_KEY
+prices:
+  codex: {{input: 1.00, cached_input: 0.10, output: 4.00}}
+  claude: {{base: claude-sonnet-4-5}}
+"""
+# The shell tool of each CLI, called once with a command that prints MARKER.
+CODEX_SCRIPT = [{"name": "exec_command", "arguments": {"cmd": f"echo {MARKER}"}}]
+CLAUDE_SCRIPT = [
+    {"name": "Bash", "arguments": {"command": f"echo {MARKER}", "description": "Print"}}
+]
+
+
+def _cli(name: str) -> Path:
+    """The installed CLI, or a failure under CI and a skip elsewhere."""
+    path = BIN / name
+    if path.exists():
+        return path
+    reason = f"{path} is not installed: run .ci/agent-clis (npm installs the pinned CLIs)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _gateway(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path, script: list[Any]
+) -> Gateway:
+    """A gateway on the two routes, and the simulator following `script`."""
+    config = tmp_path / "farebox.yaml"
+    config.write_text(CONFIG.format(sim=sim.url), encoding="utf-8")
+    sim.http.post("/sim/config", json={"tool_script": script}).raise_for_status()
+    return make_gateway(config=config)
+
+
+def _run(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a CLI with only the environment given (no developer keys or settings)."""
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    cwd.mkdir(exist_ok=True)
+    done = subprocess.run(
+        command,
+        env=base | env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"{command[0]} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    )
+    return done
+
+
+def _sent(sim: SimControl, path: str) -> list[dict[str, Any]]:
+    """What the simulator received on `path`, each with its decoded body."""
+    records = [r for r in sim.requests() if r["path"] == path]
+    return [r | {"body": json.loads(base64.b64decode(str(r["body_b64"])))} for r in records]
+
+
+def _task(gateway: Gateway, task: str, requests: int) -> dict[str, Any]:
+    """The task once the ledger holds its rows."""
+    deadline = time.monotonic() + 20
+    while True:
+        body = httpx.get(f"{gateway.base_url}/tasks/{task}", timeout=30).json()
+        if body.get("request_count") == requests:
+            return dict(body)
+        assert time.monotonic() < deadline, body
+        time.sleep(0.05)
+
+
+def _rows(task: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted(task["requests"], key=lambda r: r["created_at"])
+
+
+def test_codex_exec_runs_a_shell_tool_through_the_gateway_as_one_task(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    codex = _cli("codex")
+    gateway = _gateway(make_gateway, sim, tmp_path, CODEX_SCRIPT)
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        'model = "codex"\nmodel_provider = "farebox"\n\n'
+        "[model_providers.farebox]\n"
+        'name = "Farebox"\n'
+        f'base_url = "{gateway.base_url}"\n'
+        'env_key = "FAREBOX_API_KEY"\n'
+        'wire_api = "responses"\n',
+        encoding="utf-8",
+    )
+    env = {"HOME": str(tmp_path), "CODEX_HOME": str(home), "FAREBOX_API_KEY": CLIENT_KEY}
+    command = [str(codex), "exec", "--json", "--skip-git-repo-check"]
+    command += ["--sandbox", "danger-full-access", "Print the marker with echo."]
+    done = _run(command, env, tmp_path / "work")
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    thread = next(e["thread_id"] for e in events if e["type"] == "thread.started")
+    ran = [e["item"] for e in events if e["type"] == "item.completed"]
+    assert any(i["type"] == "command_execution" and MARKER in i["aggregated_output"] for i in ran)
+    assert any(i["type"] == "agent_message" and i["text"] for i in ran)
+    # The simulator got both calls natively, the second with the command's output.
+    sent = _sent(sim, "/v1/responses")
+    assert [(r["status"], r["finish_reason"]) for r in sent] == [(200, "tool_calls"), (200, "stop")]
+    outputs = [i for i in sent[1]["body"]["input"] if i.get("type") == "function_call_output"]
+    assert len(outputs) == 1 and MARKER in json.dumps(outputs[0]["output"])
+    assert all(r["body"]["model"] == "sim-chat" and r["body"]["store"] is False for r in sent)
+    # One task, named by Codex's session id, with both calls priced.
+    rows = _rows(_task(gateway, thread, 2))
+    assert [r["step_kind"] for r in rows] == ["user_turn", "tool_result"]
+    assert [r["completion_tokens"] for r in rows] == [r["completion_tokens"] for r in sent]
+    assert [r["cached_tokens"] for r in rows] == [r["cached_tokens"] for r in sent]
+    assert rows[1]["cached_tokens"] > 0  # the second call extends the first
+    for row in rows:
+        fresh = row["prompt_tokens"] - row["cached_tokens"]
+        expected = (
+            fresh * Decimal("1.00") + row["cached_tokens"] * Decimal("0.10")
+        ) / 1_000_000 + row["completion_tokens"] * Decimal("4.00") / 1_000_000
+        assert Decimal(row["cost_total"]) == expected > 0
+
+
+def test_claude_code_runs_bash_through_the_gateway_as_one_task(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    claude = _cli("claude")
+    gateway = _gateway(make_gateway, sim, tmp_path, CLAUDE_SCRIPT)
+    env = {
+        "HOME": str(tmp_path),
+        "ANTHROPIC_BASE_URL": gateway.server.url,
+        "ANTHROPIC_API_KEY": CLIENT_KEY,
+        "ANTHROPIC_MODEL": "claude",
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": "claude",
+        "ANTHROPIC_SMALL_FAST_MODEL": "claude",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    }
+    command = [str(claude), "-p", "Print the marker with echo.", "--output-format", "json"]
+    command += ["--allowedTools", "Bash"]
+    done = _run(command, env, tmp_path / "work")
+    result = json.loads(done.stdout)
+    assert result["subtype"] == "success" and not result["is_error"], result
+    assert result["num_turns"] == 2 and result["result"]
+    # The simulator got both calls, the second with the tool's output.
+    sent = _sent(sim, "/v1/messages")
+    reasons = [(r["status"], r["finish_reason"]) for r in sent]
+    assert reasons == [(200, "tool_use"), (200, "end_turn")]
+    last = sent[1]["body"]["messages"][-1]
+    results = [b for b in last["content"] if b.get("type") == "tool_result"]
+    assert len(results) == 1 and MARKER in json.dumps(results[0]["content"])
+    assert all(r["body"]["model"] == "claude-sim" and r["stream"] for r in sent)
+    # One task, named by Claude Code's session id, with both calls priced.
+    task = _task(gateway, result["session_id"], 2)
+    rows = _rows(task)
+    assert [r["step_kind"] for r in rows] == ["user_turn", "tool_result"]
+    assert [r["completion_tokens"] for r in rows] == [r["completion_tokens"] for r in sent]
+    assert rows[1]["cached_tokens"] > 0  # Claude Code's breakpoints hit the cache
+    assert Decimal(task["cost"]["total"]) == sum(Decimal(r["cost_total"]) for r in rows) > 0
+    # Claude Code's own cost display read the same usage from the stream's events.
+    usage = result["modelUsage"]["claude"]
+    assert usage["outputTokens"] == task["completion_tokens"]
+    assert usage["cacheReadInputTokens"] == task["cached_tokens"]
+    assert usage["cacheCreationInputTokens"] == task["cache_write_tokens"]
+    fresh = task["prompt_tokens"] - task["cached_tokens"] - task["cache_write_tokens"]
+    assert usage["inputTokens"] == fresh
