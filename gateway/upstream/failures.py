@@ -86,6 +86,11 @@ def from_client_error(exc: BaseException, where: str) -> UpstreamError:
         return UpstreamProtocolError(
             f"upstream {where} sent a reply that cannot be decoded (its content-encoding)"
         )
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        # A stream or body cut short: the chunked encoding or content-length unmet.
+        return UpstreamUnreachableError(
+            f"upstream {where} closed the connection before a complete reply (the reply was cut)"
+        )
     return UpstreamUnreachableError(
         f"upstream {where} failed: {type(exc).__name__} before a complete reply"
     )

@@ -157,20 +157,49 @@ async def open_reply(
     raise failures.from_status(response.status, body, where, request.secrets, headers)
 
 
+FINAL_END_WAIT_S = 0.25
+"""After a stream's last event, how long the end of its body (the chunked encoding's last
+chunk, usually in the same packet or the next) may take before the connection is dropped
+instead of kept. The client's stream ends after this wait, so it stays short."""
+FINAL_DRAIN_BYTES = 64 * 1024
+"""Bytes after the last event read and discarded at most; more and the connection closes."""
+_FINAL_TYPES = (b'"message_stop"', b'"response.completed"', b'"response.incomplete"')
+
+
 def _is_final(event: bytes | None) -> bool:
-    """`[DONE]` (OpenAI's last event) or `message_stop` (Anthropic's)."""
+    """`[DONE]` (OpenAI's last event), `message_stop` (Anthropic's) or a Responses end."""
     if event is None:
         return False
     data = event_data(event)
-    return data is not None and (data.strip() == DONE or b'"message_stop"' in data[:40])
+    if data is None:
+        return False
+    head = data[:48]
+    return data.strip() == DONE or any(kind in head for kind in _FINAL_TYPES)
+
+
+async def _read_to_end(content: aiohttp.StreamReader) -> bool:
+    """Read what follows the last event to the body's end; False if it takes too long."""
+    drained = 0
+    try:
+        async with asyncio.timeout(FINAL_END_WAIT_S):
+            while not content.is_eof():
+                drained += len(await content.readany())
+                if drained > FINAL_DRAIN_BYTES:
+                    return False
+    except (TimeoutError, aiohttp.ClientError):
+        return False
+    return content.exception() is None
 
 
 class SseStream:
     """An open streaming reply; `aclose` also cancels the upstream generation.
 
-    After the stream's last event the connection is kept for the next request when the
-    end of the body (the chunked encoding's last chunk) has arrived or arrives within one
-    pass of the loop; otherwise it is closed, never waited on.
+    After the stream's last event the rest of the body is read to its end, waiting at
+    most FINAL_END_WAIT_S, and the connection goes back to the pool for the next request;
+    a stream closed before its last event (or whose end is late) closes its connection.
+    Waiting one pass of the loop was not enough: many servers send the end in a packet of
+    its own, and under load it came later (100 sequential streams once opened 3
+    connections in tests/e2e/test_upstream_reuse.py).
     """
 
     def __init__(self, response: aiohttp.ClientResponse, where: str):
@@ -193,9 +222,10 @@ class SseStream:
         if response.closed:
             return
         content = response.content
-        if not content.is_eof() and _is_final(self._last):
-            await asyncio.sleep(0)  # the last chunk is usually in the socket already
-        if content.is_eof() and content.exception() is None:
+        ended = content.is_eof() and content.exception() is None
+        if not ended and _is_final(self._last):
+            ended = await _read_to_end(content)
+        if ended:
             response.release()  # read to its end: the connection is reused
         else:
             response.close()  # part-read: closing tells the upstream to stop

@@ -106,6 +106,8 @@ class CountingUpstream:
         await writer.drain()
         if how == "late-end":
             await asyncio.sleep(LATE_END_S)
+        elif how == "end-after-50ms":  # later than one pass of the loop, within the wait
+            await asyncio.sleep(0.05)
         writer.write(b"0\r\n\r\n")
 
 
@@ -157,6 +159,13 @@ def test_100_streams_open_one_or_two_upstream_connections(
     upstream: CountingUpstream, gateway_url: str, how: str
 ) -> None:
     assert _opened(upstream, gateway_url, how, stream=True) <= 2
+
+
+def test_a_body_end_50_ms_after_done_still_keeps_the_connection(
+    upstream: CountingUpstream, gateway_url: str
+) -> None:
+    """The gateway reads the stream's end after `[DONE]` (a bounded wait), not one loop pass."""
+    assert _opened(upstream, gateway_url, "end-after-50ms", stream=True, n=20) <= 2
 
 
 def test_100_whole_replies_open_one_or_two_upstream_connections(
