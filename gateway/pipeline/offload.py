@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
+from gateway.prefix.locate import take_items
 from gateway.rawjson import SKIPS
 
 OFF_LOOP_BYTES = 256 * 1024
@@ -66,19 +67,32 @@ def _empty(lists: list[list[Any]]) -> None:
     for items in lists:
         if any(type(item) not in _PLAIN for item in items):
             _take_apart(items)
-        while items:
-            del items[-FREE_SLICE:]
+        _free(items)
+
+
+def _free(items: list[Any]) -> None:
+    while items:
+        del items[-FREE_SLICE:]
 
 
 def _take_apart(items: list[Any]) -> None:
-    """Replace each object in `items` with the items of its big sequences.
+    """Free each object in `items` with its big sequences emptied first, a slice at a time.
 
-    The object goes first, while `items` keeps what it held alive: freeing it then only
-    drops references, and what it held is freed with `items`, a slice at a time.
+    A big sequence an object holds as an attribute is detached and its items moved out,
+    no count touched (`take_items`); one held elsewhere too, or in a container, has its
+    items copied into `items` instead (one pass over them, lock held). The object goes
+    next, while what it held stays alive: freeing it then only drops references.
     """
-    parts = [part for item in items if type(item) not in _PLAIN for part in _big_parts(item)]
+    moved: list[list[Any]] = []
+    parts: list[Any] = []
+    for item in items:
+        if type(item) not in _PLAIN:
+            _gather(item, moved, parts)
     items[:] = [item for item in items if type(item) in _PLAIN]
     items += parts
+    del parts
+    for part in moved:
+        _free(part)
 
 
 # What a message is made of: nothing in these holds a big sequence worth taking apart.
@@ -87,29 +101,41 @@ _PLAIN = frozenset({dict, str, bytes, int, float, bool, type(None)})
 _PARTS_DEPTH = 4
 
 
-def _big_parts(root: Any) -> list[Any]:
-    """The items of each sequence over `FREE_SLICE` items that `root` holds, a few levels in.
+def _gather(root: Any, moved: list[list[Any]], parts: list[Any]) -> None:
+    """Move the items of each sequence over `FREE_SLICE` items `root` holds, a few levels in.
 
-    Only dataclass instances, dicts, lists and tuples are looked into: never classes,
-    modules or functions, whose references reach the whole program.
+    Into `moved` (one list per sequence, detached from its holder: an attribute or a list
+    slot), else (in a dict or a tuple) copied into `parts`. Only dataclass instances,
+    dicts, lists and tuples are looked into: never classes, modules or functions, whose
+    references reach the whole program.
     """
-    parts: list[Any] = []
     stack: list[tuple[Any, int]] = [(root, 0)]
     while stack:
         node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else _fields(node)
-        for child in children:
-            if isinstance(child, list | tuple) and len(child) > FREE_SLICE:
+        detachable = type(node) is list or not isinstance(node, dict | list | tuple)
+        for key, child in _children(node):
+            if not (isinstance(child, list | tuple) and len(child) > FREE_SLICE):
+                if depth < _PARTS_DEPTH and _looked_into(child):
+                    stack.append((child, depth + 1))
+            elif not detachable:
                 parts.extend(child)
-            elif depth < _PARTS_DEPTH and _looked_into(child):
-                stack.append((child, depth + 1))
-    return parts
+            else:
+                del child  # a reference here would keep `take_items` from moving its items
+                taken = take_items(node, key)
+                if taken is not None:  # else another holder frees it, or no native module
+                    moved.append(taken)
 
 
-def _fields(node: Any) -> list[Any]:
-    if isinstance(node, list | tuple):
-        return list(node)
-    return [getattr(node, field.name, None) for field in dataclasses.fields(node)]
+def _children(node: Any) -> Iterator[tuple[Any, Any]]:
+    """Each child of `node` with its key (attribute name or index), one at a time."""
+    if isinstance(node, dict):
+        yield from node.items()
+    elif isinstance(node, list | tuple):
+        for index in range(len(node)):
+            yield index, node[index]
+    elif dataclasses.is_dataclass(node):
+        for field in dataclasses.fields(node):
+            yield field.name, getattr(node, field.name, None)
 
 
 def _looked_into(value: Any) -> bool:

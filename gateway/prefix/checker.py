@@ -26,7 +26,7 @@ from gateway.prefix.detectors import (
     ScanCache,
     scan_request,
 )
-from gateway.prefix.locate import untracked_tuple
+from gateway.prefix.locate import moved_tuple
 from gateway.prefix.record import PrefixRecord, TokenCounter, build_record, estimate_tokens
 from gateway.prefix.segments import RequestSegments, split_request
 
@@ -96,7 +96,7 @@ class PrefixChecker:
             request=request,
             record=record,
             findings=tuple(findings),
-            unscanned=untracked_tuple(unscanned),
+            unscanned=moved_tuple(unscanned, acyclic=True),  # names: no copy, no cycle
             expectation=comparison.expectation,
             divergence=divergence,
             forecast=forecast(record, comparison, divergence, rule),

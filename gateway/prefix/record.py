@@ -20,7 +20,7 @@ from typing import Any
 import xxhash
 
 from gateway.prefix.cache_rules import CacheMode, CacheRule
-from gateway.prefix.locate import acyclic_list, untracked_tuple
+from gateway.prefix.locate import acyclic_list, moved_tuple
 from gateway.prefix.segments import DIGEST_SIZE, RequestSegments, SegmentKind
 
 TokenCounter = Callable[[bytes], int]
@@ -139,14 +139,14 @@ COLUMN_CHUNK = 8_192
 
 
 def _column(items: Sequence[Any], *steps: Callable[[Any], Any]) -> tuple[Any, ...]:
-    """`tuple(map(step, ...items))`, a chunk at a time, kept out of cyclic GC when it can be."""
+    """`tuple(map(step, ...items))`, a chunk at a time, out of cyclic GC (atoms only)."""
     column: list[Any] = acyclic_list()  # scratch: else young, walked by collections
     for start in range(0, len(items), COLUMN_CHUNK):
         values: Iterable[Any] = items[start : start + COLUMN_CHUNK]
         for step in steps:
             values = map(step, values)
         column += values
-    return untracked_tuple(column)
+    return moved_tuple(column, acyclic=True)  # strings, bytes, ints: no copy, no cycle
 
 
 def _running_sums(sizes: list[int]) -> tuple[int, ...]:
@@ -158,7 +158,7 @@ def _running_sums(sizes: list[int]) -> tuple[int, ...]:
         next(running)  # `initial` itself comes first
         sums += running
         total = sums[-1]
-    return untracked_tuple(sums)
+    return moved_tuple(sums, acyclic=True)
 
 
 def _hex_or_empty(digest: bytes) -> str:

@@ -21,7 +21,7 @@ import xxhash
 
 from gateway import rawjson
 from gateway.prefix.cache_rules import CacheRule, Family
-from gateway.prefix.locate import untrack_tuples, untracked_tuple
+from gateway.prefix.locate import moved_tuple, untrack_tuples
 from gateway.prefix.locate import untracked as untracked_container
 
 DIGEST_SIZE = 16
@@ -426,7 +426,8 @@ def split_request(body: Mapping[str, Any], rule: CacheRule) -> RequestSegments:
     return RequestSegments(
         family=rule.family,
         model=model if isinstance(model, str) else "",
-        segments=untracked_tuple(segments),
+        # Moved, not copied (segments are atoms and their kind: in no cycle).
+        segments=moved_tuple(segments, acyclic=True),
         stable_count=stable,
         header_count=header_count,
         implicit_breakpoint=_implicit_breakpoint(body, rule.family),

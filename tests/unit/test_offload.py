@@ -76,11 +76,23 @@ async def test_an_object_holding_a_big_sequence_is_freed_a_slice_at_a_time() -> 
     assert held == [] and all(ref() is None for ref in watched)
 
 
-def test_taking_apart_frees_the_holder_first_and_keeps_its_items_for_the_slices() -> None:
+def test_taking_apart_moves_a_held_sequence_out_and_frees_its_items() -> None:
     parts = [_Part() for _ in range(3000)]
-    watched = weakref.ref(parts[0])
-    held: list[object] = [_Holder(tuple(parts)), "kept as is"]
+    watched = [weakref.ref(part) for part in parts]
+    holder = _Holder(tuple(parts))
+    held: list[object] = [holder, "kept as is"]
     del parts
     _take_apart(held)
-    # The holder is gone; its 3,000 items are now the list's own, to be freed in slices.
-    assert held[0] == "kept as is" and len(held) == 3001 and watched() is held[1]
+    # The holder's tuple was detached and emptied into a list freed a slice at a time.
+    assert held == ["kept as is"] and holder.parts == ()
+    assert all(ref() is None for ref in watched)
+
+
+def test_taking_apart_leaves_a_sequence_someone_else_holds_intact() -> None:
+    shared = tuple(_Part() for _ in range(3000))
+    in_dict = {"parts": list(shared)}
+    held: list[object] = [_Holder(shared), in_dict, [shared]]
+    _take_apart(held)
+    # Detached from the holder, but another holder still reads every item.
+    assert len(shared) == 3000 and all(isinstance(part, _Part) for part in shared)
+    assert held == [in_dict] and len(in_dict["parts"]) == 3000  # plain: freed as it is
