@@ -53,7 +53,7 @@ from gateway.pipeline.messages_translate_call import (
 from gateway.pipeline.offload import patch_size, sized
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
-from gateway.pipeline.respond import cost_headers
+from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.pipeline.task_claim import claim_task
 from gateway.pipeline.tier_report import tier_headers
 from gateway.rawjson import patch_object
@@ -242,9 +242,8 @@ async def _complete(ctx: MessagesContext, services: Services) -> Response:
     meter.observe_message(reply.payload)
     await finish(ctx, meter.meter, services)
     headers = _headers(ctx, reply.headers) | cost_headers(ctx)
-    return Response(
-        reply.body, status_code=reply.status, media_type="application/json", headers=headers
-    )
+    body = with_cost(reply.payload, reply.body, ctx)  # usage.cost, as chat's replies carry
+    return Response(body, status_code=reply.status, media_type="application/json", headers=headers)
 
 
 async def _stream(ctx: MessagesContext, services: Services) -> Response:

@@ -5,9 +5,10 @@ cache reads and writes) and a first output count, `message_delta` the final outp
 (and, from newer servers, the input side again). The two are merged field by field, the
 later value winning, and read with `usage_from_anthropic` (cache reads and writes added
 back into the prompt, as every other consumer expects). Thinking tokens are not reported
-apart by Anthropic: they are billed inside `output_tokens`, and `reasoning_tokens` stays 0.
+apart by Anthropic: they are billed inside `output_tokens`, and `reasoning_tokens` stays 0
+unless the reply was translated from a chat reply that counted them (`reasoning_tokens`).
 
-The meter only reads: the client receives every event's bytes as the upstream sent them.
+The meter only reads; what the client receives is the relay's (`messages_relay`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class MessagesMeter:
     usage: dict[str, Any] = field(default_factory=dict)
     stopped: bool = False  # message_stop seen: the stream is complete
     final: bool = False  # message_delta's usage (the final output count) seen
+    # Anthropic reports no thinking count; a reply translated from chat knows its own.
+    reasoning_tokens: int = 0
 
     def observe_message(self, message: dict[str, Any]) -> None:
         """A whole reply (`type: message`)."""
@@ -73,7 +76,7 @@ class MessagesMeter:
         if not isinstance(usage, dict):
             return
         self.usage.update({k: v for k, v in usage.items() if v is not None})
-        self.meter.usage = usage_from_anthropic(self.usage)
+        self.meter.usage = usage_from_anthropic(self.usage, self.reasoning_tokens)
         for name in TIER_FIELDS:
             if isinstance(self.usage.get(name), str):
                 setattr(self.meter, name, self.usage[name])

@@ -1,42 +1,49 @@
 """Relay a Messages API stream to the client event by event, measuring as it passes.
 
-Every event goes out as the upstream's own bytes: `message_start` and `message_delta`
-keep their usage for the client (Claude Code shows cost from it), and the meter reads the
-same events for the ledger. The stream is complete at `message_stop`; an upstream that
-ends before it, or that sends something that is not an event object, gets the stream
-ended with one Anthropic `event: error`. An upstream's own `error` event is relayed as
-sent and booked as a failure. The attempt is booked exactly once: when the stream ends,
-fails, the client leaves, or the response never starts (`MessagesRelayResponse`).
+Every event goes out as the upstream's own bytes but one: `message_delta`, whose usage
+gains `cost` (the gateway's price of the call, as chat's usage chunk carries it; the
+other bytes of its data are kept). `message_start` and `message_delta` keep their usage
+for the client (Claude Code shows cost from it), and the meter reads the same events for
+the ledger. The stream is complete at `message_stop`; an upstream that ends before it, or
+that sends something that is not an event object, gets the stream ended with one
+Anthropic `event: error`. An upstream's own `error` event is relayed as sent and booked
+as a failure. The loop and the booking once are `event_relay`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 import orjson
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from gateway.anthropic_errors import anthropic_stream_error_event
-from gateway.errors import FareboxError, UpstreamProtocolError, UpstreamUnreachableError
-from gateway.pipeline.attempts import report_outcome
-from gateway.pipeline.finish import finish
+from gateway.errors import FareboxError
+from gateway.pipeline.event_relay import (
+    EventRelay,
+    EventRelayResponse,
+    event_payload,
+    prepend,
+    with_data,
+)
+from gateway.pipeline.measure import Meter
 from gateway.pipeline.messages_meter import MessagesMeter
 from gateway.pipeline.messages_request import MessagesContext
+from gateway.rawjson import RawJsonError, patch_object
 from gateway.services import Services
 from gateway.upstream import failures
 from gateway.upstream.base import UpstreamStream
 from gateway.upstream.sse import event_data
 
-log = logging.getLogger("farebox.relay")
+MessagesRelayResponse = EventRelayResponse
 
 
-class MessagesRelay:
+class MessagesRelay(EventRelay):
     """The client's SSE bytes for one Messages stream; books the attempt exactly once."""
+
+    protocol = "Messages"
+    complete_at = "message_stop"
 
     def __init__(
         self,
@@ -45,120 +52,52 @@ class MessagesRelay:
         events: AsyncIterator[bytes],
         stream: UpstreamStream,
         services: Services,
+        meter: MessagesMeter | None = None,
     ) -> None:
-        self._ctx, self._services = ctx, services
-        self._first: bytes | None = first
-        self._events, self._stream = events, stream
-        self._where = ctx.alias or "stream"
-        self._secrets = [ctx.route.api_key()] if ctx.route is not None else []
-        self.meter = MessagesMeter()
-        self._settled = False
-        self._body: AsyncGenerator[bytes, None] | None = None
+        super().__init__(ctx, prepend(first, events), stream, services)
+        self._request_id = ctx.request_id
+        self.meter = meter or MessagesMeter()
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        self._body = self._run()
-        return self._body
+    @property
+    def pipeline_meter(self) -> Meter:
+        return self.meter.meter
 
-    async def close(self) -> None:
-        """Book the attempt if the body did not run to its end (or never started)."""
-        if self._body is not None:
-            await self._body.aclose()
-        await self._settle(None, cancelled=True)  # a no-op once booked
-
-    async def _run(self) -> AsyncGenerator[bytes, None]:
-        error: FareboxError | None = None
-        cancelled = False
-        try:
-            while (event := await self._next()) is not None:
-                failure = self._observe(event)
-                yield _terminated(event)
-                if failure is not None:
-                    error = failure  # relayed as the upstream sent it; booked as failed
-                    return
-                if self.meter.stopped:
-                    return
-            raise UpstreamUnreachableError(
-                f"upstream {self._where} ended the stream before message_stop"
-            )
-        except FareboxError as exc:
-            error = exc
-            yield anthropic_stream_error_event(exc, self._ctx.request_id)
-        except (asyncio.CancelledError, GeneratorExit):
-            cancelled = True
-            raise
-        except Exception:
-            log.exception("relaying the Messages stream of %s failed", self._where)
-            error = UpstreamProtocolError(
-                f"upstream {self._where} sent a stream the gateway could not relay"
-            )
-            yield anthropic_stream_error_event(error, self._ctx.request_id)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._settle(error, cancelled)
-
-    async def _next(self) -> bytes | None:
-        if self._first is not None:
-            event, self._first = self._first, None
-            return event
-        await asyncio.sleep(0)  # a fast upstream and client must not hold the loop
-        try:
-            return await self._events.__anext__()
-        except StopAsyncIteration:
-            return None
-
-    def _observe(self, event: bytes) -> FareboxError | None:
+    def observe(
+        self, event: bytes, payload: dict[str, Any] | None
+    ) -> tuple[bytes, FareboxError | None]:
         """Meter one event; the upstream's own error event comes back as an error."""
-        payload = event_payload(event, self._where)
+        payload = payload if payload is not None else event_payload(event, self._where)
         if payload is None:
-            return None  # a comment or keep-alive
+            return event, None  # a comment or keep-alive
         if payload.get("type") == "error":
-            return failures.from_status(
+            failure = failures.from_status(
                 _error_status(payload), orjson.dumps(payload), self._where, self._secrets
             )
+            return event, failure
         self.meter.observe_event(payload)
-        return None
+        usage = payload.get("usage")
+        if payload.get("type") == "message_delta" and isinstance(usage, dict):
+            return self._with_cost(event, usage), None
+        return event, None
 
-    async def _settle(self, error: FareboxError | None, cancelled: bool) -> None:
-        if self._settled:
-            return
-        self._settled = True
+    def _with_cost(self, event: bytes, usage: dict[str, Any]) -> bytes:
+        """`message_delta` with `usage.cost`; every other byte of its data kept."""
+        priced, data = self.priced(usage), event_data(event)
+        if priced is None or data is None:
+            return event
         try:
-            await self._stream.aclose()
-        except Exception:
-            log.exception("closing the Messages stream of %s failed", self._where)
-        report_outcome(self._ctx, self._services, error)
+            return with_data(event, patch_object(data, {"usage": priced}, trusted=True))
+        except RawJsonError:  # parsed, yet not patchable: it goes out as it came
+            return event
+
+    def complete(self) -> bool:
+        return self.meter.stopped
+
+    def error_event(self, error: FareboxError) -> bytes:
+        return anthropic_stream_error_event(error, self._request_id)
+
+    async def before_booking(self, error: FareboxError | None, cancelled: bool) -> None:
         await asyncio.to_thread(self.meter.estimate_cut_output)  # tokenizes what was seen
-        meter = self.meter.meter
-        await finish(self._ctx, meter, self._services, error=error, cancelled=cancelled)
-
-
-class MessagesRelayResponse(StreamingResponse):
-    """A streamed Messages reply that books its attempt even if not one byte was sent."""
-
-    def __init__(self, relay: MessagesRelay, headers: dict[str, str]) -> None:
-        super().__init__(relay, media_type="text/event-stream", headers=headers)
-        self._relay = relay
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._relay.close()
-
-
-def event_payload(event: bytes, where: str) -> dict[str, Any] | None:
-    """An event's data as an object; None without data; a protocol error for anything else."""
-    data = event_data(event)
-    if data is None or not data.strip():
-        return None
-    try:
-        payload = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        payload = None
-    if not isinstance(payload, dict):
-        raise UpstreamProtocolError(f"upstream {where} sent a stream event that is not an object")
-    return payload
 
 
 _OVERLOADED = 529
@@ -177,5 +116,4 @@ def _error_status(payload: dict[str, Any]) -> int:
     return statuses.get(kind, 500) if isinstance(kind, str) else 500
 
 
-def _terminated(event: bytes) -> bytes:
-    return event if event.endswith((b"\n\n", b"\r\n\r\n")) else event + b"\n\n"
+__all__ = ["MessagesRelay", "MessagesRelayResponse", "event_payload"]

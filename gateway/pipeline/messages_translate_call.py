@@ -4,8 +4,11 @@
 chat body the upstream will receive (`messages_translate.to_chat`), so every later stage
 (entitlements, the policy's effort and thinking budget in the family's own field, the
 prefix check, the quota hold) sees and edits what is really sent. The reply comes back as
-an Anthropic message or event stream, metered from those (`MessagesMeter`), so the ledger
-books the upstream's own usage.
+an Anthropic message or event stream, metered from those (`MessagesMeter`, told the chat
+usage's reasoning count, which Anthropic's usage has no field for), so the ledger books
+the upstream's own usage; a whole reply's usage gains `cost`, as chat's does. A thinking
+cap the policy enforces on the stream cuts the chat stream before it is translated
+(`thinking_cap.CappedStream`), as chat's relay cuts it.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ from gateway.pipeline.messages_request import MessagesContext
 from gateway.pipeline.messages_stream_translate import StreamTranslator, error_event
 from gateway.pipeline.messages_translate import to_chat, to_message
 from gateway.pipeline.quota import input_tokens
+from gateway.pipeline.respond import with_cost
+from gateway.pipeline.thinking_cap import CappedStream, thinking_cap_for
 from gateway.services import Services
 from gateway.tokens import count_tokens
-from gateway.upstream.base import UpstreamCall
+from gateway.upstream.base import UpstreamCall, UpstreamStream
 from gateway.upstream.sse import event_data
+from gateway.usage import usage_from_openai
 
 TRANSLATED_PROVIDER = "openai"
 """Routes whose wire is chat completions (vLLM, SGLang, OpenAI): translated."""
@@ -92,9 +98,10 @@ async def complete_translated(
         raise
     assert ctx.alias is not None
     message = to_message(reply.payload, ctx.alias, _stops(ctx))
+    meter.reasoning_tokens = _reasoning(reply.payload.get("usage"))
     meter.observe_message(message)
     await finish(ctx, meter.meter, services)
-    body = orjson.dumps(message)
+    body = with_cost(message, orjson.dumps(message), ctx)
     return Response(body, status_code=reply.status, media_type="application/json"), reply.headers
 
 
@@ -106,16 +113,23 @@ async def open_translated(
     assert ctx.alias is not None
     translator = StreamTranslator(ctx.alias, input_tokens(ctx), _stops(ctx))
     ctx.timings.upstream_sent = time.perf_counter()
-    stream = await services.upstreams.adapter(call.route).open_stream(call)
-    events = translated_events(stream.events(), translator)
+    stream: UpstreamStream = await services.upstreams.adapter(call.route).open_stream(call)
+    cap = thinking_cap_for(ctx, call, services)
+    if cap is not None:
+        stream = CappedStream(stream, cap)
+    meter = MessagesMeter()
+    events = translated_events(stream.events(), translator, meter)
     first = await first_event(stream, events, call)
-    return MessagesRelay(ctx, first, events, stream, services), stream.headers
+    return MessagesRelay(ctx, first, events, stream, services, meter), stream.headers
 
 
 async def translated_events(
-    chat: AsyncIterator[bytes], translator: StreamTranslator
+    chat: AsyncIterator[bytes], translator: StreamTranslator, meter: MessagesMeter | None = None
 ) -> AsyncIterator[bytes]:
-    """Each chat event's Anthropic events (none for keep-alives), ending at `[DONE]`."""
+    """Each chat event's Anthropic events (none for keep-alives), ending at `[DONE]`.
+
+    `meter` is told the chat usage's reasoning count before `message_delta` reports it.
+    """
     async for event in chat:
         data = event_data(event)
         if data is None or not data.strip():
@@ -128,8 +142,15 @@ async def translated_events(
         if payload is None or "error" in payload:
             yield error_event(payload or {"error": "a stream chunk that is not an object"})
             return
+        if meter is not None and isinstance(payload.get("usage"), dict):
+            meter.reasoning_tokens = _reasoning(payload["usage"])
         for out in translator.feed(payload):
             yield out
+
+
+def _reasoning(usage: Any) -> int:
+    """The reasoning tokens a chat usage reports (0 without one)."""
+    return usage_from_openai(usage).reasoning_tokens if isinstance(usage, dict) else 0
 
 
 def _object(data: bytes) -> dict[str, Any] | None:

@@ -2,29 +2,24 @@
 
 The events are the upstream's own bytes on a native route, or the chat stream told as
 Responses events on a translated one (`translated_events`). The stream is complete at
-`response.completed` / `.incomplete` / `.failed`; one that ends before, or sends
-something that is not an event object, is ended with one Responses `error` event. The
-attempt is booked exactly once (as the Messages relay does), and a completed response
-is kept for `previous_response_id` (`on_done`).
+`response.completed` / `.incomplete` / `.failed`; the final event's `response.usage`
+gains `cost` (the gateway's price of the call, as chat's usage chunk carries it). One
+that ends before, or sends something that is not an event object, is ended with one
+Responses `error` event. The loop and the booking once are `event_relay`'s, and a
+completed response is kept for `previous_response_id` (`on_done`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import anyio
 import orjson
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
-from gateway.errors import FareboxError, UpstreamProtocolError, UpstreamUnreachableError
-from gateway.pipeline.attempts import report_outcome
-from gateway.pipeline.finish import finish
-from gateway.pipeline.messages_relay import event_payload
-from gateway.pipeline.responses_meter import ResponsesMeter
+from gateway.errors import FareboxError
+from gateway.pipeline.event_relay import EventRelay, EventRelayResponse, Relayed, event_payload
+from gateway.pipeline.measure import Meter
+from gateway.pipeline.responses_meter import ENDS, ResponsesMeter
 from gateway.pipeline.responses_request import ResponsesContext
 from gateway.services import Services
 from gateway.upstream import failures
@@ -32,10 +27,8 @@ from gateway.upstream.base import UpstreamStream
 from gateway.upstream.responses_stream import ChatToResponses, sse
 from gateway.usage import usage_from_openai
 
-log = logging.getLogger("farebox.relay")
 Done = Callable[[dict[str, Any]], Awaitable[None]]
-Relayed = tuple[bytes, dict[str, Any] | None]
-"""An event's bytes, and its data when whoever made it has it parsed already."""
+ResponsesRelayResponse = EventRelayResponse
 
 
 def error_event(error: FareboxError) -> bytes:
@@ -74,8 +67,11 @@ async def translated_events(
         yield sse(event), event
 
 
-class ResponsesRelay:
+class ResponsesRelay(EventRelay):
     """The client's SSE bytes for one Responses stream; books the attempt exactly once."""
+
+    protocol = "Responses"
+    complete_at = "response.completed"
 
     def __init__(
         self,
@@ -85,93 +81,46 @@ class ResponsesRelay:
         services: Services,
         on_done: Done,
     ) -> None:
-        self._ctx, self._services, self._on_done = ctx, services, on_done
-        self._events, self._stream = events, stream
-        self._where = ctx.alias or "stream"
-        self._secrets = [ctx.route.api_key()] if ctx.route is not None else []
+        super().__init__(ctx, events, stream, services)
+        self._on_done = on_done
         self.meter = ResponsesMeter()
-        self._settled = False
-        self._body: AsyncGenerator[bytes, None] | None = None
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        self._body = self._run()
-        return self._body
+    @property
+    def pipeline_meter(self) -> Meter:
+        return self.meter.meter
 
-    async def close(self) -> None:
-        """Book the attempt if the body did not run to its end (or never started)."""
-        if self._body is not None:
-            await self._body.aclose()
-        await self._settle(None, cancelled=True)  # a no-op once booked
-
-    async def _run(self) -> AsyncGenerator[bytes, None]:
-        error: FareboxError | None = None
-        cancelled = False
-        try:
-            async for event, parsed in self._events:
-                failure = self._observe(event, parsed)
-                yield event if event.endswith(b"\n\n") else event + b"\n\n"
-                if failure is not None:
-                    error = failure
-                    return
-                if self.meter.ended is not None:
-                    return
-                await asyncio.sleep(0)  # a fast upstream and client must not hold the loop
-            raise UpstreamUnreachableError(
-                f"upstream {self._where} ended the stream before response.completed"
-            )
-        except FareboxError as exc:
-            error = exc
-            yield error_event(exc)
-        except (asyncio.CancelledError, GeneratorExit):
-            cancelled = True
-            raise
-        except Exception:
-            log.exception("relaying the Responses stream of %s failed", self._where)
-            error = UpstreamProtocolError(
-                f"upstream {self._where} sent a stream the gateway could not relay"
-            )
-            yield error_event(error)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._settle(error, cancelled)
-
-    def _observe(self, event: bytes, parsed: dict[str, Any] | None) -> FareboxError | None:
-        payload = parsed if parsed is not None else event_payload(event, self._where)
+    def observe(
+        self, event: bytes, payload: dict[str, Any] | None
+    ) -> tuple[bytes, FareboxError | None]:
+        payload = payload if payload is not None else event_payload(event, self._where)
         if payload is None:
-            return None
+            return event, None
         self.meter.observe_event(payload)
-        if payload.get("type") in ("error", "response.failed"):  # relayed, booked as failed
-            return failures.from_status(500, orjson.dumps(payload), self._where, self._secrets)
-        return None
+        kind = payload.get("type")
+        if kind in ("error", "response.failed"):  # relayed, booked as failed
+            failure = failures.from_status(500, orjson.dumps(payload), self._where, self._secrets)
+            return event, failure
+        if kind in ENDS:
+            return self._with_cost(event, payload), None
+        return event, None
 
-    async def _settle(self, error: FareboxError | None, cancelled: bool) -> None:
-        if self._settled:
-            return
-        self._settled = True
-        try:
-            closing = getattr(self._events, "aclose", None)
-            if closing is not None:  # a translating generator: closed here, not by the GC
-                await closing()
-            await self._stream.aclose()
-        except Exception:
-            log.exception("closing the Responses stream of %s failed", self._where)
-        report_outcome(self._ctx, self._services, error)
+    def _with_cost(self, event: bytes, payload: dict[str, Any]) -> bytes:
+        """The final event with `response.usage.cost` (the event re-encoded, as sent)."""
+        response = payload.get("response")
+        usage = response.get("usage") if isinstance(response, dict) else None
+        priced = self.priced(usage) if isinstance(usage, dict) else None
+        if priced is None or not isinstance(response, dict):
+            return event
+        response["usage"] = priced
+        return sse(payload)
+
+    def complete(self) -> bool:
+        return self.meter.ended is not None
+
+    def error_event(self, error: FareboxError) -> bytes:
+        return error_event(error)
+
+    async def before_booking(self, error: FareboxError | None, cancelled: bool) -> None:
         final = self.meter.final
         if error is None and not cancelled and final is not None:
             await self._on_done(final)
-        await finish(self._ctx, self.meter.meter, self._services, error=error, cancelled=cancelled)
-
-
-class ResponsesRelayResponse(StreamingResponse):
-    """A streamed Responses reply that books its attempt even if not one byte was sent."""
-
-    def __init__(self, relay: ResponsesRelay, headers: dict[str, str]) -> None:
-        super().__init__(relay, media_type="text/event-stream", headers=headers)
-        self._relay = relay
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._relay.close()

@@ -1,0 +1,207 @@
+"""Relay a typed event stream (Anthropic Messages, OpenAI Responses), booking it once.
+
+The two protocols' relays differ only in how an event is read, when the stream is
+complete and how a failure is told to the client; everything else is here: the loop
+that passes events on as they come, the one error event that ends a stream which failed
+after it started, and the booking of the attempt exactly once (when the stream ends,
+fails, the client leaves, or the response never starts: `EventRelayResponse`).
+
+    EventRelay                  the loop, the clean-up and the booking
+      MessagesRelay             messages_relay.py: Anthropic events, `message_stop`
+      ResponsesRelay            responses_relay.py: Responses events, `response.completed`
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import anyio
+import orjson
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import FareboxError, UpstreamProtocolError, UpstreamUnreachableError
+from gateway.pipeline.attempts import report_outcome
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.finish import finish, price_now
+from gateway.pipeline.measure import Meter
+from gateway.pipeline.respond import cost_object
+from gateway.services import Services
+from gateway.upstream.base import UpstreamStream
+from gateway.upstream.sse import event_data
+
+log = logging.getLogger("farebox.relay")
+Relayed = tuple[bytes, dict[str, Any] | None]
+"""An event's bytes, and its data when whoever made it has it parsed already."""
+
+
+class EventRelay:
+    """The client's SSE bytes for one typed stream; subclasses read the protocol."""
+
+    protocol = "event"  # for messages: "Messages", "Responses"
+    complete_at = "its end"  # the event that completes a stream, for the error message
+
+    def __init__(
+        self,
+        ctx: RequestContext,
+        events: AsyncIterator[Relayed],
+        stream: UpstreamStream,
+        services: Services,
+    ) -> None:
+        self._ctx, self._services = ctx, services
+        self._events, self._stream = events, stream
+        self._where = ctx.alias or "stream"
+        self._secrets = [ctx.route.api_key()] if ctx.route is not None else []
+        self._settled = False
+        self._body: AsyncGenerator[bytes, None] | None = None
+
+    # What a protocol says.
+
+    @property
+    def pipeline_meter(self) -> Meter:
+        raise NotImplementedError
+
+    def observe(
+        self, event: bytes, payload: dict[str, Any] | None
+    ) -> tuple[bytes, FareboxError | None]:
+        """Meter one event: the bytes to send, and the upstream's own failure if it was one."""
+        raise NotImplementedError
+
+    def complete(self) -> bool:
+        """Whether the stream has ended as its protocol ends one."""
+        raise NotImplementedError
+
+    def error_event(self, error: FareboxError) -> bytes:
+        """The event that ends a stream which failed after it started."""
+        raise NotImplementedError
+
+    async def before_booking(self, error: FareboxError | None, cancelled: bool) -> None:
+        """Whatever the protocol does once the stream is over, before the row is written."""
+
+    # Shared.
+
+    def priced(self, usage: dict[str, Any]) -> dict[str, Any] | None:
+        """`usage` with `cost` added, priced from what the meter has seen; None if nothing."""
+        if self.pipeline_meter.usage is None:
+            return None
+        price_now(self._ctx, self.pipeline_meter, self._services)
+        return {**usage, "cost": cost_object(self._ctx)}
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        self._body = self._run()
+        return self._body
+
+    async def close(self) -> None:
+        """Book the attempt if the body did not run to its end (or never started)."""
+        if self._body is not None:
+            await self._body.aclose()  # a started body books itself in its `finally`
+        await self._settle(None, cancelled=True)  # a no-op once booked
+
+    async def _run(self) -> AsyncGenerator[bytes, None]:
+        error: FareboxError | None = None
+        cancelled = False
+        try:
+            async for event, parsed in self._events:
+                outgoing, failure = self.observe(event, parsed)
+                yield terminated(outgoing)
+                if failure is not None:
+                    error = failure  # relayed as the upstream sent it; booked as failed
+                    return
+                if self.complete():
+                    return
+                await asyncio.sleep(0)  # a fast upstream and client must not hold the loop
+            raise UpstreamUnreachableError(
+                f"upstream {self._where} ended the stream before {self.complete_at}"
+            )
+        except FareboxError as exc:
+            error = exc
+            yield self.error_event(exc)
+        except (asyncio.CancelledError, GeneratorExit):
+            cancelled = True
+            raise
+        except Exception:  # a reply the relay could not handle: still a clean ending
+            log.exception("relaying the %s stream of %s failed", self.protocol, self._where)
+            error = UpstreamProtocolError(
+                f"upstream {self._where} sent a stream the gateway could not relay"
+            )
+            yield self.error_event(error)
+        finally:
+            # A disconnect cancels this generator's scope; the clean-up and the booking of
+            # what was already spent must still run to the end.
+            with anyio.CancelScope(shield=True):
+                await self._settle(error, cancelled)
+
+    async def _settle(self, error: FareboxError | None, cancelled: bool) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        try:
+            closing = getattr(self._events, "aclose", None)
+            if closing is not None:  # a translating generator: closed here, not by the GC
+                await closing()
+            await self._stream.aclose()
+        except Exception:
+            log.exception("closing the %s stream of %s failed", self.protocol, self._where)
+        report_outcome(self._ctx, self._services, error)
+        await self.before_booking(error, cancelled)
+        meter = self.pipeline_meter
+        await finish(self._ctx, meter, self._services, error=error, cancelled=cancelled)
+
+
+class EventRelayResponse(StreamingResponse):
+    """A streamed reply that books its attempt even if not one byte of it was sent.
+
+    If the response cannot start (the client left, a header the server refused), the body
+    is never iterated: the upstream would stay open and the paid call leave no row.
+    """
+
+    def __init__(self, relay: EventRelay, headers: dict[str, str]) -> None:
+        super().__init__(relay, media_type="text/event-stream", headers=headers)
+        self._relay = relay
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._relay.close()
+
+
+async def prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncGenerator[Relayed, None]:
+    """The first event (already awaited) and the rest, none of them parsed yet."""
+    yield first, None
+    async for event in rest:
+        yield event, None
+
+
+def event_payload(event: bytes, where: str) -> dict[str, Any] | None:
+    """An event's data as an object; None without data; a protocol error for anything else."""
+    data = event_data(event)
+    if data is None or not data.strip():
+        return None
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        payload = None
+    if not isinstance(payload, dict):
+        raise UpstreamProtocolError(f"upstream {where} sent a stream event that is not an object")
+    return payload
+
+
+def named_event(kind: str, payload: dict[str, Any]) -> bytes:
+    """An SSE event with its `event:` name (both protocols name theirs by type)."""
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def with_data(event: bytes, data: bytes) -> bytes:
+    """The event with its `data:` replaced by `data`; its other lines (`event:`) kept."""
+    lines = [line for line in event.splitlines() if line and not line.startswith(b"data:")]
+    return b"\n".join([*lines, b"data: " + data]) + b"\n\n"
+
+
+def terminated(event: bytes) -> bytes:
+    """The event with the blank line that ends it (a stream's last event may lack it)."""
+    return event if event.endswith((b"\n\n", b"\r\n\r\n")) else event + b"\n\n"
