@@ -9,6 +9,9 @@ team's key gets the 404 an unknown id gets; the store's time is FAREBOX_RESPONSE
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -203,3 +206,23 @@ async def test_the_store_deletes_on_memory_and_on_redis() -> None:
             assert await store.delete("resp_1") is False
     finally:
         await redis.aclose()
+
+
+def test_the_doc_example_runs(make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "protocols.md").read_text()
+    block = re.search(r"### Stored responses.*?```python\n(.*?)```", doc, re.S)
+    assert block, "docs/protocols.md has no stored-responses example"
+    gateway = make_gateway()  # the test routes, `sim-chat` among them
+    script = tmp_path / "example.py"
+    script.write_text(block.group(1).replace("http://127.0.0.1:4000", gateway.server.url))
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-4:] == [
+        "message user",
+        "message assistant",
+        "message user",
+        "deleted: response_not_found",
+    ]
