@@ -13,10 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
-import orjson
 from starlette.responses import Response
 
 from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
@@ -37,7 +35,7 @@ from gateway.pipeline.prefix import check_prefix, rule_for_route
 from gateway.pipeline.relay import Relay, RelayResponse
 from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.pipeline.task_claim import claim_task
-from gateway.pipeline.thinking_cap import ThinkingCap
+from gateway.pipeline.thinking_cap import thinking_cap_for
 from gateway.pipeline.tier_report import tier_headers
 from gateway.policy.decision import Decision
 from gateway.rawjson import patch_object
@@ -152,26 +150,8 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     events = stream.events()
     first = await first_event(stream, events, call)
     ctx.dropped_params = dropped_notice(call.route.via_litellm, stream.headers)
-    body = Relay(ctx, first, events, stream, meter, services, _thinking_cap(ctx, call, services))
+    body = Relay(ctx, first, events, stream, meter, services, thinking_cap_for(ctx, call, services))
     return RelayResponse(body, headers=_headers(ctx) | notice_headers(ctx.dropped_params))
-
-
-def _thinking_cap(
-    ctx: RequestContext, call: UpstreamCall, services: Services
-) -> ThinkingCap | None:
-    """The stream-enforced thinking cap, when the policy set one the backend cannot."""
-    if ctx.thinking_cap is None:
-        return None
-
-    async def open_continuation(body: dict[str, Any]) -> UpstreamStream:
-        follow_up = services.upstreams.build_call(
-            call.alias, call.route, orjson.dumps(body), body, stream=True
-        )
-        follow_up.timeouts, follow_up.extra_headers = call.timeouts, call.extra_headers
-        return await services.upstreams.adapter(call.route).open_stream(follow_up)
-
-    closes = ctx.thinking_cap_closes
-    return ThinkingCap(ctx.thinking_cap, dict(call.parsed), open_continuation, close_only=closes)
 
 
 async def first_event(
