@@ -61,6 +61,8 @@ def test_every_route_of_the_app_has_a_class(tmp_path: Path) -> None:
         ("/admin/keys/key_1", RouteClass.ADMIN),
         ("/v1/chat/completions", RouteClass.MODEL),
         ("/v1/messages", RouteClass.MODEL),
+        ("/v1/responses/resp_1", RouteClass.MODEL),  # GET and DELETE: a team's own
+        ("/v1/responses/resp_1/input_items", RouteClass.MODEL),
         ("/v1/tasks/t-1/finish", RouteClass.TASK_WRITE),
         ("/v1/tasks/t-1", RouteClass.READ),
         ("/v1/spend/tasks", RouteClass.READ),
