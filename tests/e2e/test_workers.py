@@ -15,7 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -179,3 +179,61 @@ def _ledger_rows(tmp_path: Path) -> int:
     with sqlite3.connect(tmp_path / "data" / "farebox.db") as ledger:
         (rows,) = ledger.execute("SELECT count(*) FROM requests").fetchone()
     return int(rows)
+
+
+def test_a_killed_workers_spooled_rows_are_replayed_once_by_its_replacement(
+    tmp_path: Path,
+) -> None:
+    """Rows a worker spooled but never committed (the SQLite file locked by another writer)
+    are applied by the worker forked in its place, each once, while its sibling serves on.
+    """
+    process, port, _, log = _serve(tmp_path)
+    try:
+        workers, children = _workers(log.read_text()), _children(process.pid)
+        # Another writer holds SQLite's write lock: the workers' commits wait out their busy
+        # timeout, fail and retry later, and the rows wait in the shared spool.
+        blocker = sqlite3.connect(tmp_path / "data" / "farebox.db", isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with _only(workers[0], workers):
+                _calls(port, whole=3, streamed=1)
+                _wait_for(lambda: _spooled_requests(tmp_path) == 4, "4 rows in the spool")
+                os.kill(workers[0], signal.SIGKILL)  # before it could commit them
+        finally:
+            blocker.execute("COMMIT")
+            blocker.close()
+        assert _ledger_rows(tmp_path) == 0
+        replacement = _replacement(process.pid, children, workers[0])
+        _wait_for(lambda: _ledger_rows(tmp_path) == 4, "the replacement replayed 4 rows")
+        _wait_for(lambda: _spooled_requests(tmp_path) == 0, "the spool emptied")
+        with _only(replacement, [replacement, workers[1]]):
+            _calls(port, whole=1, streamed=0)
+        with _only(workers[1], [replacement, workers[1]]):
+            _calls(port, whole=1, streamed=0)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    with sqlite3.connect(tmp_path / "data" / "farebox.db") as ledger:
+        rows, ids = ledger.execute("SELECT count(*), count(DISTINCT id) FROM requests").fetchone()
+        (booked,) = ledger.execute("SELECT sum(request_count) FROM tasks").fetchone()
+    assert rows == ids == booked == 6  # none lost, none booked twice
+    assert _spooled_requests(tmp_path) == 0
+
+
+def _spooled_requests(tmp_path: Path) -> int:
+    """Request entries waiting in the shared spool (segments not yet committed)."""
+    count = 0
+    for segment in (tmp_path / "data" / "spool").glob("*.jsonl"):
+        with contextlib.suppress(FileNotFoundError):  # committed and deleted meanwhile
+            count += segment.read_bytes().count(b'"kind":"request"')
+    return count
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
