@@ -7,7 +7,7 @@ so a record read back from the spool equals the one written, to the last digit.
 
 from __future__ import annotations
 
-import uuid
+import os
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -44,8 +44,17 @@ def utcnow() -> datetime:
 
 
 def new_row_id() -> str:
-    """Return a fresh row id; it is what makes spool replays idempotent."""
-    return str(uuid.uuid4())
+    """Return a fresh row id; it is what makes spool replays idempotent.
+
+    A random (version 4) UUID as `str(uuid.uuid4())` writes it, without building the UUID
+    object (a quarter of the cost, on every ledger row).
+    """
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+"""The variant bits (RFC 4122: 10xx) over a random hex digit."""
 
 
 def as_utc(value: datetime, name: str) -> datetime:
@@ -63,11 +72,14 @@ def as_money(value: object, name: str) -> Decimal:
     """
     if value is ZERO:  # a field left at its default: nothing to check or round
         return ZERO_MONEY
-    if isinstance(value, bool) or not isinstance(value, Decimal | int):
+    if type(value) is Decimal:  # the usual case, without the generic checks and copy
+        amount = value
+    elif isinstance(value, bool) or not isinstance(value, Decimal | int):
         raise TypeError(
             f"{name} must be a Decimal (got {type(value).__name__}); money is never float"
         )
-    amount = Decimal(value)
+    else:
+        amount = Decimal(value)
     if not amount.is_finite() or abs(amount) >= MONEY_LIMIT:
         raise ValueError(
             f"{name} {amount} is out of range: the ledger books amounts under {MONEY_LIMIT} USD"

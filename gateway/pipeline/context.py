@@ -18,6 +18,7 @@ from gateway.usage import Usage
 if TYPE_CHECKING:
     from gateway.pipeline.prefix import PrefixOutcome
     from gateway.pipeline.quota import QuotaHold
+    from gateway.pipeline.record import BookedCost
 
 
 @dataclass(slots=True)
@@ -98,6 +99,7 @@ class RequestContext:
     usage: Usage | None = None
     cost: CostBreakdown | None = None
     task_cost: Decimal | None = None
+    booked: tuple[CostBreakdown | None, BookedCost] | None = None  # `cost` rounded (record)
     prefix: PrefixOutcome | None = None
     quota: QuotaHold | None = None  # the budget and rate-limit hold (pipeline.quota)
     upstream_headers: dict[str, str] = field(default_factory=dict)

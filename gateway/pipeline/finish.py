@@ -11,7 +11,7 @@ from gateway.pipeline.context import RequestContext
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.prefix import judge, remember
 from gateway.pipeline.price import price_usage, settle_tier, usage_of
-from gateway.pipeline.record import BookedCost, ledger_record, observe_metrics
+from gateway.pipeline.record import booked_cost, ledger_record, observe_metrics
 from gateway.pricing import PricingError
 from gateway.services import Services
 
@@ -82,7 +82,7 @@ async def finish(
     usage = await usage_of(ctx, meter, cancelled)
     if ctx.cost is None or ctx.usage is not usage:
         price_usage(ctx, usage, services.prices, services.config.price_key(ctx.alias))
-    booked = BookedCost.of(ctx.cost)
+    booked = booked_cost(ctx)
     if ctx.prefix is not None and ctx.status_code == 200:
         _judge_prefix(ctx, services)
         await remember(ctx.prefix, services.state)

@@ -7,7 +7,6 @@ the context, and refuses the request when a strict rule says so.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from gateway.config import GatewayConfig
@@ -15,7 +14,7 @@ from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.entitle import within_key
 from gateway.policy.decision import Decision
-from gateway.policy.facts import RequestFacts
+from gateway.policy.facts import STEP_KIND_HEADER, RequestFacts
 from gateway.policy.planner import plan_route
 from gateway.policy.recovery import Target
 from gateway.pricing import PriceBook, UnknownModelError
@@ -54,14 +53,21 @@ def facts_of(ctx: RequestContext, alias: str, task_effort: Any = None) -> Reques
     """What rules match on: caller, team, project, headers, tags, explicit step kind."""
     assert ctx.task is not None
     explicit = ctx.task.step if ctx.task.step in STEP_KINDS else None
-    headers = dict(ctx.headers)
-    if explicit and "x-task-step-kind" not in headers:
-        headers["x-task-step-kind"] = explicit
-    facts = RequestFacts.from_headers(
-        alias, headers, caller=ctx.identity.caller, task_effort=task_effort
+    # What `RequestFacts.from_headers` and a `replace` of its team and project gave, built
+    # once: names lower-cased (the last of two spellings wins), the explicit step added.
+    headers = {name.lower(): value for name, value in ctx.headers.items()}
+    if explicit and STEP_KIND_HEADER not in ctx.headers:
+        headers[STEP_KIND_HEADER] = explicit
+    return RequestFacts(
+        alias=alias,
+        caller=ctx.identity.caller,
+        # Team and project as identify decoded them (UTF-8), the same the ledger books.
+        team=ctx.identity.team,
+        project=ctx.identity.project,
+        headers=headers,
+        step_kind=headers.get(STEP_KIND_HEADER) or None,
+        task_effort=task_effort,
     )
-    # Team and project as identify decoded them (UTF-8), the same the ledger books.
-    return replace(facts, team=ctx.identity.team, project=ctx.identity.project)
 
 
 def apply_policy(

@@ -7,7 +7,7 @@ row in the ledger and the task's total all agree to the digit.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
@@ -35,16 +35,27 @@ class BookedCost:
     """A request's cost as booked: each component rounded, and their exact sum."""
 
     components: dict[str, Decimal]
+    total: Decimal = field(init=False)
 
-    @property
-    def total(self) -> Decimal:
-        return sum(self.components.values(), ZERO)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", sum(self.components.values(), ZERO))
 
     @classmethod
     def of(cls, cost: CostBreakdown | None) -> BookedCost:
         if cost is None:
             return cls({name: as_money(ZERO, name) for name in COMPONENTS})
         return cls({name: _bounded(value, name) for name, value in cost.components().items()})
+
+
+def booked_cost(ctx: RequestContext) -> BookedCost:
+    """`BookedCost.of(ctx.cost)`, rounded once per cost: the ledger row, the response's
+    `usage.cost` and its headers all read it."""
+    held = ctx.booked
+    if held is not None and held[0] is ctx.cost:
+        return held[1]
+    booked = BookedCost.of(ctx.cost)
+    ctx.booked = (ctx.cost, booked)
+    return booked
 
 
 def _bounded(value: Decimal, name: str) -> Decimal:

@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.http_headers import safe_headers
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.record import BookedCost
+from gateway.pipeline.record import booked_cost
 from gateway.pricing.money import money_str
 from gateway.rawjson import RawJsonError, patch_object
 
@@ -20,7 +20,7 @@ log = logging.getLogger("farebox.respond")
 
 def cost_object(ctx: RequestContext) -> dict[str, Any]:
     """The `usage.cost` breakdown: USD as exact decimal strings, per component."""
-    booked = BookedCost.of(ctx.cost)
+    booked = booked_cost(ctx)
     body: dict[str, Any] = {"currency": "USD", "total": money_str(booked.total)}
     body.update({name: money_str(value) for name, value in booked.components.items()})
     body["tier"] = ctx.tier_served or "standard"
@@ -32,7 +32,7 @@ def cost_object(ctx: RequestContext) -> dict[str, Any]:
 
 def cost_headers(ctx: RequestContext) -> dict[str, str]:
     """`X-Farebox-Cost-Usd` and `X-Farebox-Task-Cost-Usd` for a whole reply."""
-    headers = {"x-farebox-cost-usd": money_str(BookedCost.of(ctx.cost).total)}
+    headers = {"x-farebox-cost-usd": money_str(booked_cost(ctx).total)}
     if ctx.task_cost is not None:
         headers["x-farebox-task-cost-usd"] = money_str(ctx.task_cost)
     return safe_headers(headers)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Literal
 
 Family = Literal["openai", "anthropic", "vllm"]
@@ -88,6 +89,7 @@ def family_for_model(model: str) -> Family:
     return "anthropic" if "claude" in model.lower() else "openai"
 
 
+@lru_cache(maxsize=64)  # a few families and minimums; the rule is frozen, so it is shared
 def rule_for(
     family: str,
     *,

@@ -1,0 +1,106 @@
+"""What the hot path builds once instead of per use gives what building it each time gave.
+
+- `booked_cost(ctx)`: the rounded cost, kept on the context for the cost it was made from
+  (the ledger row, `usage.cost` and the cost header read it); a new cost is rounded anew.
+- `facts_of`: the policy's facts in one construction, equal to `RequestFacts.from_headers`
+  followed by a `replace` of team and project (what it did before).
+- `new_row_id`: a version 4 UUID string, as `str(uuid.uuid4())`.
+- `rule_for`: one shared frozen rule per arguments.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from decimal import Decimal
+
+from gateway.config import parse_config
+from gateway.ledger.records import new_row_id
+from gateway.pipeline.context import RequestContext, TaskRef
+from gateway.pipeline.decide import decide
+from gateway.pipeline.identify import identify
+from gateway.pipeline.parse import parse
+from gateway.pipeline.policy import facts_of
+from gateway.pipeline.record import BookedCost, booked_cost
+from gateway.pipeline.respond import cost_headers, cost_object
+from gateway.policy.facts import RequestFacts
+from gateway.prefix.cache_rules import rule_for, rule_from_model_info
+from gateway.pricing import ModelPrice, PriceSheet, cost_of
+from gateway.usage import Usage
+
+CONFIG = parse_config("models:\n  m:\n    model: up\n    base_url: http://h/v1\n")
+BODY = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
+
+
+def _ctx(**headers: str) -> RequestContext:
+    ctx = RequestContext(raw_body=BODY, headers=headers)
+    parse(ctx)
+    identify(ctx)
+    decide(ctx, CONFIG)
+    return ctx
+
+
+def _cost(prompt: int, completion: int) -> object:
+    sheet = PriceSheet(input=Decimal("0.000001"), output=Decimal("0.000002"))
+    price = ModelPrice(model="m", standard={0: sheet})
+    return cost_of(price, Usage(prompt_tokens=prompt, completion_tokens=completion))
+
+
+def test_the_booked_cost_is_rounded_once_per_cost() -> None:
+    ctx = _ctx()
+    unpriced = booked_cost(ctx)
+    assert unpriced.total == 0 and booked_cost(ctx) is unpriced
+    ctx.cost = _cost(1000, 10)  # type: ignore[assignment]
+    first = booked_cost(ctx)
+    assert first is not unpriced and first == BookedCost.of(ctx.cost)
+    assert first.total == Decimal("0.00102") and booked_cost(ctx) is first
+    assert cost_object(ctx)["total"] == "0.00102"
+    assert cost_headers(ctx)["x-farebox-cost-usd"] == "0.00102"
+    ctx.cost = _cost(2000, 10)  # type: ignore[assignment]  # a retry's, priced again
+    assert booked_cost(ctx).total == Decimal("0.00202")
+    assert cost_headers(ctx)["x-farebox-cost-usd"] == "0.00202"
+    ctx.cost = None
+    assert booked_cost(ctx).total == 0
+
+
+def test_booked_total_is_the_sum_of_its_components() -> None:
+    booked = BookedCost({"input": Decimal("0.1"), "output": Decimal("0.25")})
+    assert booked.total == Decimal("0.35")
+
+
+def test_facts_are_what_from_headers_and_replace_gave() -> None:
+    sent = "café-team".encode().decode("latin-1")
+    headers = {"x-farebox-team": sent, "x-farebox-project": "p", "x-speed-tier": "Flex"}
+    headers |= {"x-farebox-tags": "a, B", "authorization": "Bearer k"}
+    ctx = _ctx(**headers)
+    assert ctx.task is not None
+    ctx.task = TaskRef(task_id="t", step="tool_result", implicit=False)
+    facts = facts_of(ctx, "m", task_effort="low")
+    with_step = {**headers, "x-task-step-kind": "tool_result"}
+    before = RequestFacts.from_headers(
+        "m", with_step, caller=ctx.identity.caller, task_effort="low"
+    )
+    assert facts == replace(before, team=ctx.identity.team, project=ctx.identity.project)
+    assert facts.team == "café-team" and facts.step_kind == "tool_result"
+    assert facts.tier_header == "flex" and facts.tags == frozenset({"a", "b"})
+    # A step kind the client names itself wins over the task's step.
+    ctx = _ctx(**{"x-task-step-kind": "continuation"})
+    ctx.task = TaskRef(task_id="t", step="tool_result", implicit=False)
+    assert facts_of(ctx, "m").step_kind == "continuation"
+
+
+def test_row_ids_are_version_4_uuids() -> None:
+    ids = {new_row_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    for row_id in list(ids)[:200]:
+        parsed = uuid.UUID(row_id)
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+        assert str(parsed) == row_id
+
+
+def test_a_cache_rule_is_shared_and_equal_to_a_fresh_one() -> None:
+    rule = rule_from_model_info("anthropic", {"prompt_cache_min_tokens": 2048})
+    assert rule is rule_from_model_info("anthropic", {"prompt_cache_min_tokens": 2048})
+    assert rule == rule_for.__wrapped__("anthropic", min_tokens=2048)
+    assert rule.min_tokens == 2048
+    assert rule_from_model_info("anthropic", {}).min_tokens != 2048
