@@ -151,7 +151,11 @@ def chat_body(native: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, 
     body["messages"] = chat_messages(native.get("instructions"), items)
     tools = chat_tools(native.get("tools"))
     if tools is None:
-        raise ValueError(UNTRANSLATED_TOOLS)
+        kinds = {t.get("type") for t in native["tools"] if isinstance(t, dict)} - {"function"}
+        raise ValueError(
+            f"{UNTRANSLATED_TOOLS} (got {', '.join(sorted(map(str, kinds)))}); "
+            "a route with `wire: responses` takes every tool type natively"
+        )
     if tools:
         body["tools"] = tools
         if native.get("tool_choice") is not None:

@@ -36,6 +36,7 @@ CLIENT_KEY = "sk-client-key"
 CONFIG = """
 models:
   codex: {{model: sim-chat, base_url: "{sim}/v1", family: vllm, wire: responses}}
+  codex-chat: {{model: sim-chat, base_url: "{sim}/v1", family: vllm}}
   claude:
     provider: anthropic
     model: claude-sim
@@ -43,6 +44,7 @@ models:
     api_key_env: FAREBOX_TEST_ANTHROPIC_KEY
 prices:
   codex: {{input: 1.00, cached_input: 0.10, output: 4.00}}
+  codex-chat: {{input: 1.00, cached_input: 0.10, output: 4.00}}
   claude: {{base: claude-sonnet-4-5}}
 """
 # The shell tool of each CLI, called once with a command that prints MARKER.
@@ -73,7 +75,9 @@ def _gateway(
     return make_gateway(config=config)
 
 
-def _run(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def _run(
+    command: list[str], env: dict[str, str], cwd: Path, ok: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run a CLI with only the environment given (no developer keys or settings)."""
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     cwd.mkdir(exist_ok=True)
@@ -87,9 +91,9 @@ def _run(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
         timeout=300,
         check=False,
     )
-    assert done.returncode == 0, (
-        f"{command[0]} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    )
+    if ok:
+        said = f"{command[0]} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        assert done.returncode == 0, said
     return done
 
 
@@ -114,15 +118,14 @@ def _rows(task: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(task["requests"], key=lambda r: r["created_at"])
 
 
-def test_codex_exec_runs_a_shell_tool_through_the_gateway_as_one_task(
-    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
-) -> None:
-    codex = _cli("codex")
-    gateway = _gateway(make_gateway, sim, tmp_path, CODEX_SCRIPT)
+def _codex(
+    gateway: Gateway, tmp_path: Path, model: str, *settings: str, ok: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`codex exec` on `model`, with a CODEX_HOME whose provider is the gateway."""
     home = tmp_path / "codex-home"
-    home.mkdir()
+    home.mkdir(exist_ok=True)
     (home / "config.toml").write_text(
-        'model = "codex"\nmodel_provider = "farebox"\n\n'
+        f'model = "{model}"\nmodel_provider = "farebox"\n\n'
         "[model_providers.farebox]\n"
         'name = "Farebox"\n'
         f'base_url = "{gateway.base_url}"\n'
@@ -131,20 +134,49 @@ def test_codex_exec_runs_a_shell_tool_through_the_gateway_as_one_task(
         encoding="utf-8",
     )
     env = {"HOME": str(tmp_path), "CODEX_HOME": str(home), "FAREBOX_API_KEY": CLIENT_KEY}
-    command = [str(codex), "exec", "--json", "--skip-git-repo-check"]
-    command += ["--sandbox", "danger-full-access", "Print the marker with echo."]
-    done = _run(command, env, tmp_path / "work")
+    command = [str(_cli("codex")), "exec", "--json", "--skip-git-repo-check"]
+    command += ["--sandbox", "danger-full-access", *settings, "Print the marker with echo."]
+    return _run(command, env, tmp_path / "work", ok)
+
+
+# Translated to chat, Codex's hosted web_search and its multi-agent `namespace` tools have
+# no chat form: the tested configuration for a chat route turns them off.
+CHAT_ROUTE_SETTINGS = ("-c", 'web_search="disabled"', "-c", "agents.enabled=false")
+
+
+@pytest.mark.parametrize(
+    ("model", "settings", "path"),
+    [
+        ("codex", (), "/v1/responses"),  # wire: responses: Codex's request as sent
+        ("codex-chat", CHAT_ROUTE_SETTINGS, "/v1/chat/completions"),
+    ],
+)
+def test_codex_exec_runs_a_shell_tool_through_the_gateway_as_one_task(
+    make_gateway: GatewayFactory,
+    sim: SimControl,
+    tmp_path: Path,
+    model: str,
+    settings: tuple[str, ...],
+    path: str,
+) -> None:
+    _cli("codex")  # before the gateway starts: a skip or a failure costs nothing
+    gateway = _gateway(make_gateway, sim, tmp_path, CODEX_SCRIPT)
+    done = _codex(gateway, tmp_path, model, *settings)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     thread = next(e["thread_id"] for e in events if e["type"] == "thread.started")
     ran = [e["item"] for e in events if e["type"] == "item.completed"]
     assert any(i["type"] == "command_execution" and MARKER in i["aggregated_output"] for i in ran)
     assert any(i["type"] == "agent_message" and i["text"] for i in ran)
-    # The simulator got both calls natively, the second with the command's output.
-    sent = _sent(sim, "/v1/responses")
+    # The simulator got both calls, the second with the command's output.
+    sent = _sent(sim, path)
     assert [(r["status"], r["finish_reason"]) for r in sent] == [(200, "tool_calls"), (200, "stop")]
-    outputs = [i for i in sent[1]["body"]["input"] if i.get("type") == "function_call_output"]
-    assert len(outputs) == 1 and MARKER in json.dumps(outputs[0]["output"])
-    assert all(r["body"]["model"] == "sim-chat" and r["body"]["store"] is False for r in sent)
+    assert all(r["body"]["model"] == "sim-chat" and r["stream"] for r in sent)
+    if path == "/v1/responses":
+        results = [i for i in sent[1]["body"]["input"] if i.get("type") == "function_call_output"]
+        assert all(r["body"]["store"] is False for r in sent)
+    else:
+        results = [m for m in sent[1]["body"]["messages"] if m.get("role") == "tool"]
+    assert len(results) == 1 and MARKER in json.dumps(results[0])
     # One task, named by Codex's session id, with both calls priced.
     rows = _rows(_task(gateway, thread, 2))
     assert [r["step_kind"] for r in rows] == ["user_turn", "tool_result"]
@@ -157,6 +189,19 @@ def test_codex_exec_runs_a_shell_tool_through_the_gateway_as_one_task(
             fresh * Decimal("1.00") + row["cached_tokens"] * Decimal("0.10")
         ) / 1_000_000 + row["completion_tokens"] * Decimal("4.00") / 1_000_000
         assert Decimal(row["cost_total"]) == expected > 0
+
+
+def test_codex_on_a_chat_route_with_its_hosted_tools_on_is_told_what_to_change(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    _cli("codex")  # before the gateway starts: a skip or a failure costs nothing
+    gateway = _gateway(make_gateway, sim, tmp_path, CODEX_SCRIPT)
+    done = _codex(gateway, tmp_path, "codex-chat", ok=False)
+    assert done.returncode != 0
+    said = done.stdout + done.stderr
+    assert "only function tools can be translated to chat completions" in said
+    assert "namespace, web_search" in said and "wire: responses" in said
+    assert sim.requests() == []  # refused before any upstream call
 
 
 def test_claude_code_runs_bash_through_the_gateway_as_one_task(
