@@ -41,7 +41,8 @@ from gateway.pipeline.messages_relay import event_payload
 from gateway.pipeline.offload import patch_size, sized
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
-from gateway.pipeline.respond import cost_headers, cost_object
+from gateway.pipeline.respond import cost_headers, cost_object, with_cost
+from gateway.pipeline.responses_cap import capped_native
 from gateway.pipeline.responses_meter import ResponsesMeter
 from gateway.pipeline.responses_prefix import check_responses_prefix
 from gateway.pipeline.responses_relay import (
@@ -57,6 +58,7 @@ from gateway.pipeline.responses_request import (
     policy_view,
 )
 from gateway.pipeline.task_claim import claim_task, task_owner
+from gateway.pipeline.thinking_cap import CappedStream, thinking_cap_for
 from gateway.pipeline.tier_report import tier_headers
 from gateway.pipeline.wire_prefix import translated_fields
 from gateway.rawjson import patch_object
@@ -276,6 +278,7 @@ class _Sender:
             body = orjson.dumps(response)
         await finish(ctx, meter.meter, services)
         await self.keep(ctx, response)
+        body = with_cost(response, body, ctx)  # usage.cost, as chat's replies carry
         headers = _headers(ctx) | cost_headers(ctx)
         return Response(
             body, status_code=reply.status, media_type="application/json", headers=headers
@@ -292,10 +295,15 @@ class _Sender:
         )
         ctx.timings.upstream_sent = time.perf_counter()
         stream = await adapter.open_stream(call)
+        cap = None if native else thinking_cap_for(ctx, call, services)
+        if cap is not None:  # cut on the chat stream, before it is told as Responses events
+            stream = CappedStream(stream, cap)
         events = stream.events()
         first = await first_event(stream, events, call)
         if native:
             relayed: AsyncIterator[Relayed] = _prepend(first, events)
+            if ctx.thinking_cap is not None:  # no continuation natively: ended at the budget
+                relayed = capped_native(relayed, stream, ctx.thinking_cap, ctx.body)
             if ctx.chained:
                 relayed = _echo_chain(relayed, ctx.native.get("previous_response_id"))
         else:
