@@ -100,11 +100,21 @@ def _turns(messages: Any) -> list[dict[str, Any]]:
             chat.append(_assistant(content, where))
         elif role == "user":
             chat.extend(_user(content, where))
+        elif role == "system":  # a mid-conversation system message (Claude Code sends them)
+            chat.extend(_mid_system(content, where))
         else:
             raise InvalidRequestError(
-                f"{where}.role: expected 'user' or 'assistant', got {role!r}", param=where
+                f"{where}.role: expected 'user', 'assistant' or 'system', got {role!r}",
+                param=where,
             )
     return chat
+
+
+def _mid_system(content: Any, where: str) -> list[dict[str, Any]]:
+    """A system turn inside `messages`: a chat system message where it stands (text only)."""
+    blocks = _blocks(content)
+    text = "\n".join(_text_of(b, f"{where}.content.{j}") for j, b in enumerate(blocks))
+    return [{"role": "system", "content": text}] if text else []
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

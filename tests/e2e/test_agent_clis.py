@@ -1,7 +1,9 @@
 """The real coding-agent CLIs through the gateway: OpenAI's Codex and Anthropic's Claude Code.
 
 Each CLI runs non-interactively (`codex exec`, `claude -p`) against a gateway on a real
-port, with the simulator as upstream. The simulator follows a scripted tool plan
+port, with the simulator as upstream, once on a route of its own wire (Responses with
+`wire: responses`, Messages to an Anthropic route) and once on a chat-completions route
+the gateway translates to. The simulator follows a scripted tool plan
 (`tool_script`, gateway/sim/tool_calls.py): its first answer calls the CLI's shell tool
 with `echo farebox-tool-ran`, the CLI runs it and sends the output back, and the second
 answer is text. Each run is one task in the ledger, named by the CLI's own session id
@@ -42,10 +44,12 @@ models:
     model: claude-sim
     base_url: "{sim}"
     api_key_env: FAREBOX_TEST_ANTHROPIC_KEY
+  claude-chat: {{model: sim-chat, base_url: "{sim}/v1", family: vllm}}
 prices:
   codex: {{input: 1.00, cached_input: 0.10, output: 4.00}}
   codex-chat: {{input: 1.00, cached_input: 0.10, output: 4.00}}
   claude: {{base: claude-sonnet-4-5}}
+  claude-chat: {{input: 1.00, cached_input: 0.10, output: 4.00}}
 """
 # The shell tool of each CLI, called once with a command that prints MARKER.
 CODEX_SCRIPT = [{"name": "exec_command", "arguments": {"cmd": f"echo {MARKER}"}}]
@@ -204,18 +208,30 @@ def test_codex_on_a_chat_route_with_its_hosted_tools_on_is_told_what_to_change(
     assert sim.requests() == []  # refused before any upstream call
 
 
+@pytest.mark.parametrize(
+    ("model", "credential", "path"),
+    [
+        ("claude", "ANTHROPIC_API_KEY", "/v1/messages"),  # forwarded as sent (x-api-key)
+        ("claude-chat", "ANTHROPIC_AUTH_TOKEN", "/v1/chat/completions"),  # translated (bearer)
+    ],
+)
 def test_claude_code_runs_bash_through_the_gateway_as_one_task(
-    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+    make_gateway: GatewayFactory,
+    sim: SimControl,
+    tmp_path: Path,
+    model: str,
+    credential: str,
+    path: str,
 ) -> None:
     claude = _cli("claude")
     gateway = _gateway(make_gateway, sim, tmp_path, CLAUDE_SCRIPT)
     env = {
         "HOME": str(tmp_path),
         "ANTHROPIC_BASE_URL": gateway.server.url,
-        "ANTHROPIC_API_KEY": CLIENT_KEY,
-        "ANTHROPIC_MODEL": "claude",
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": "claude",
-        "ANTHROPIC_SMALL_FAST_MODEL": "claude",
+        credential: CLIENT_KEY,
+        "ANTHROPIC_MODEL": model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+        "ANTHROPIC_SMALL_FAST_MODEL": model,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_TELEMETRY": "1",
@@ -228,22 +244,30 @@ def test_claude_code_runs_bash_through_the_gateway_as_one_task(
     assert result["subtype"] == "success" and not result["is_error"], result
     assert result["num_turns"] == 2 and result["result"]
     # The simulator got both calls, the second with the tool's output.
-    sent = _sent(sim, "/v1/messages")
-    reasons = [(r["status"], r["finish_reason"]) for r in sent]
-    assert reasons == [(200, "tool_use"), (200, "end_turn")]
-    last = sent[1]["body"]["messages"][-1]
-    results = [b for b in last["content"] if b.get("type") == "tool_result"]
+    sent = _sent(sim, path)
+    native = path == "/v1/messages"
+    ends = ("tool_use", "end_turn") if native else ("tool_calls", "stop")
+    assert [(r["status"], r["finish_reason"]) for r in sent] == [(200, ends[0]), (200, ends[1])]
+    messages = sent[1]["body"]["messages"]
+    if native:
+        results = [b for m in messages if m["role"] == "user" for b in m["content"]]
+        results = [b for b in results if isinstance(b, dict) and b["type"] == "tool_result"]
+    else:
+        results = [m for m in messages if m["role"] == "tool"]
     assert len(results) == 1 and MARKER in json.dumps(results[0]["content"])
-    assert all(r["body"]["model"] == "claude-sim" and r["stream"] for r in sent)
+    # Claude Code's mid-conversation system turn reached the model as a system message.
+    assert any(m["role"] == "system" for m in messages[1:])
+    upstream = "claude-sim" if native else "sim-chat"
+    assert all(r["body"]["model"] == upstream and r["stream"] for r in sent)
     # One task, named by Claude Code's session id, with both calls priced.
     task = _task(gateway, result["session_id"], 2)
     rows = _rows(task)
     assert [r["step_kind"] for r in rows] == ["user_turn", "tool_result"]
     assert [r["completion_tokens"] for r in rows] == [r["completion_tokens"] for r in sent]
-    assert rows[1]["cached_tokens"] > 0  # Claude Code's breakpoints hit the cache
+    assert rows[1]["cached_tokens"] > 0  # the second call hits the upstream's cache
     assert Decimal(task["cost"]["total"]) == sum(Decimal(r["cost_total"]) for r in rows) > 0
     # Claude Code's own cost display read the same usage from the stream's events.
-    usage = result["modelUsage"]["claude"]
+    usage = result["modelUsage"][model]
     assert usage["outputTokens"] == task["completion_tokens"]
     assert usage["cacheReadInputTokens"] == task["cached_tokens"]
     assert usage["cacheCreationInputTokens"] == task["cache_write_tokens"]

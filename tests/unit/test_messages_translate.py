@@ -259,3 +259,26 @@ def test_the_stream_glue_ends_at_done_and_turns_an_in_band_error_into_an_error_e
     }
     cut = asyncio.run(_translated(chunk))  # no [DONE]: no message_stop, the relay says so
     assert "message_stop" not in [e["type"] for e in cut]
+
+
+def test_a_mid_conversation_system_message_stays_where_it_stands() -> None:
+    turns: Any = [
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": [{"type": "text", "text": "Env: linux"}]},
+        {"role": "assistant", "content": "ok"},
+        {"role": "system", "content": "Be brief."},
+    ]
+    chat = to_chat({"model": "m", "system": "S", "messages": turns}, "vllm")
+    assert chat["messages"] == [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": "Env: linux"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "system", "content": "Be brief."},
+    ]
+    addition: Any = {"role": "system", "content": [{"type": "tool_addition", "name": "x"}]}
+    with pytest.raises(InvalidRequestError) as refused:
+        to_chat({"model": "m", "messages": [turns[0], addition]}, "vllm")
+    assert refused.value.param == "messages.1.content.0"
+    with pytest.raises(InvalidRequestError, match="got 'tool'"):
+        to_chat({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "vllm")
