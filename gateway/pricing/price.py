@@ -172,8 +172,27 @@ class ModelPrice:
         return sorted(step for step in self.standard if step)
 
     def quote(self, tier: str = STANDARD, prompt_tokens: int = 0) -> Quote:
-        """Return the rates for a request of `prompt_tokens` input tokens served on `tier`."""
+        """Return the rates for a request of `prompt_tokens` input tokens served on `tier`.
+
+        Kept per price, tier and long-context step (see `_QUOTES`): a price never changes.
+        """
         name = check_tier(tier)
+        kept = _QUOTES.get((id(self), name))
+        if kept is None or kept[0] is not self:
+            tier_price = self._tier(name)[1]
+            sheets = tier_price.sheets if tier_price else {}
+            kept = (self, any(step for step in (*self.standard, *sheets)), {})
+            if len(_QUOTES) >= MAX_QUOTES:  # prices replaced by many reloads
+                _QUOTES.clear()
+            _QUOTES[(id(self), name)] = kept
+        if kept[1]:  # long-context steps: the step depends on the prompt's size
+            return self._quote(name, prompt_tokens)
+        quote = kept[2].get(0)
+        if quote is None:
+            quote = kept[2][0] = self._quote(name, 0)
+        return quote
+
+    def _quote(self, name: str, prompt_tokens: int) -> Quote:
         priced_as, tier_price, fallback = self._tier(name)
         sheets = tier_price.sheets if tier_price else {}
         step = self._step(prompt_tokens, sheets)
@@ -205,3 +224,10 @@ class ModelPrice:
             if step and (prompt_tokens > step or (inclusive and prompt_tokens == step))
         ]
         return max(passed, default=0)
+
+
+_QUOTES: dict[tuple[int, str], tuple[ModelPrice, bool, dict[int, Quote]]] = {}
+"""Quotes of a price without long-context steps, by the price's identity and tier (one per
+model in force): each entry holds its price, so no id is reused while it lives. A price
+with steps (the quote depends on the prompt's size) is quoted afresh."""
+MAX_QUOTES = 4096

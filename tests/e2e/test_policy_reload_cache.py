@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,33 @@ def test_a_reload_changes_the_tiers_and_capabilities_the_next_request_is_planned
     assert raw.headers["x-farebox-thinking-enforcement"] == "backend"
     rows = gateway.last(5)
     assert rows.tier_served == "flex"
+
+
+PRICED = """
+models:
+  chat: {{provider: openai, model: sim-chat, base_url: "{sim}/v1", family: vllm}}
+prices:
+  chat: {{input: {input}, output: 0}}
+"""
+
+
+def test_a_reloaded_price_is_the_one_the_next_request_pays(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    config = tmp_path / "farebox.yaml"
+    config.write_text(PRICED.format(sim=sim.url, input=1.0))  # USD per million tokens
+    gateway = make_gateway(config=config, reload_poll_s=3600)
+    client = gateway.sdk()
+    costs = []
+    for dollars in (1.0, 1.0, 3.0, 3.0):
+        if costs and dollars != 1.0 and len(costs) == 2:
+            config.write_text(PRICED.format(sim=sim.url, input=dollars))
+            reloaded = httpx.post(f"{gateway.server.url}/admin/reload", timeout=10)
+            assert reloaded.status_code == 200, reloaded.text
+        raw = client.chat.completions.with_raw_response.create(model="chat", messages=USER_STEP)  # type: ignore[call-overload]
+        usage = raw.parse().usage
+        assert usage is not None
+        cost = Decimal(raw.headers["x-farebox-cost-usd"])
+        assert cost == Decimal(usage.prompt_tokens) * Decimal(str(dollars)) / 1_000_000
+        costs.append(cost)
+    assert costs[2] == 3 * costs[0]

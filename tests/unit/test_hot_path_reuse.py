@@ -104,3 +104,23 @@ def test_a_cache_rule_is_shared_and_equal_to_a_fresh_one() -> None:
     assert rule == rule_for.__wrapped__("anthropic", min_tokens=2048)
     assert rule.min_tokens == 2048
     assert rule_from_model_info("anthropic", {}).min_tokens != 2048
+
+
+def test_a_quote_is_kept_per_price_and_tier_and_follows_a_new_price() -> None:
+    sheet = PriceSheet(input=Decimal("0.000001"), output=Decimal("0.000002"))
+    price = ModelPrice(model="m", standard={0: sheet})
+    first = price.quote("standard", 10)
+    assert price.quote("standard", 5_000_000) is first  # no long-context step
+    assert first.rates.input == Decimal("0.000001") and first.tier == "standard"
+    assert price.quote("flex").tier_fallback and price.quote("flex") is price.quote("flex")
+    dearer = ModelPrice(model="m", standard={0: PriceSheet(input=Decimal("0.000003"))})
+    assert dearer.quote("standard").rates.input == Decimal("0.000003")  # a reloaded price
+
+
+def test_a_long_context_price_is_quoted_by_the_prompt_size() -> None:
+    base = PriceSheet(input=Decimal("0.000001"), output=Decimal("0.000002"))
+    longer = PriceSheet(input=Decimal("0.000004"))
+    price = ModelPrice(model="m", standard={0: base, 200_000: longer})
+    assert price.quote("standard", 1000).rates.input == Decimal("0.000001")
+    assert price.quote("standard", 300_000).rates.input == Decimal("0.000004")
+    assert price.quote("standard", 1000).rates.input == Decimal("0.000001")
