@@ -115,7 +115,8 @@ def test_a_messages_stream_is_cut_and_continued(
 ) -> None:
     with claude.messages.stream(
         model="capped",
-        max_tokens=200,
+        max_tokens=2000,
+        thinking={"type": "enabled", "budget_tokens": 1024},  # as Claude Code asks: clamped
         messages=[{"role": "user", "content": QUESTION}],
         extra_headers={"x-task-id": "cap-messages"},
     ) as stream:
@@ -137,7 +138,7 @@ def test_a_messages_stream_is_cut_and_continued(
     assert cost["currency"] == "USD" and cost["priced"] is True
 
     first, follow_up = _bodies(sim)
-    assert "thinking_token_budget" not in first
+    assert first.get("thinking_token_budget") == BUDGET  # the client's 1024, clamped by the rule
     assert follow_up["continue_final_message"] is True
     assert follow_up["messages"][-1]["role"] == "assistant"
     assert follow_up["messages"][-1]["content"].rstrip().endswith("</think>")
