@@ -22,6 +22,9 @@ import anthropic
 import httpx
 import orjson
 import pytest
+from anthropic.types import RawMessageStreamEvent
+from openai.types.responses import ResponseStreamEvent
+from pydantic import TypeAdapter
 
 from tests.conftest import SimControl
 from tests.e2e.conftest import Gateway, GatewayFactory
@@ -51,6 +54,7 @@ BUDGET = 8
 HEADER = "x-farebox-thinking-enforcement"
 INPUT, CACHED, OUTPUT = Decimal("1e-6"), Decimal("1e-7"), Decimal("4e-6")
 QUESTION = "Plan the migration."
+QUESTION_TURN = {"role": "user", "content": QUESTION}
 
 
 @pytest.fixture
@@ -219,3 +223,43 @@ def test_a_responses_stream_without_continuation_ends_incomplete(
     assert "continue_final_message" not in sent
     _wait_cancelled(sim)
     _assert_billed(gateway, task, cost)
+
+
+@pytest.mark.parametrize(
+    ("path", "alias"),
+    [
+        ("messages", "capped"),
+        ("messages", "cut"),
+        ("responses", "capped"),
+        ("responses", "cut"),
+        ("responses", "native-cut"),
+    ],
+)
+def test_every_event_of_a_cut_stream_is_valid_in_its_protocol(
+    gateway: Gateway, sim: SimControl, path: str, alias: str
+) -> None:
+    """Each event validates strictly against the SDK's own event types; names match data."""
+    if path == "messages":
+        body: dict[str, Any] = {"model": alias, "max_tokens": 200, "messages": [QUESTION_TURN]}
+        strict: TypeAdapter[Any] = TypeAdapter(RawMessageStreamEvent)
+    else:
+        body = {"model": alias, "input": QUESTION, "store": False}
+        strict = TypeAdapter(ResponseStreamEvent)
+    url = f"{gateway.server.url}/v1/{path}"
+    headers = {"Authorization": "Bearer sk-client-cap"}
+    with httpx.stream("POST", url, json=body | {"stream": True}, headers=headers) as reply:
+        text = reply.read()
+    assert reply.status_code == 200 and reply.headers[HEADER] == "stream"
+    kinds = []
+    for raw in (e for e in text.split(b"\n\n") if e.strip()):
+        name, data = raw.split(b"\n", 1)
+        payload = orjson.loads(data.removeprefix(b"data: "))
+        assert name == b"event: " + payload["type"].encode()
+        strict.validate_python(payload)
+        kinds.append(payload["type"])
+    assert kinds[-1] in ("message_stop", "response.completed", "response.incomplete")
+    assert "error" not in kinds
+    thought = ("thinking_delta", "response.reasoning_text.delta")
+    deltas = [raw for raw in text.split(b"\n\n") if any(k.encode() in raw for k in thought)]
+    assert len(deltas) == BUDGET
+    gateway.last()
