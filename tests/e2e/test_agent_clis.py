@@ -19,8 +19,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ import pytest
 
 from tests.conftest import SimControl
 from tests.e2e.conftest import Gateway, GatewayFactory
+from tests.servers import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".cache" / "npm" / "node_modules" / ".bin"
@@ -273,3 +277,74 @@ def test_claude_code_runs_bash_through_the_gateway_as_one_task(
     assert usage["cacheCreationInputTokens"] == task["cache_write_tokens"]
     fresh = task["prompt_tokens"] - task["cached_tokens"] - task["cache_write_tokens"]
     assert usage["inputTokens"] == fresh
+
+
+def _readme_block(heading: str, language: str, port: int) -> str:
+    """The first `language` code block after `heading` in the README, for this port."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(rf"{re.escape(heading)}.*?```{language}\n(.*?)```", readme, re.S)
+    assert block, f"README has no {language} block after {heading!r}"
+    return block.group(1).replace("127.0.0.1:4000", f"127.0.0.1:{port}")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[int]:
+    """`farebox serve` on its default configuration (what `make run` serves), on a port."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
+    env["FAREBOX_DATA_DIR"] = str(tmp_path / "data")
+    command = [sys.executable, "-m", "gateway", "serve", "--port", str(port)]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        wait_ready(port, process)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_the_readme_settings_work_on_farebox_serve(served: int, tmp_path: Path) -> None:
+    """Both CLIs, configured exactly as the README says, on `farebox serve`'s defaults."""
+    codex, claude = _cli("codex"), _cli("claude")
+    url = f"http://127.0.0.1:{served}/v1"
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    toml = _readme_block("## Use it from Codex", "toml", served)
+    (home / "config.toml").write_text(toml, encoding="utf-8")
+    env = {"HOME": str(tmp_path), "CODEX_HOME": str(home), "FAREBOX_API_KEY": CLIENT_KEY}
+    command = [str(codex), "exec", "--json", "--skip-git-repo-check", "Say hello."]
+    done = _run(command, env, tmp_path / "work")
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    thread = next(e["thread_id"] for e in events if e["type"] == "thread.started")
+    items = [e["item"] for e in events if e["type"] == "item.completed"]
+    assert any(i["type"] == "agent_message" and i["text"] for i in items), events
+    bash = _readme_block("## Use it from the anthropic SDK or Claude Code", "bash", served)
+    exports = [line for line in bash.splitlines() if line.startswith("export ")]
+    env = dict(re.findall(r"(\w+)=(\S+)", "\n".join(exports))) | {"HOME": str(tmp_path)}
+    command = [str(claude), "-p", "Say hello.", "--output-format", "json"]
+    result = json.loads(_run(command, env, tmp_path / "work").stdout)
+    assert result["subtype"] == "success" and not result["is_error"], result
+    for task_id, alias in ((thread, "sim-chat"), (result["session_id"], "sim-claude")):
+        deadline = time.monotonic() + 20
+        while (task := httpx.get(f"{url}/tasks/{task_id}", timeout=30).json()).get(
+            "request_count"
+        ) != 1:
+            assert time.monotonic() < deadline, task
+            time.sleep(0.05)
+        row = task["requests"][0]
+        assert (row["model_alias"], row["status_code"], row["step_kind"]) == (
+            alias,
+            200,
+            "user_turn",
+        )
+        assert Decimal(row["cost_total"]) > 0
+    usage = result["modelUsage"]["sim-claude"]
+    assert usage["outputTokens"] == task["completion_tokens"]
+    assert (
+        usage["cacheReadInputTokens"] + usage["inputTokens"] + usage["cacheCreationInputTokens"]
+        == task["prompt_tokens"]
+    )
