@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from gateway import tokens
+from gateway.sim.anthropic_request import MessageParam, MessagesRequest
 from gateway.sim.config import ScriptedCall
 from gateway.sim.generator import pick_words
 from gateway.sim.openai_request import ChatRequest
@@ -153,7 +154,7 @@ def chat_call(
     return plan_call(function, rng) if function is not None else None
 
 
-def _turns_since_user(messages: list[Any]) -> int:
+def _turns_since_user(messages: list[MessageParam]) -> int:
     """Assistant tool_use turns since the last user turn that is not only tool results."""
     count = 0
     for message in reversed(messages):
@@ -166,16 +167,17 @@ def _turns_since_user(messages: list[Any]) -> int:
 
 
 def messages_call(
-    request: Any, script: list[ScriptedCall], default_rounds: int, rng: random.Random
+    request: MessagesRequest, script: list[ScriptedCall], default_rounds: int, rng: random.Random
 ) -> PlannedCall | None:
     """The tool_use a Messages request gets now (scripted, planned or forced), or None.
 
-    `request` is the simulator's MessagesRequest: custom tools (those with an
-    `input_schema`) are callable; `tool_choice` any or a named tool forces a call.
+    Custom tools (those with an `input_schema`) are callable; `tool_choice` any or a named
+    tool forces a call.
     """
     tools = [t for t in request.tools or [] if isinstance(t.get("input_schema"), dict)]
-    choice = request.model_extra.get("tool_choice") if request.model_extra else None
-    kind = choice.get("type") if isinstance(choice, dict) else "auto"
+    choice = (request.model_extra or {}).get("tool_choice")
+    choice = choice if isinstance(choice, dict) else {"type": "auto"}
+    kind = choice.get("type")
     if not tools or kind == "none":
         return None
     made = _turns_since_user(request.messages)
