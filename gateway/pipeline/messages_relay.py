@@ -116,4 +116,4 @@ def _error_status(payload: dict[str, Any]) -> int:
     return statuses.get(kind, 500) if isinstance(kind, str) else 500
 
 
-__all__ = ["MessagesRelay", "MessagesRelayResponse", "event_payload"]
+__all__ = ["MessagesRelay", "MessagesRelayResponse"]

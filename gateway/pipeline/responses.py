@@ -34,10 +34,10 @@ from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.chat import apply_task_policy, first_event, route_timeouts
 from gateway.pipeline.entitle import entitle, may_use
+from gateway.pipeline.event_relay import event_payload, prepend
 from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
-from gateway.pipeline.messages_relay import event_payload
 from gateway.pipeline.offload import patch_size, sized
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
@@ -301,7 +301,7 @@ class _Sender:
         events = stream.events()
         first = await first_event(stream, events, call)
         if native:
-            relayed: AsyncIterator[Relayed] = _prepend(first, events)
+            relayed: AsyncIterator[Relayed] = prepend(first, events)
             if ctx.thinking_cap is not None:  # no continuation natively: ended at the budget
                 relayed = capped_native(relayed, stream, ctx.thinking_cap, ctx.body)
             if ctx.chained:
@@ -341,12 +341,6 @@ async def _echo_chain(
                 response["previous_response_id"] = previous
                 event = sse(payload)
         yield event, payload
-
-
-async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncGenerator[Relayed, None]:
-    yield first, None
-    async for event in rest:
-        yield event, None
 
 
 __all__ = ["handle_responses", "not_found"]
