@@ -348,3 +348,24 @@ def test_the_readme_settings_work_on_farebox_serve(served: int, tmp_path: Path) 
         usage["cacheReadInputTokens"] + usage["inputTokens"] + usage["cacheCreationInputTokens"]
         == task["prompt_tokens"]
     )
+
+
+def test_codex_session_header_names_the_task_unless_the_client_names_one(
+    make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path
+) -> None:
+    """The rule the Codex runs rely on, with the `openai` SDK (no CLI needed)."""
+    gateway = _gateway(make_gateway, sim, tmp_path, [])
+    client = gateway.sdk()
+    session = "01a2311c-d8c5-7980-9372-d0bfddd55533"
+    for _ in range(2):
+        client.responses.create(
+            model="codex", input="hi", store=False, extra_headers={"session-id": session}
+        )
+    named = {"session-id": session, "X-Task-Id": "named-task"}
+    client.responses.create(model="codex", input="hi", store=False, extra_headers=named)
+    odd = {"session-id": "not a session id"}  # outside [A-Za-z0-9._:-]: not a task name
+    client.responses.create(model="codex", input="hi", store=False, extra_headers=odd)
+    assert _task(gateway, session, 2)["request_count"] == 2
+    assert _task(gateway, "named-task", 1)["request_count"] == 1
+    assert len(sim.requests()) == 4
+    assert gateway.last(4).task is not None and gateway.last(4).task.implicit
