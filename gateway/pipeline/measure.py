@@ -55,11 +55,19 @@ class Meter:
         """Account for one streamed `chat.completion.chunk`."""
         self.chunks += 1
         now = self.clock()
-        self._observe_meta(chunk)
-        for choice in _objects(chunk.get("choices")):
-            self._observe_delta(_object(choice.get("delta")), now)
-            if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
-                self.finish_reason = choice["finish_reason"]
+        if "usage" in chunk or "service_tier" in chunk:  # else nothing for `_observe_meta`
+            self._observe_meta(chunk)
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            return
+        for choice in choices:  # one per chunk, each chunk of a stream: no list built
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta")
+            self._observe_delta(delta if isinstance(delta, dict) else {}, now)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason:
+                self.finish_reason = reason
 
     def observe_reply(self, reply: dict[str, Any]) -> None:
         """Account for a whole non-streaming `chat.completion` (no token times: none seen)."""

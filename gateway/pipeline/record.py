@@ -191,6 +191,23 @@ def _labels(metrics: Metrics, metric: Any, *values: str, **named: str) -> Any:
     return child
 
 
+def _by_kind(metrics: Metrics, metric: Any, model: str) -> tuple[Any, ...]:
+    """The model's child of `metric` for each cost component, in `COMPONENTS` order: one
+    lookup instead of five `_labels` calls (tokens and cost are counted by kind)."""
+    children = _CHILDREN.get(metrics)
+    if children is None:
+        children = _CHILDREN.setdefault(metrics, {})
+    key = (id(metric), model, COMPONENTS)
+    kinds = children.get(key)
+    if kinds is None:
+        if len(children) >= MAX_CHILDREN:
+            children.clear()
+        kinds = children[key] = tuple(
+            _labels(metrics, metric, model=model, kind=kind) for kind in COMPONENTS
+        )
+    return kinds  # type: ignore[no-any-return]
+
+
 def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -> None:
     """Count the request, its tokens and cost, and its latencies."""
     assert ctx.route is not None
@@ -207,22 +224,28 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
     if usage is not None and usage.suspect:
         _labels(metrics, metrics.usage_suspect, model=model).inc()
     if usage is not None:
-        counts = {
-            "input": usage.uncached_input_tokens,
-            "cached": usage.cached_tokens,
-            "cache_write": usage.cache_write_tokens + usage.cache_write_1h_tokens,
-            "output": usage.answer_tokens,
-            "reasoning": usage.reasoning_tokens,
-        }
+        counts = (
+            usage.uncached_input_tokens,
+            usage.cached_tokens,
+            usage.cache_write_tokens + usage.cache_write_1h_tokens,
+            usage.answer_tokens,
+            usage.reasoning_tokens,
+        )
         # Every series is looked up (so it exists at 0); adding zero would only take its lock.
-        for kind, count in counts.items():
-            child = _labels(metrics, metrics.tokens, model=model, kind=kind)
+        for child, count in zip(_by_kind(metrics, metrics.tokens, model), counts, strict=True):
             if count:
                 child.inc(count)
-    for kind, amount in booked.components.items():
-        child = _labels(metrics, metrics.cost, model=model, kind=kind)
-        if amount:
-            child.inc(float(amount))
+    amounts = booked.components
+    if tuple(amounts) == COMPONENTS:  # always, from `BookedCost.of`
+        children = _by_kind(metrics, metrics.cost, model)
+        for child, amount in zip(children, amounts.values(), strict=True):
+            if amount:
+                child.inc(float(amount))
+    else:
+        for kind, amount in amounts.items():
+            child = _labels(metrics, metrics.cost, model=model, kind=kind)
+            if amount:
+                child.inc(float(amount))
     _observe_latencies(metrics, ctx, model)
     _observe_prefix(metrics, ctx, model)
     enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")

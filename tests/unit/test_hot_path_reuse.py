@@ -23,6 +23,7 @@ from gateway.ledger.records import new_row_id
 from gateway.pipeline.context import RequestContext, TaskRef
 from gateway.pipeline.decide import decide
 from gateway.pipeline.identify import identify
+from gateway.pipeline.measure import Meter
 from gateway.pipeline.parse import parse
 from gateway.pipeline.policy import facts_of
 from gateway.pipeline.record import BookedCost, booked_cost
@@ -145,3 +146,17 @@ def test_money_strings_of_typical_amounts() -> None:
     cases |= {"0": "0", "-0.50": "-0.5", "0.000001": "0.000001", "12.3400": "12.34"}
     for value, text in cases.items():
         assert money_str(Decimal(value)) == text
+
+
+def test_the_meter_reads_odd_chunks_as_before() -> None:
+    ticks = iter(range(100))
+    meter = Meter(clock=lambda: float(next(ticks)))
+    meter.observe_chunk({"service_tier": "flex", "choices": "not a list"})
+    meter.observe_chunk({"choices": [7, {"delta": "text", "finish_reason": ""}]})
+    meter.observe_chunk({"choices": [{"delta": {"content": "Hi"}, "finish_reason": "length"}]})
+    meter.observe_chunk({"usage": None, "choices": []})
+    assert meter.service_tier == "flex" and meter.usage is None
+    assert meter.first_token == meter.first_answer_token == 2.0
+    assert meter.finish_reason == "length" and meter.chunks == 4
+    meter.observe_chunk({"usage": {"prompt_tokens": 3, "completion_tokens": 1, "speed": "fast"}})
+    assert meter.usage is not None and meter.usage.prompt_tokens == 3 and meter.speed == "fast"
