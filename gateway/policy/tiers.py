@@ -136,7 +136,7 @@ def choose_tier(
     field: str = "X-Speed-Tier",
 ) -> tuple[Tier, bool]:
     """Return the tier to serve and whether it was asked or chosen (False: implicit standard)."""
-    rule = rule or TierRule()
+    rule = rule or _NO_TIER_RULE
     if rule.force is not None:
         if asked is not None and asked != rule.force:
             draft.notes.append(f"speed tier forced to {rule.force} by rule '{label}'")
@@ -151,6 +151,10 @@ def choose_tier(
     if tier not in offered:
         tier = _fallback(draft, tier, rule, offered)
     return tier, True
+
+
+_NO_TIER_RULE = TierRule()
+"""Frozen: one shared rule for the rules without `tier:`, not a validated model per request."""
 
 
 def _fallback(draft: Draft, tier: Tier, rule: TierRule, offered: tuple[Tier, ...]) -> Tier:
