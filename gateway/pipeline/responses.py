@@ -53,6 +53,7 @@ from gateway.pipeline.responses_relay import (
 )
 from gateway.pipeline.responses_request import (
     ResponsesContext,
+    chat_edits_over,
     native_edits,
     parse_responses,
     policy_view,
@@ -193,7 +194,7 @@ def _build_call(ctx: ResponsesContext, services: Services) -> UpstreamCall:
             body = patch_object(body, edits.set_fields, edits.remove, trusted=True)
     else:
         try:
-            parsed = chat_body(parsed, ctx.items)
+            parsed = chat_edits_over(chat_body(parsed, ctx.items), ctx.edits)
         except ValueError as exc:
             raise InvalidRequestError(
                 f"model '{ctx.alias}' is served over chat completions: {exc}", param="tools"

@@ -115,3 +115,20 @@ def native_edits(edits: BodyEdits, native: dict[str, Any]) -> BodyEdits:
         current.pop("effort")
         out.set_fields["reasoning"] = current
     return out
+
+
+def chat_edits_over(chat: dict[str, Any], edits: BodyEdits) -> dict[str, Any]:
+    """A chat body translated from a Responses request, with the stages' edits laid over it.
+
+    The stages plan in chat terms, so their edits apply to the translated body as they are:
+    chat-only fields (vLLM's `thinking_token_budget`, `chat_template_kwargs`, ...) reach
+    the upstream here, where `native_edits` has no place for them. One output cap is sent.
+    """
+    body = {k: v for k, v in chat.items() if k not in edits.remove} | edits.set_fields
+    for cap, other in (
+        ("max_tokens", "max_completion_tokens"),
+        ("max_completion_tokens", "max_tokens"),
+    ):
+        if cap in edits.set_fields and other not in edits.set_fields:
+            body.pop(other, None)
+    return body
