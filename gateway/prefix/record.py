@@ -136,10 +136,18 @@ def _hex_each(digests: list[bytes]) -> tuple[str, ...]:
 # Items per C-level `map` in `_column`: ~0.5 ms of work, then the interpreter lock may
 # change hands (one `map` over 466,000 segments held it 20-90 ms, the event loop waiting).
 COLUMN_CHUNK = 8_192
+# Up to this many, a column is one plain `tuple(map(...))` (a tuple of atoms leaves cyclic
+# GC at its first collection anyway).
+SMALL_COLUMN = 64
 
 
 def _column(items: Sequence[Any], *steps: Callable[[Any], Any]) -> tuple[Any, ...]:
     """`tuple(map(step, ...items))`, a chunk at a time, out of cyclic GC (atoms only)."""
+    if len(items) <= SMALL_COLUMN:  # most requests: the chunking costs more than the map
+        small: Iterable[Any] = items
+        for step in steps:
+            small = map(step, small)
+        return tuple(small)
     column: list[Any] = acyclic_list()  # scratch: else young, walked by collections
     for start in range(0, len(items), COLUMN_CHUNK):
         values: Iterable[Any] = items[start : start + COLUMN_CHUNK]
@@ -151,6 +159,8 @@ def _column(items: Sequence[Any], *steps: Callable[[Any], Any]) -> tuple[Any, ..
 
 def _running_sums(sizes: list[int]) -> tuple[int, ...]:
     """`tuple(accumulate(sizes))`, a chunk at a time (see `_column`)."""
+    if len(sizes) <= SMALL_COLUMN:
+        return tuple(accumulate(sizes))
     sums: list[int] = acyclic_list()
     total = 0
     for start in range(0, len(sizes), COLUMN_CHUNK):

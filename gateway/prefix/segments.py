@@ -311,17 +311,46 @@ def _split_at_sentinel(values: list[Any]) -> list[bytes]:
 
 
 def _segment(name: str, kind: SegmentKind, value: Any) -> Segment:
-    """Return a header segment; JSON-structured ones also get a sorted-key digest."""
+    """Return a header segment; JSON-structured ones also get a sorted-key digest.
+
+    A header the body does not have (most requests: no tools, settings or schema) is one
+    shared segment; the sorted-key digest of one that repeats (an agent's tools, every
+    step) is kept by its bytes' digest, which determine it (see `_SORTED`).
+    """
+    if value is None:
+        absent = _ABSENT.get((name, kind))
+        if absent is None:
+            absent = _ABSENT[(name, kind)] = _make_segment(name, kind, None)
+        return absent
+    return _make_segment(name, kind, value)
+
+
+def _make_segment(name: str, kind: SegmentKind, value: Any) -> Segment:
     data = canonical_bytes(value)
     marked = False
     if (_MARKER_BYTES[0] in data or _MARKER_BYTES[1] in data) and isinstance(value, dict | list):
         stripped = canonical_bytes(strip_markers(value))
         marked = stripped != data
         data = stripped
+    hashed = digest(data)
     canonical = b""
     if kind in (SegmentKind.TOOLS, SegmentKind.SETTING, SegmentKind.SCHEMA):
-        canonical = digest(sorted_form(strip_markers(value) if marked else value, kind))
-    return Segment(name, kind, data, digest(data), marked, canonical)
+        # `data` is the compact JSON of the (marker-free) value in its own key order, so it
+        # determines the sorted form: the digest of one is kept by the digest of the other.
+        canonical = _SORTED.get((kind, hashed), b"")
+        if not canonical:
+            canonical = digest(sorted_form(strip_markers(value) if marked else value, kind))
+            if len(_SORTED) >= SORTED_KEEP:
+                _SORTED.clear()
+            _SORTED[(kind, hashed)] = canonical
+    return Segment(name, kind, data, hashed, marked, canonical)
+
+
+_ABSENT: dict[tuple[str, SegmentKind], Segment] = {}
+"""Header segments of a part the body leaves out, by name and kind: a handful."""
+_SORTED: dict[tuple[SegmentKind, bytes], bytes] = {}
+"""Sorted-key digests by the digest of the header's canonical bytes (bounded)."""
+SORTED_KEEP = 4096
 
 
 def sorted_form(value: Any, kind: SegmentKind = SegmentKind.SCHEMA) -> bytes:
@@ -357,6 +386,12 @@ def _settings(body: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any] | 
 
 def _header(body: Mapping[str, Any], part: str, system: list[Any]) -> Segment:
     if part == "system":
+        if not system:  # no system prompt: one shared segment
+            absent = _ABSENT.get(("system", SegmentKind.SYSTEM))
+            if absent is None:
+                absent = Segment("system", SegmentKind.SYSTEM, b"[]", digest(b"[]"), False)
+                _ABSENT[("system", SegmentKind.SYSTEM)] = absent
+            return absent
         data = canonical_bytes([rendered_message(m) for m in system])
         marked = any(_has_marker(m) for m in system)
         return Segment("system", SegmentKind.SYSTEM, data, digest(data), marked)
