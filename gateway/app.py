@@ -44,6 +44,7 @@ from gateway.loopwatch import LoopWatch
 from gateway.metrics import Metrics
 from gateway.metrics_server import MetricsServer
 from gateway.otel import open_tracing
+from gateway.pipeline.offload import share_the_lock
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
 from gateway.reloader import ConfigReloader
@@ -96,6 +97,7 @@ def create_app(
             services.upstreams.warm(services.config.models.values())
             if not services.upstreams.warming:
                 freeze_heap()  # else once litellm is loaded (its objects live as long)
+            share_the_lock()  # a worker thread lets the loop run within 1 ms, not 5
             watch = LoopWatch(services.metrics.loop_lag.observe)
             app.state.loop_watch = await stack.enter_async_context(watch)  # and for benches
             reloader = ConfigReloader(services, source, settings.reload_poll_s)

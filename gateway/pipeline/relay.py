@@ -41,7 +41,11 @@ from gateway.upstream.sse import DONE, DONE_EVENT, event_data
 from gateway.usage import usage_from_openai
 
 log = logging.getLogger("farebox.relay")
-LOOP_SLICE_S = 0.005  # the longest a stream relays without a pause
+LOOP_SLICE_S = 0.002
+"""The longest a stream relays without a pause. Another task's wake-up waits up to three
+slices: the timer or socket event runs one loop pass after the slice in progress, the task
+it wakes one pass later, each pass behind a slice of this stream (5 ms slices kept the
+loop 15-20 ms per 5 ms watch period on a 20 MB stream; ~2,500 pauses of ~30 µs are ~2%)."""
 
 
 def _is_usage_only(chunk: dict[str, Any]) -> bool:

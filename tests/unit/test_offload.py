@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
 
 from gateway.config import ModelRoute
 from gateway.pipeline.context import RequestContext, TaskRef
-from gateway.pipeline.offload import OFF_LOOP_BYTES, RELEASE_BYTES, _take_apart, release, sized
+from gateway.pipeline.offload import (
+    OFF_LOOP_BYTES,
+    RELEASE_BYTES,
+    SWITCH_INTERVAL_S,
+    _take_apart,
+    release,
+    share_the_lock,
+    sized,
+)
 from gateway.pipeline.prefix import MAX_REMEMBERED_SEGMENTS, check_prefix, remember
 from gateway.prefix import PrefixChecker, rule_for
 from gateway.state.memory import MemoryState
@@ -96,3 +105,13 @@ def test_taking_apart_leaves_a_sequence_someone_else_holds_intact() -> None:
     # Detached from the holder, but another holder still reads every item.
     assert len(shared) == 3000 and all(isinstance(part, _Part) for part in shared)
     assert held == [in_dict] and len(in_dict["parts"]) == 3000  # plain: freed as it is
+
+
+def test_worker_threads_are_told_to_hand_the_lock_over_within_a_millisecond() -> None:
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)  # Python's default
+        share_the_lock()
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_S == 0.001
+    finally:
+        sys.setswitchinterval(before)
