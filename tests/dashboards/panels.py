@@ -33,6 +33,36 @@ VARIABLE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 SQL_MACRO = re.compile(r"\$__(timeFilter|timeGroupAlias|timeFrom|timeTo)\(([^)]*)\)")
 
 
+# What two panels that read rollups and indexes by rank ask, answered the slow way: from
+# the request rows, and by percentile_disc's sort (test_sql_panels_exact, sql_timing).
+_PREFIX_ROWS = """
+SELECT model_alias AS model, prefix_status AS reason, count(*) AS misses,
+  coalesce(sum(prefix_lost_usd), 0) AS lost_usd
+FROM requests
+WHERE $__timeFilter(created_at) AND ('${team:regex}' = '.*' OR team ~ '^(${team:regex})$')
+  AND ('${model:regex}' = '.*' OR model_alias ~ '^(${model:regex})$')
+  AND ('${tier:regex}' = '.*' OR tier_served ~ '^(${tier:regex})$')
+  AND prefix_status LIKE 'miss%'
+GROUP BY 1, 2
+"""
+_TASK_SORT = """
+SELECT coalesce(team, '') AS team, status AS outcome, count(*) AS tasks,
+  percentile_disc(0.5) WITHIN GROUP (ORDER BY cost_total) AS p50_usd,
+  percentile_disc(0.95) WITHIN GROUP (ORDER BY cost_total) AS p95_usd,
+  max(cost_total) AS max_usd, sum(cost_total) AS total_usd
+FROM tasks
+WHERE finished_at IS NOT NULL AND $__timeFilter(finished_at)
+  AND status NOT IN ('open', 'abandoned', 'untasked')
+  AND ('${team:regex}' = '.*' OR coalesce(team, '') ~ '^(${team:regex})$')
+GROUP BY 1, 2
+ORDER BY total_usd DESC
+"""
+SLOW_WAY = {
+    "Prefix breaks: misses and money lost": _PREFIX_ROWS,
+    "Cost per finished task by team and outcome": _TASK_SORT,
+}
+
+
 @dataclass(frozen=True)
 class Query:
     """One target of one panel."""

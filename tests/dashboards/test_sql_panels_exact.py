@@ -31,30 +31,8 @@ from tests.pg import PG_HOST, PG_PORT, PG_USER
 
 pytestmark = pytest.mark.postgres
 
-# The panel's question asked of the rows (the panel's query before migration 0008).
-ROWS_SQL = """
-SELECT model_alias AS model, prefix_status AS reason, count(*) AS misses,
-  coalesce(sum(prefix_lost_usd), 0) AS lost_usd
-FROM requests
-WHERE $__timeFilter(created_at) AND ('${team:regex}' = '.*' OR team ~ '^(${team:regex})$')
-  AND ('${model:regex}' = '.*' OR model_alias ~ '^(${model:regex})$')
-  AND ('${tier:regex}' = '.*' OR tier_served ~ '^(${tier:regex})$')
-  AND prefix_status LIKE 'miss%'
-GROUP BY 1, 2
-"""
-# The cost panel's question answered by percentile_disc's sort (nearest rank, as the panel).
-TASKS_SQL = """
-SELECT coalesce(team, '') AS team, status AS outcome, count(*) AS tasks,
-  percentile_disc(0.5) WITHIN GROUP (ORDER BY cost_total) AS p50_usd,
-  percentile_disc(0.95) WITHIN GROUP (ORDER BY cost_total) AS p95_usd,
-  max(cost_total) AS max_usd, sum(cost_total) AS total_usd
-FROM tasks
-WHERE finished_at IS NOT NULL AND $__timeFilter(finished_at)
-  AND status NOT IN ('open', 'abandoned', 'untasked')
-  AND ('${team:regex}' = '.*' OR coalesce(team, '') ~ '^(${team:regex})$')
-GROUP BY 1, 2
-ORDER BY total_usd DESC
-"""
+SLOW = panels.SLOW_WAY
+PREFIX, COST = SLOW
 # Tasks whose finish reached the ledger before any request (team NULL), from recent ones.
 ORPHANS = """
 CREATE TEMP TABLE orphans AS
@@ -86,7 +64,9 @@ def filled() -> Iterator[tuple[str, datetime]]:
     asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
     try:
         url = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
-        asyncio.run(_fill_module().fill(url, rows=30_000, days=3))
+        fill = _fill_module()
+        asyncio.run(fill.fill(url, rows=30_000, days=3))
+        assert asyncio.run(fill.check(url)) == 0  # every rollup equals the rows' sums
         asyncio.run(_execute(name, ORPHANS))
         yield name, datetime.now(UTC)
     finally:
@@ -136,12 +116,12 @@ def _keyed(rows: list[dict[str, Any]]) -> dict[tuple[Any, Any], tuple[Any, Any]]
 
 def test_prefix_breaks_panel_equals_the_rows_at_every_range(filled: tuple[str, datetime]) -> None:
     database, now = filled
-    (query,) = [q for q in panels.queries() if q.panel == "Prefix breaks: misses and money lost"]
+    (query,) = [q for q in panels.queries() if q.panel == PREFIX]
     compared = 0
     for start, end in _ranges(now):
         for chosen in CHOICES:
             panel = asyncio.run(fetch(database, panels.sql(query.text, chosen, start, end)))
-            rows = asyncio.run(fetch(database, panels.sql(ROWS_SQL, chosen, start, end)))
+            rows = asyncio.run(fetch(database, panels.sql(SLOW[PREFIX], chosen, start, end)))
             assert _keyed(panel) == _keyed(rows), (start, end, chosen)
             lost = [row["lost_usd"] for row in panel]
             assert lost == sorted(lost, reverse=True)  # the costliest reason first
@@ -153,14 +133,12 @@ def test_cost_per_task_panel_equals_percentile_disc_at_every_range(
     filled: tuple[str, datetime],
 ) -> None:
     database, now = filled
-    (query,) = [q for q in panels.queries()
-                if q.panel == "Cost per finished task by team and outcome"
-                and q.kind == "postgres"]  # fmt: skip
+    (query,) = [q for q in panels.queries() if q.panel == COST and q.kind == "postgres"]
     compared, outcomes = 0, set()
     for start, end in _ranges(now):
         for chosen in CHOICES:
             panel = asyncio.run(fetch(database, panels.sql(query.text, chosen, start, end)))
-            rows = asyncio.run(fetch(database, panels.sql(TASKS_SQL, chosen, start, end)))
+            rows = asyncio.run(fetch(database, panels.sql(SLOW[COST], chosen, start, end)))
             assert panel == rows, (start, end, chosen)
             compared += len(rows)
             outcomes |= {(row["team"], row["outcome"]) for row in rows}
@@ -170,9 +148,7 @@ def test_cost_per_task_panel_equals_percentile_disc_at_every_range(
 
 def test_cost_per_task_panel_reads_indexes_only(filled: tuple[str, datetime]) -> None:
     database, now = filled
-    (query,) = [q for q in panels.queries()
-                if q.panel == "Cost per finished task by team and outcome"
-                and q.kind == "postgres"]  # fmt: skip
+    (query,) = [q for q in panels.queries() if q.panel == COST and q.kind == "postgres"]
     text = panels.sql(query.text, CHOICES[0], now - timedelta(days=2), now)
     plan = asyncio.run(_plan(database, text))
     assert "Index Only Scan using ix_tasks_finished_at_cover" in plan, plan
