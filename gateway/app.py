@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-import httpx
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -163,9 +162,7 @@ async def _build_services(
         sim = await start_embedded_sim(settings.host, settings.sim_port)
         stack.push_async_callback(sim.stop)
         sim_base_url = sim.base_url
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
-    client = httpx.AsyncClient(limits=limits, trust_env=False)
-    upstreams = Upstreams(client, sim_base_url, settings.timeouts)
+    upstreams = Upstreams(None, sim_base_url, settings.timeouts)  # litellm's httpx: on use
     stack.push_async_callback(upstreams.aclose)
     metrics = Metrics()
     engine, ledger = await _open_ledger(stack, settings, config, metrics)

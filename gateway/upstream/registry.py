@@ -35,10 +35,14 @@ log = logging.getLogger("farebox.upstream")
 class Upstreams:
     """The adapters of one gateway process; litellm's is built on first use only.
 
-    `client` (httpx) is litellm's; the native adapters share one aiohttp pool of their own.
+    `client` (httpx) is litellm's, made when litellm is first needed unless one is given
+    (an httpx client loads the CA bundle and HTTP/2: 3.6 MiB a process without litellm
+    routes never uses); the native adapters share one aiohttp pool of their own.
     """
 
-    def __init__(self, client: httpx.AsyncClient, sim_base_url: str | None, timeouts: Timeouts):
+    def __init__(
+        self, client: httpx.AsyncClient | None, sim_base_url: str | None, timeouts: Timeouts
+    ):
         self._client = client
         self._native = HttpClient()
         self.openai = OpenAICompatUpstream(self._native)
@@ -64,6 +68,9 @@ class Upstreams:
             # Importing litellm costs seconds and ~200 MB: only configurations that need it pay.
             from gateway.upstream.litellm_adapter import LiteLLMUpstream
 
+            if self._client is None:
+                limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+                self._client = httpx.AsyncClient(limits=limits, trust_env=False)
             self._litellm = LiteLLMUpstream(self._client)
         return self._litellm
 
@@ -129,4 +136,5 @@ class Upstreams:
         await self.openai.aclose()  # the native pool
         if self._litellm is not None:
             await self._litellm.aclose()
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
