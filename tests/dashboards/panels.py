@@ -24,6 +24,7 @@ BUILT_IN = {
     "__range",
     "__rate_interval",
     "__interval",
+    "__interval_ms",
     "__timeFilter",
     "__timeGroupAlias",
     "__timeFrom",
@@ -57,9 +58,35 @@ WHERE finished_at IS NOT NULL AND $__timeFilter(finished_at)
 GROUP BY 1, 2
 ORDER BY total_usd DESC
 """
+# The series panels' buckets from the rows: each request in its UTC hour, the hours that
+# start in the range summed per point (a day or more apart over 31 days), as rollup_hourly.
+_DAYS = (
+    "($__interval_ms >= 86400000"
+    " OR $__timeTo()::timestamptz - $__timeFrom()::timestamptz > interval '31 days')"
+)
+_STEP = (
+    f"(CASE WHEN {_DAYS} THEN floor(greatest($__interval_ms, 86400000) / 86400000) * 86400"
+    " ELSE $__interval_ms / 1000 END)"
+)
+_SERIES_ROWS = f"""
+SELECT floor(extract(epoch from hour) / {_STEP}) * {_STEP} AS "time", metric,
+  sum(cost_total) AS value
+FROM (SELECT date_trunc('hour', created_at, 'UTC') AS hour, {{metric}} AS metric, cost_total
+  FROM requests
+  WHERE ('${{team:regex}}' = '.*' OR team ~ '^(${{team:regex}})$')
+  AND ('${{model:regex}}' = '.*' OR model_alias ~ '^(${{model:regex}})$')
+  AND ('${{tier:regex}}' = '.*' OR tier_served ~ '^(${{tier:regex}})$')) AS hours
+WHERE hour BETWEEN $__timeFrom() AND $__timeTo()
+GROUP BY 1, 2
+ORDER BY 1
+"""
 SLOW_WAY = {
     "Prefix breaks: misses and money lost": _PREFIX_ROWS,
     "Cost per finished task by team and outcome": _TASK_SORT,
+    "Spend over time by team": _SERIES_ROWS.replace("{metric}", "team"),
+    "Spend over time by model, backend and tier": _SERIES_ROWS.replace(
+        "{metric}", "model_alias || ' ' || backend || ' ' || tier_served"
+    ),
 }
 
 
@@ -125,8 +152,11 @@ def promql(text: str, chosen: dict[str, str]) -> str:
     return VARIABLE.sub(lambda m: chosen[m.group(1) or m.group(2)], text)
 
 
-def sql(text: str, chosen: dict[str, str], start: datetime, end: datetime) -> str:
-    """The SQL with Grafana's PostgreSQL macros and the template variables filled in."""
+def sql(
+    text: str, chosen: dict[str, str], start: datetime, end: datetime, interval_s: int = 3600
+) -> str:
+    """The SQL with Grafana's PostgreSQL macros, `$__interval_ms` and the template variables
+    filled in; `interval_s` is Grafana's interval (at least the series panels' 1 h minimum)."""
 
     def macro(match: re.Match[str]) -> str:
         name, args = match.group(1), [a.strip() for a in match.group(2).split(",")]
@@ -134,10 +164,9 @@ def sql(text: str, chosen: dict[str, str], start: datetime, end: datetime) -> st
             return f"{args[0]} BETWEEN '{start.isoformat()}' AND '{end.isoformat()}'"
         if name in ("timeFrom", "timeTo"):  # a quoted timestamp, as Grafana writes it
             return f"'{(start if name == 'timeFrom' else end).isoformat()}'"
-        seconds = 60  # $__interval on a one-hour range
-        return f'floor(extract(epoch from {args[0]}) / {seconds}) * {seconds} AS "time"'
+        return f'floor(extract(epoch from {args[0]}) / {interval_s}) * {interval_s} AS "time"'
 
-    text = SQL_MACRO.sub(macro, text)
+    text = SQL_MACRO.sub(macro, text).replace("$__interval_ms", str(interval_s * 1000))
     return VARIABLE.sub(lambda m: chosen[m.group(1) or m.group(2)], text)
 
 

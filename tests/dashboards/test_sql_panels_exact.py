@@ -7,7 +7,10 @@ the rows) is compared with the same question asked of the `requests` rows alone,
 *Cost per finished task* (nearest-rank percentiles read by rank off an index) with
 `percentile_disc`'s sort, over ranges that start and end on and off hour and day
 boundaries, inside one hour, across days, with every variable on All and with one team,
-model and tier picked.
+model and tier picked. The two *Spend over time* panels (whole days from `rollup_daily` and
+the hours around them from `rollup_hourly` when points are a day or more apart or the range
+is over 31 days; the hours otherwise) are compared with the rows summed by their UTC hour,
+at hourly, 2-hourly, daily and 2-daily intervals.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,7 +36,7 @@ from tests.pg import PG_HOST, PG_PORT, PG_USER
 pytestmark = pytest.mark.postgres
 
 SLOW = panels.SLOW_WAY
-PREFIX, COST = SLOW
+PREFIX, COST, *SERIES = SLOW
 # Tasks whose finish reached the ledger before any request (team NULL), from recent ones.
 ORPHANS = """
 CREATE TEMP TABLE orphans AS
@@ -144,6 +148,33 @@ def test_cost_per_task_panel_equals_percentile_disc_at_every_range(
             outcomes |= {(row["team"], row["outcome"]) for row in rows}
     assert compared > 100
     assert ("", "success") in outcomes  # tasks whose finish came before their requests
+
+
+@pytest.mark.parametrize("panel", SERIES)
+def test_series_panel_equals_the_rows_at_every_range_and_interval(
+    filled: tuple[str, datetime], panel: str
+) -> None:
+    database, now = filled
+    (query,) = [q for q in panels.queries() if q.panel == panel]
+    ranges = [*_ranges(now), (now - timedelta(days=40), now)]  # over 31 days: daily points
+    compared, steps = 0, set()
+    for start, end in ranges:
+        for chosen, interval_s in zip(CHOICES, (3600, 86400, 7200), strict=True):
+            for interval in (interval_s, 2 * 86400):
+                text = panels.sql(query.text, chosen, start, end, interval)
+                got = asyncio.run(fetch(database, text))
+                slow = panels.sql(SLOW[panel], chosen, start, end, interval)
+                rows = asyncio.run(fetch(database, slow))
+                assert _points(got) == _points(rows), (start, end, chosen, interval)
+                assert [r["time"] for r in got] == sorted(r["time"] for r in got)
+                compared += len(rows)
+                steps |= {int(b["time"]) - int(a["time"]) for a, b in pairwise(got)}
+    assert compared > 1000
+    assert {3600, 7200, 86400, 2 * 86400} <= steps  # hourly, 2-hourly, daily, 2-daily points
+
+
+def _points(rows: list[dict[str, Any]]) -> list[tuple[Any, Any, Any]]:
+    return sorted((r["time"], r["metric"], r["value"]) for r in rows)
 
 
 def test_cost_per_task_panel_reads_indexes_only(filled: tuple[str, datetime]) -> None:
