@@ -182,10 +182,14 @@ def take_items(owner: Any, key: str | int) -> list[Any] | None:
     to None), even on a frozen dataclass: call it only on objects nothing reads any more.
     When that left no other holder, its items move to the list returned (untouched, no
     count changed), for the caller to free a slice at a time; the emptied sequence is
-    freed at once. None when someone else still holds the sequence, or without the native
-    module (nothing is detached then).
+    freed at once. None when someone else still holds the sequence. Without the native
+    module nothing is detached: the list returned is a copy (its items die with it, a
+    slice at a time, once the owner is gone).
     """
-    return None if _take_items is None else _take_items(owner, key)
+    if _take_items is None:
+        value = owner[key] if type(owner) is list else getattr(owner, str(key))
+        return list(value) if isinstance(value, list | tuple) else None
+    return _take_items(owner, key)
 
 
 def acyclic_list() -> list[Any]:

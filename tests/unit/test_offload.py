@@ -7,6 +7,8 @@ import threading
 import weakref
 from dataclasses import dataclass
 
+import pytest
+
 from gateway.config import ModelRoute
 from gateway.pipeline.context import RequestContext, TaskRef
 from gateway.pipeline.offload import (
@@ -19,7 +21,7 @@ from gateway.pipeline.offload import (
     sized,
 )
 from gateway.pipeline.prefix import MAX_REMEMBERED_SEGMENTS, check_prefix, remember
-from gateway.prefix import PrefixChecker, rule_for
+from gateway.prefix import PrefixChecker, locate, rule_for
 from gateway.state.memory import MemoryState
 
 
@@ -115,3 +117,18 @@ def test_worker_threads_are_told_to_hand_the_lock_over_within_a_millisecond() ->
         assert sys.getswitchinterval() == SWITCH_INTERVAL_S == 0.001
     finally:
         sys.setswitchinterval(before)
+
+
+def test_without_the_native_module_a_held_sequence_is_copied_and_still_freed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(locate, "_take_items", None)  # a build without a C compiler
+    parts = [_Part() for _ in range(3000)]
+    watched = [weakref.ref(part) for part in parts]
+    holder = _Holder(tuple(parts))
+    held: list[object] = [holder, "kept as is"]
+    del parts
+    _take_apart(held)
+    assert held == ["kept as is"] and len(holder.parts) == 3000  # not detached: a copy
+    del holder
+    assert all(ref() is None for ref in watched)
