@@ -187,7 +187,7 @@ def take_items(owner: Any, key: str | int) -> list[Any] | None:
     slice at a time, once the owner is gone).
     """
     if _take_items is None:
-        value = owner[key] if type(owner) is list else getattr(owner, str(key))
+        value = owner[int(key)] if type(owner) is list else getattr(owner, str(key))
         return list(value) if isinstance(value, list | tuple) else None
     return _take_items(owner, key)
 
