@@ -133,6 +133,7 @@ class Bench:
             target.watch.stop()
             self.results.rss_mib[name] = target.watch.per_process_mib()
             self.results.rss_total_mib[name] = target.watch.total_mib()
+            self.results.pss_uss_mib[name] = target.watch.pss_uss_mib()
 
     def _prewarm(self, target: Target) -> None:
         """Unmeasured c=64 runs: pools filled, caches warm, so runs after are steady state

@@ -22,6 +22,7 @@ class Results:
     ready_s: dict[str, float | None] = field(default_factory=dict)
     rss_mib: dict[str, float] = field(default_factory=dict)  # largest single process
     rss_total_mib: dict[str, float] = field(default_factory=dict)
+    pss_uss_mib: dict[str, tuple[float, float]] = field(default_factory=dict)  # largest
     skipped: dict[str, str] = field(default_factory=dict)  # target -> why it did not run
     import_s: float | None = None  # `import gateway.app` on the gateway core
     profile_top: str = ""  # the profile's largest parts, when --profile ran
@@ -221,6 +222,9 @@ def _process_goals(r: Results) -> list[Goal]:
     _judge(rss, r.rss_mib.get(FB), 150.0, "MiB", at_most=True)
     if W2 in r.rss_mib:
         rss.bound = f"with 2 workers the largest process peaked at {r.rss_mib[W2]} MiB"
+        if W2 in r.pss_uss_mib:
+            pss, uss = r.pss_uss_mib[W2]
+            rss.bound += f" (PSS {pss}, USS {uss}: what a worker adds)"
     start = Goal("first request served after start", "< 1.5 s")
     _judge(start, r.ready_s.get(FB), 1.5, "s", at_most=True)
     if r.import_s is not None:

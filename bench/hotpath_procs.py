@@ -70,6 +70,21 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def shared_kib(pid: int) -> tuple[int, int]:
+    """PSS (shared pages divided among their users) and USS (this process's own), KiB."""
+    pss = uss = 0
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            name, _, rest = line.partition(":")
+            if name == "Pss":
+                pss = int(rest.split()[0])
+            elif name in ("Private_Clean", "Private_Dirty"):
+                uss += int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return pss, uss
+
+
 def active_opens() -> int:
     """ActiveOpens of the `Tcp:` line of /proc/net/snmp (the whole network namespace)."""
     lines = [ln.split() for ln in Path("/proc/net/snmp").read_text().splitlines()]
@@ -85,11 +100,14 @@ def get_json(url: str, timeout: float = 5.0) -> dict[str, object]:
 
 @dataclass
 class RssWatch:
-    """The largest VmRSS of each process in a tree, sampled in a thread while it runs."""
+    """The largest VmRSS of each process in a tree, sampled in a thread while it runs; and
+    the largest PSS and USS (from smaps_rollup), which count shared pages once."""
 
     pid: int
     interval_s: float = 0.1
     peak_kib: dict[int, int] = field(default_factory=dict)
+    peak_pss_kib: dict[int, int] = field(default_factory=dict)
+    peak_uss_kib: dict[int, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> RssWatch:
@@ -104,6 +122,9 @@ class RssWatch:
         for member in tree(self.pid):
             kib = rss_kib(member)
             self.peak_kib[member] = max(self.peak_kib.get(member, 0), kib)
+            pss, uss = shared_kib(member)
+            self.peak_pss_kib[member] = max(self.peak_pss_kib.get(member, 0), pss)
+            self.peak_uss_kib[member] = max(self.peak_uss_kib.get(member, 0), uss)
 
     def stop(self) -> None:
         self.sample()
@@ -115,6 +136,12 @@ class RssWatch:
 
     def total_mib(self) -> float:
         return round(sum(self.peak_kib.values()) / 1024, 1)
+
+    def pss_uss_mib(self) -> tuple[float, float]:
+        """The largest PSS and USS any single process of the tree reached."""
+        pss = max(self.peak_pss_kib.values(), default=0)
+        uss = max(self.peak_uss_kib.values(), default=0)
+        return round(pss / 1024, 1), round(uss / 1024, 1)
 
 
 @dataclass

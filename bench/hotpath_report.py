@@ -124,19 +124,26 @@ def _processes(results: Results) -> list[str]:
         "## Processes",
         "",
         "| target | start to first 200 (s) | peak RSS, largest process "
-        "(MiB) | peak RSS, whole tree (MiB) |",
-        "| --- | --- | --- | --- |",
+        "(MiB) | peak RSS, whole tree (MiB) | peak PSS / USS, largest process (MiB) |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for target in results.runs:
         if target == "direct":
             continue
+        pss, uss = results.pss_uss_mib.get(target, (None, None))
         lines.append(
             f"| {target} | {_num(results.ready_s.get(target))} "
             f"| {_num(results.rss_mib.get(target), 1)} "
-            f"| {_num(results.rss_total_mib.get(target), 1)} |"
+            f"| {_num(results.rss_total_mib.get(target), 1)} "
+            f"| {_num(pss, 1)} / {_num(uss, 1)} |"
         )
     for target, why in results.skipped.items():
-        lines.append(f"| {target} | not run: {why} | - | - |")
+        lines.append(f"| {target} | not run: {why} | - | - | - |")
+    lines += [
+        "",
+        "RSS counts a page in every process that maps it; PSS divides shared pages among "
+        "their users, USS counts this process's own (what one more worker costs).",
+    ]
     return lines
 
 
@@ -221,6 +228,7 @@ def report(
         "ready_s": results.ready_s,
         "rss_mib": results.rss_mib,
         "rss_total_mib": results.rss_total_mib,
+        "pss_uss_mib": results.pss_uss_mib,
         "skipped": results.skipped,
         "import_s": results.import_s,
         "profile": profile.report() if profile else None,
