@@ -101,6 +101,15 @@ def report_queries(
         lambda: task_outcomes(engine, "project", week, now),
         None,
     )
+    queries["cost per task by project, whole ledger, with abandoned"] = (
+        lambda: task_cost_stats(engine, "project", include_abandoned=True),
+        None,
+    )
+    queries["task outcomes by project, whole ledger"] = (
+        lambda: task_outcomes(engine, "project"),
+        None,
+    )
+    queries["spend by step, whole ledger"] = (lambda: spend(engine, "step"), None)
     queries["one task with its calls"] = (lambda: get_task(engine, task_id), None)
     return queries  # fmt: skip
 
@@ -121,11 +130,32 @@ def explorer_queries(engine: Any, now: datetime) -> dict[str, tuple[Query, Query
         "top_tasks (10)": lambda f: page.top_tasks(engine, f, 10),
         "hourly_tokens": lambda f: page.hourly_tokens(engine, f),
     }
-    return {
+    found: dict[str, tuple[Query, Query | None]] = {
         f"/ui {name}, last 30 days": ((lambda c=call: c(month)), None)
         for name, call in calls.items()
         if hasattr(page, name.split(" ")[0])
     }
+    # The page over the whole ledger (no since, no until), as its widest range asks: day
+    # buckets past two days, 20 tasks, and the GPU panel's hours capped at 168 for a model.
+    whole = page.ExplorerFilter()
+    week = page.ExplorerFilter(since=now - timedelta(hours=168), until=now, model="smart")
+    calls = {
+        "spend_series by team per day": lambda f: page.spend_series(engine, "team", "day", f),
+        "spend_series by model per day": lambda f: page.spend_series(engine, "model", "day", f),
+        "spend_series by tier per day": lambda f: page.spend_series(engine, "tier", "day", f),
+        "money_breakdown": lambda f: page.money_breakdown(engine, f),
+        "cache_use": lambda f: page.cache_use(engine, f),
+        "prefix_breaks": lambda f: page.prefix_breaks(engine, f),
+        "outcome_stats": lambda f: page.outcome_stats(engine, f),
+        "top_tasks (20)": lambda f: page.top_tasks(engine, f, 20),
+    }
+    for name, call in calls.items():
+        found[f"/ui {name}, whole ledger"] = ((lambda c=call: c(whole)), None)
+    found["/ui hourly_tokens, one model, last 168 hours (the GPU panel's most)"] = (
+        lambda: page.hourly_tokens(engine, week),
+        None,
+    )
+    return found
 
 
 async def _time(name: str, query: Query, base: Query | None, runs: int, with_base: bool) -> Timing:
@@ -254,8 +284,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--base", action="store_true", help="also time the base-table reads")
     parser.add_argument("--out", default=str(RESULTS))
-    parser.add_argument("--only", action="append", metavar="TEXT",
-                        help="time only the queries whose name holds TEXT; print, write nothing")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="TEXT",
+        help="time only the queries whose name holds TEXT; print, write nothing",
+    )
     parser.add_argument("--fill-log", help="output of an earlier ledger_fill.py run, to quote")
     raise SystemExit(asyncio.run(run(parser.parse_args())))
 

@@ -160,6 +160,13 @@ class TaskRow(Base):
             "cost_total",
             postgresql_include=["finished_at", "request_count", "untasked"],
         ),
+        # The same by project (migration 0009).
+        Index(
+            "ix_tasks_project_cost",
+            "project",
+            "cost_total",
+            postgresql_include=["status", "finished_at", "request_count", "untasked"],
+        ),
     )
 
     task_id: Mapped[str] = mapped_column(String, primary_key=True)

@@ -342,8 +342,9 @@ async def task_cost_stats(
         not_(untasked_task()),
         task_rows(scope),
     )
-    if sql_percentiles and _dialect(db) == "postgresql" and group_by == "team":
-        # Exact percentiles by rank over ix_tasks_team_cost (gateway.ledger.ranked).
+    if sql_percentiles and _dialect(db) == "postgresql" and group_by in ("team", "project"):
+        # Exact percentiles by rank over ix_tasks_team_cost or ix_tasks_project_cost
+        # (gateway.ledger.ranked).
         found = [_from_ranked(r) for r in await ranked_stats(db, [group], _in_window(
             covered, TASKS.c.finished_at, since, until))]  # fmt: skip
         return sorted(found, key=lambda s: (s.group is None, s.group or ""))

@@ -86,8 +86,10 @@ async def _reports(engine: AsyncEngine, fast: bool) -> list[Any]:
             for model in (None, "smart"):
                 chosen = ExplorerFilter(scope=scope, since=since, until=until, model=model)
                 answers.append(await prefix_breaks(engine, chosen, use_rollups=fast))
-        answers.append(await task_cost_stats(engine, "team", since, until, include_abandoned=True,
-                                             sql_percentiles=fast))  # fmt: skip
+        for group in ("team", "project"):
+            answers.append(await task_cost_stats(engine, group, since, until,
+                                                 include_abandoned=True,
+                                                 sql_percentiles=fast))  # fmt: skip
     return answers
 
 
