@@ -71,6 +71,7 @@ class Relay:
         self._where = ctx.alias or "stream"
         self._secrets = [ctx.route.api_key()] if ctx.route is not None else []
         self._cut_now = False
+        self._ended = False  # the upstream's [DONE] was read
         self._settled = False
         self._body: AsyncGenerator[bytes, None] | None = None
         self._slice_end = 0.0  # when this stream next lets the loop's other work run
@@ -91,6 +92,7 @@ class Relay:
         try:
             while (event := await self._next()) is not None:
                 if _is_done(event):
+                    self._ended = True
                     yield _terminated(event)
                     return
                 outgoing = self._outgoing(event)
@@ -171,9 +173,14 @@ class Relay:
             return
         self._settled = True
         await _logged(_close(self._events), "closing the events of", self._where)
-        await _logged(self._stream.aclose(), "closing the stream of", self._where)
-        report_outcome(self._ctx, self._services, error)
-        await finish(self._ctx, self._meter, self._services, error=error, cancelled=cancelled)
+        if not self._ended:  # part-read: closing first stops the upstream generating
+            await _logged(self._stream.aclose(), "closing the stream of", self._where)
+        try:
+            report_outcome(self._ctx, self._services, error)
+            await finish(self._ctx, self._meter, self._services, error=error, cancelled=cancelled)
+        finally:
+            if self._ended:  # booked first: the close may wait (bounded) for the body's end
+                await _logged(self._stream.aclose(), "closing the stream of", self._where)
 
 
 class RelayResponse(StreamingResponse):
