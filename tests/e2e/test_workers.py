@@ -223,6 +223,33 @@ def test_a_killed_workers_spooled_rows_are_replayed_once_by_its_replacement(
     assert _spooled_requests(tmp_path) == 0
 
 
+def test_rows_wait_out_a_lock_longer_than_the_busy_timeout(tmp_path: Path) -> None:
+    """A commit that gives up on SQLite's lock (busy timeout 10 s) is retried: nothing lost."""
+    process, port, _, log = _serve(tmp_path)
+    try:
+        workers = _workers(log.read_text())
+        blocker = sqlite3.connect(tmp_path / "data" / "farebox.db", isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with _only(workers[0], workers):
+                _calls(port, whole=2, streamed=1)
+            _wait_for(lambda: "database write failed" in log.read_text(), "a failed commit", 40)
+        finally:
+            blocker.execute("COMMIT")
+            blocker.close()
+        _wait_for(lambda: _ledger_rows(tmp_path) == 3, "the retried commit", 60)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    with sqlite3.connect(tmp_path / "data" / "farebox.db") as ledger:
+        rows, ids = ledger.execute("SELECT count(*), count(DISTINCT id) FROM requests").fetchone()
+    assert rows == ids == 3
+    assert _spooled_requests(tmp_path) == 0
+
+
 def _spooled_requests(tmp_path: Path) -> int:
     """Request entries waiting in the shared spool (segments not yet committed)."""
     count = 0
