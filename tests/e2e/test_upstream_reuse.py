@@ -64,12 +64,23 @@ class CountingUpstream:
         started = asyncio.run_coroutine_threadsafe(
             asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
         )
-        self.port = started.result(timeout=10).sockets[0].getsockname()[1]
+        self._server = started.result(timeout=10)
+        self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     def stop(self) -> None:
+        """Close the server and its connections, then the loop: nothing left for the GC."""
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        self._loop.close()
+
+    async def _close(self) -> None:
+        self._server.close()
+        serving = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in serving:
+            task.cancel()
+        await asyncio.gather(*serving, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
@@ -84,6 +95,8 @@ class CountingUpstream:
                 body = json.loads(await reader.readexactly(length))
                 await self._reply(writer, body)
         except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
             writer.close()
 
     async def _reply(self, writer: asyncio.StreamWriter, body: dict[str, object]) -> None:
