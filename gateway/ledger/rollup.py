@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from functools import cache
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import Table
@@ -113,6 +115,88 @@ def is_untasked(record: RequestRecord) -> bool:
     )
 
 
+# Every column any family keys on, and what the fine grouping of a batch sums.
+_ALL_DIMENSIONS = tuple(dict.fromkeys((*DIMENSIONS, *STEP_DIMENSIONS, *PREFIX_DIMENSIONS)))
+_dimensions_of = attrgetter(*_ALL_DIMENSIONS)
+_SUMMED = (*TOKEN_FIELDS, *COST_FIELDS)
+_SUMMED_GETTERS = tuple(attrgetter(name) for name in _SUMMED)
+_EXTRA_GETTERS = {name: attrgetter(name) for name in PREFIX_EXTRA}
+_cost_total = attrgetter("cost_total")
+
+
+@dataclass(slots=True)
+class _Group:
+    """The records of one hour and one value of every dimension, with their sums."""
+
+    records: list[RequestRecord]
+    sums: dict[str, Any] | None = None
+
+    def totals(self) -> dict[str, Any]:
+        """Sum the group's records once (column by column, each a C-level loop)."""
+        if self.sums is None:
+            records = self.records
+            untasked = [record for record in records if is_untasked(record)]
+            sums: dict[str, Any] = {"request_count": len(records)}
+            for name, getter in zip(_SUMMED, _SUMMED_GETTERS, strict=True):
+                sums[name] = sum(map(getter, records))
+            sums["untasked_requests"] = sum(record.attempt == 0 for record in untasked)
+            sums["untasked_cost"] = sum(map(_cost_total, untasked), Decimal(0))
+            for name, getter in _EXTRA_GETTERS.items():
+                sums[name] = sum(value or 0 for value in map(getter, records))
+            self.sums = sums
+        return self.sums
+
+
+def _group(records: Iterable[RequestRecord]) -> dict[tuple[Any, ...], _Group]:
+    """Group records by hour and every dimension: each rollup key is a projection of this."""
+    groups: dict[tuple[Any, ...], _Group] = {}
+    for record in records:
+        key = (hour_of(record.created_at), *_dimensions_of(record))
+        group = groups.get(key)
+        if group is None:
+            groups[key] = _Group([record])
+        else:
+            group.records.append(record)
+    return groups
+
+
+def _projection(dimensions: tuple[str, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """Map a fine group's key (hour, every dimension raw) to this family's encoded values."""
+    positions = [1 + _ALL_DIMENSIONS.index(name) for name in dimensions]
+    encoded = [name in ENCODED for name in dimensions]
+
+    def project(key: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(
+            encode(key[position]) if coded else key[position]
+            for position, coded in zip(positions, encoded, strict=True)
+        )
+
+    return project
+
+
+def _rollup_rows(
+    groups: dict[tuple[Any, ...], _Group],
+    floor: Floor,
+    dimensions: tuple[str, ...],
+    extra: tuple[str, ...],
+) -> list[dict[str, Any]]:
+    """Add the fine groups into one row per bucket and key of a rollup, sorted by key."""
+    project = _projection(dimensions)
+    names = (*MEASURES, *extra)
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for key, group in groups.items():
+        target = (floor(key[0]), *project(key))
+        sums = group.totals()
+        row = rows.get(target)
+        if row is None:
+            row = rows[target] = dict(zip(("bucket", *dimensions), target, strict=True))
+            row.update({name: sums[name] for name in names})
+        else:
+            for name in names:
+                row[name] += sums[name]
+    return [rows[key] for key in sorted(rows)]
+
+
 def rollup_deltas(
     records: Iterable[RequestRecord],
     floor: Floor,
@@ -120,43 +204,31 @@ def rollup_deltas(
     extra: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """Sum records per bucket and key into the rows the upsert adds, sorted by key."""
-    deltas: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for record in records:
-        key = (floor(record.created_at), *(key_of(record, name) for name in dimensions))
-        delta = deltas.get(key)
-        if delta is None:
-            delta = deltas[key] = dict(zip(("bucket", *dimensions), key, strict=True))
-            delta.update({name: 0 for name in COUNTS})
-            delta.update({name: Decimal(0) for name in MONEY})
-            delta.update({name: 0 for name in extra})
-        delta["request_count"] += 1
-        for name in (*TOKEN_FIELDS, *COST_FIELDS):
-            delta[name] += getattr(record, name)
-        for name in extra:
-            delta[name] += getattr(record, name) or 0
-        if is_untasked(record):
-            delta["untasked_requests"] += record.attempt == 0
-            delta["untasked_cost"] += record.cost_total
-    return [deltas[key] for key in sorted(deltas)]
+    return _rollup_rows(_group(records), floor, dimensions, extra)
 
 
-def _insert(connection: AsyncConnection, table: Table) -> Any:
-    """The dialect's INSERT that knows ON CONFLICT."""
-    if connection.dialect.name == "postgresql":
-        return postgresql.insert(table)
-    return sqlite.insert(table)
+@cache
+def _upsert(dialect: str, family: Family, table: Table) -> Any:
+    """The rollup's `INSERT ... ON CONFLICT DO UPDATE SET x = x + excluded.x`, built once.
+
+    Built per flush it cost more CPU than the rows it carried (the `excluded` columns,
+    the SET clause, and SQLAlchemy's cache key of a new statement object each time).
+    """
+    statement = (postgresql if dialect == "postgresql" else sqlite).insert(table)
+    changes = {name: table.c[name] + statement.excluded[name] for name in family.measures()}
+    return statement.on_conflict_do_update(
+        index_elements=["bucket", *family.dimensions], set_=changes
+    )
 
 
 async def add_to_rollups(connection: AsyncConnection, written: Sequence[RequestRecord]) -> None:
-    """Add the rows just written to every rollup (same transaction)."""
+    """Add the rows just written to every rollup (same transaction), one row per key."""
     if not written:
         return
+    # Group once by hour and all dimensions; each of the six rollups adds up those groups.
+    groups = _group(written)
+    dialect = connection.dialect.name
     for family in FAMILIES:
         for table, floor in family.grains():
-            statement = _insert(connection, table)
-            changes = {name: table.c[name] + statement.excluded[name] for name in family.measures()}
-            upsert = statement.on_conflict_do_update(
-                index_elements=["bucket", *family.dimensions], set_=changes
-            )
-            deltas = rollup_deltas(written, floor, family.dimensions, family.extra)
-            await connection.execute(upsert, deltas)
+            rows = _rollup_rows(groups, floor, family.dimensions, family.extra)
+            await connection.execute(_upsert(dialect, family, table), rows)

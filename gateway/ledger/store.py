@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import cache
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import Table, case, func, update
@@ -40,6 +42,10 @@ REQUESTS: Table = RequestRow.__table__  # type: ignore[assignment]
 TASKS: Table = TaskRow.__table__  # type: ignore[assignment]
 _REQUEST_COLUMNS = tuple(column.name for column in REQUESTS.columns)
 _SUMMED = ("request_count", *TOKEN_FIELDS, *COST_FIELDS)
+_request_values = attrgetter(*_REQUEST_COLUMNS)
+_TASK_SUMS = (*TOKEN_FIELDS, *COST_FIELDS)
+_TASK_SUM_GETTERS = tuple(attrgetter(name) for name in _TASK_SUMS)
+_batch_order = attrgetter("created_at", "attempt")
 
 
 @dataclass(slots=True)
@@ -51,15 +57,14 @@ class BatchResult:
     finished: list[FinishedTask] = field(default_factory=list)
 
 
-def _insert(connection: AsyncConnection, table: Table) -> Any:
+def _insert(dialect: AsyncConnection | str, table: Table) -> Any:
     """Return the dialect's INSERT, the one that knows ON CONFLICT."""
-    if connection.dialect.name == "postgresql":
+    name = dialect if isinstance(dialect, str) else dialect.dialect.name
+    if name == "postgresql":
         return postgresql.insert(table)
-    if connection.dialect.name == "sqlite":
+    if name == "sqlite":
         return sqlite.insert(table)
-    raise NotImplementedError(
-        f"the ledger supports SQLite and PostgreSQL, not {connection.dialect.name}"
-    )
+    raise NotImplementedError(f"the ledger supports SQLite and PostgreSQL, not {name}")
 
 
 async def insert_requests(
@@ -72,39 +77,55 @@ async def insert_requests(
     unique = list(by_id.values())
     if not unique:
         return []
-    key = ["id"]
-    if connection.dialect.name == "postgresql":
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
         await ensure_partitions(connection, {record.created_at.date() for record in unique})
-        key.append("created_at")
-    statement = (
-        _insert(connection, REQUESTS)
-        .on_conflict_do_nothing(index_elements=key)
-        .returning(REQUESTS.c.id)
-    )
-    rows = [{name: getattr(record, name) for name in _REQUEST_COLUMNS} for record in unique]
-    result = await connection.execute(statement, rows)
+    columns = _REQUEST_COLUMNS
+    rows = [dict(zip(columns, _request_values(record), strict=True)) for record in unique]
+    result = await connection.execute(_request_insert(dialect), rows)
     written_ids = {row[0] for row in result}
     written = [record for record in unique if record.id in written_ids]
     await add_to_rollups(connection, written)
     return written
 
 
+@cache
+def _request_insert(dialect: str) -> Any:
+    """The request rows' INSERT ... ON CONFLICT DO NOTHING RETURNING id, built once per dialect.
+
+    PostgreSQL's partitioned table can only have keys holding the partition column.
+    """
+    key = ["id", "created_at"] if dialect == "postgresql" else ["id"]
+    statement = _insert(dialect, REQUESTS).on_conflict_do_nothing(index_elements=key)
+    return statement.returning(REQUESTS.c.id)
+
+
 def task_deltas(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
     """Sum records per task into the row an upsert adds to `tasks`, sorted by task id."""
-    deltas: dict[str, dict[str, Any]] = {}
-    for record in sorted(records, key=lambda r: (r.created_at, r.attempt)):
-        delta = deltas.get(record.task_id)
-        if delta is None:
-            delta = deltas[record.task_id] = _new_delta(record)
-        delta["request_count"] += 1
-        for name in (*TOKEN_FIELDS, *COST_FIELDS):
-            delta[name] += getattr(record, name)
-        delta["last_activity_at"] = max(delta["last_activity_at"], record.created_at)
-        if delta["first_ttft_ms"] is None:
-            delta["first_ttft_ms"] = record.ttft_ms
-        delta["untasked"] = delta["untasked"] or is_untasked(record)
+    by_task: dict[str, list[RequestRecord]] = {}
+    for record in records:
+        group = by_task.get(record.task_id)
+        if group is None:
+            by_task[record.task_id] = [record]
+        else:
+            group.append(record)
     # A fixed order makes concurrent upserts lock rows in the same order: no deadlocks.
-    return [deltas[task_id] for task_id in sorted(deltas)]
+    return [_task_delta(by_task[task_id]) for task_id in sorted(by_task)]
+
+
+def _task_delta(group: list[RequestRecord]) -> dict[str, Any]:
+    """The sums of one task's records in a batch (most tasks have one: a request without id)."""
+    if len(group) > 1:
+        group = sorted(group, key=_batch_order)
+    first = group[0]
+    delta = _new_delta(first)
+    delta["request_count"] = len(group)
+    for name, getter in zip(_TASK_SUMS, _TASK_SUM_GETTERS, strict=True):
+        delta[name] = sum(map(getter, group))
+    delta["last_activity_at"] = max(record.created_at for record in group)
+    delta["first_ttft_ms"] = next((r.ttft_ms for r in group if r.ttft_ms is not None), None)
+    delta["untasked"] = any(is_untasked(record) for record in group)
+    return delta
 
 
 def _new_delta(record: RequestRecord) -> dict[str, Any]:
@@ -122,8 +143,6 @@ def _new_delta(record: RequestRecord) -> dict[str, Any]:
     }
     if is_untasked(record):  # one request without a task id: ended as it is written
         delta.update(status=UNTASKED, finished_at=record.created_at)
-    delta.update({name: 0 for name in ("request_count", *TOKEN_FIELDS)})
-    delta.update({name: Decimal(0) for name in COST_FIELDS})
     return delta
 
 
@@ -131,7 +150,13 @@ async def upsert_tasks(connection: AsyncConnection, deltas: list[dict[str, Any]]
     """Create each task on its first request, else add the batch's sums to its row."""
     if not deltas:
         return
-    statement = _insert(connection, TASKS)
+    await connection.execute(_task_upsert(connection.dialect.name), deltas)
+
+
+@cache
+def _task_upsert(dialect: str) -> Any:
+    """The tasks' INSERT ... ON CONFLICT DO UPDATE, built once per dialect (not per flush)."""
+    statement = _insert(dialect, TASKS)
     new = statement.excluded
     old = TASKS.c
     changes: dict[str, Any] = {name: old[name] + new[name] for name in _SUMMED}
@@ -146,8 +171,7 @@ async def upsert_tasks(connection: AsyncConnection, deltas: list[dict[str, Any]]
             else_=old.last_activity_at,
         ),
     )
-    upsert = statement.on_conflict_do_update(index_elements=["task_id"], set_=changes)
-    await connection.execute(upsert, deltas)
+    return statement.on_conflict_do_update(index_elements=["task_id"], set_=changes)
 
 
 async def finish_task(connection: AsyncConnection, finish: TaskFinish) -> FinishedTask | None:
