@@ -56,6 +56,7 @@ from gateway.state import open_state
 from gateway.tenants import open_limiter
 from gateway.ui import routes as ui
 from gateway.upstream.registry import Upstreams
+from gateway.warmup import warm_up
 
 log = logging.getLogger("farebox")
 # FastAPI's own OpenTelemetry asks the global providers on every request (~15% of the
@@ -92,6 +93,7 @@ def create_app(
             services = await _build_services(stack, settings, config, observers or [], sim_url)
             app.state.services = services  # for tests and the CLI banner
             services.metrics.in_flight.set_function(lambda: len(app.state.in_flight))
+            await warm_up(app)  # before the heap is frozen: its objects live as long
             # In the background: the port opens now, /readyz says `warming` until it is done.
             services.upstreams.warm(services.config.models.values())
             if not services.upstreams.warming:
