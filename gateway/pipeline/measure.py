@@ -69,6 +69,25 @@ class Meter:
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason
 
+    def observe_content(self, content: str, tier: Any = None) -> None:
+        """Account for a chunk whose one delta has only content (`replies.plain_content`).
+
+        The same as `observe_chunk` of that chunk (`tier`: its `service_tier`), without
+        walking it again.
+        """
+        self.chunks += 1
+        now = self.clock()
+        if isinstance(tier, str):
+            self.service_tier = tier
+        if not content:
+            return
+        self.answer_parts.append(content)
+        if self.first_token is None:
+            self.first_token = now
+        if self.first_answer_token is None:
+            self.first_answer_token = now
+        self.last_token = now
+
     def observe_reply(self, reply: dict[str, Any]) -> None:
         """Account for a whole non-streaming `chat.completion` (no token times: none seen)."""
         self._observe_meta(reply)

@@ -36,7 +36,7 @@ from gateway.pipeline.thinking_cap import ThinkingCap, is_role_only
 from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.upstream.base import UpstreamStream
-from gateway.upstream.replies import chunk_object, error_in_chunk
+from gateway.upstream.replies import error_in_chunk, line_data, read_chunk
 from gateway.upstream.sse import DONE, DONE_EVENT, event_data
 from gateway.usage import usage_from_openai
 
@@ -91,11 +91,14 @@ class Relay:
         cancelled = False
         try:
             while (event := await self._next()) is not None:
-                if _is_done(event):
+                data = line_data(event)
+                if data is None:
+                    data = event_data(event)
+                if data is not None and data[:1] != b"{" and data.strip() == DONE:
                     self._ended = True
                     yield _terminated(event)
                     return
-                outgoing = self._outgoing(event)
+                outgoing = self._outgoing(event, data)
                 if outgoing is not None:
                     yield outgoing
                 if self._cut_now:
@@ -135,10 +138,14 @@ class Relay:
         except StopAsyncIteration:
             return None
 
-    def _outgoing(self, event: bytes) -> bytes | None:
-        """The bytes to send for one upstream event, or None to drop it."""
-        chunk = chunk_object(event, self._where)  # raises on anything but a chunk
+    def _outgoing(self, event: bytes, data: bytes | None) -> bytes | None:
+        """The bytes to send for one upstream event (its `data`), or None to drop it."""
+        chunk, content = read_chunk(data, self._where)  # raises on anything but a chunk
         if chunk is None:
+            return _terminated(event)
+        if content is not None and self._cap is None:
+            # Nearly every chunk: one delta's content, nothing else to check or meter.
+            self._meter.observe_content(content, chunk.get("service_tier"))
             return _terminated(event)
         if (failure := error_in_chunk(chunk, self._where, self._secrets)) is not None:
             raise failure
@@ -241,11 +248,6 @@ async def _logged(step: Awaitable[None], what: str, where: str) -> None:
         await step
     except Exception:
         log.exception("%s %s failed", what, where)
-
-
-def _is_done(event: bytes) -> bool:
-    data = event_data(event)
-    return data is not None and data.strip() == DONE
 
 
 __all__ = ["DONE_EVENT", "Relay", "RelayResponse"]

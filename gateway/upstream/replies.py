@@ -31,12 +31,64 @@ def reply_object(body: bytes, where: str) -> dict[str, Any]:
 
 def chunk_object(event: bytes, where: str) -> dict[str, Any] | None:
     """A streamed `chat.completion.chunk`, checked; None for comments, `[DONE]`, empty data."""
-    data = event_data(event)
+    return chunk_from_data(event_data(event), where)
+
+
+def chunk_from_data(data: bytes | None, where: str) -> dict[str, Any] | None:
+    """`chunk_object` of an event whose data (`event_data`) was already taken."""
     if data is None or not data.strip() or data.strip() == DONE:
         return None
     payload = _json_object(data, where, "stream event")
     _check_shape(payload, "delta", where)
     return payload
+
+
+def read_chunk(data: bytes | None, where: str) -> tuple[dict[str, Any] | None, str | None]:
+    """`chunk_from_data` and the chunk's `plain_content`; a plain chunk's shape is that check."""
+    if data is None or (data[:1] != b"{" and (not data.strip() or data.strip() == DONE)):
+        return None, None
+    payload = _json_object(data, where, "stream event")
+    content = plain_content(payload)
+    if content is None:
+        _check_shape(payload, "delta", where)
+    return payload, content
+
+
+def line_data(event: bytes) -> bytes | None:
+    """The data of an event that is one `data: ` line and its blank line, else None.
+
+    Nearly every event of a stream has this shape; its data is a slice, where `event_data`
+    splits the event into lines. Anything else (several lines, a `\r`, a comment, no blank
+    line) is None: read it with `event_data`, which gives the same data for this shape.
+    """
+    simple = event[:6] == b"data: " and event[-2:] == b"\n\n" and event.count(b"\n") == 2
+    return event[6:-2] if simple and b"\r" not in event else None
+
+
+def plain_content(chunk: dict[str, Any]) -> str | None:
+    """The content of a chunk that carries one delta with content and nothing else to meter.
+
+    None for any other chunk: usage, an error, a finish reason, reasoning, tool calls, no
+    choice or several, or a delta that is not an object. Such a chunk goes through the whole
+    check (`error_in_chunk`, `Meter.observe_chunk`); for this one the meter needs only its
+    content ("" when it has none, or content that is not a string) and its `service_tier`
+    (OpenAI and the simulator put one in every chunk).
+    """
+    if "usage" in chunk or "error" in chunk:
+        return None
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or "tool_calls" in delta:
+        return None
+    if "reasoning" in delta or "reasoning_content" in delta:
+        return None
+    content = delta.get("content")
+    return content if type(content) is str else ""
 
 
 def error_in_chunk(
