@@ -25,6 +25,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import orjson
@@ -35,9 +36,12 @@ from gateway.settings import default_data_dir
 
 logger = logging.getLogger(__name__)
 
+
 def default_spool_dir() -> Path:
     """Settings.data_dir's default spool, not the cwd (read when used: importing never fails)."""
     return default_data_dir() / "spool"
+
+
 SEGMENT_SUFFIX = ".jsonl"
 REJECTED_DIR = "rejected"
 # A temporary file this old belongs to a process that died mid-write; anything younger may
@@ -54,10 +58,21 @@ class Segment:
     refused: tuple[Refusal, ...] = ()
 
 
+def _money_text(value: object) -> str:
+    """orjson's fallback for what it cannot encode natively: a Decimal, as `to_json` writes it."""
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"ledger spool: cannot encode {type(value).__name__} as JSON")
+
+
 def encode(entry: LedgerEntry) -> bytes:
-    """Encode one entry as a JSONL line."""
+    """Encode one entry as a JSONL line (the same JSON as `entry.to_json()`).
+
+    orjson walks the slotted dataclass and writes aware datetimes in ISO 8601 itself, so
+    no intermediate dict is built per entry (half the spool's CPU per row).
+    """
     kind = "request" if isinstance(entry, RequestRecord) else "finish"
-    return orjson.dumps({"kind": kind, "data": entry.to_json()}) + b"\n"
+    return orjson.dumps({"kind": kind, "data": entry}, default=_money_text) + b"\n"
 
 
 def decode(line: bytes) -> LedgerEntry:
