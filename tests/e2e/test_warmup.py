@@ -10,11 +10,16 @@ first calls cost is measured by `python bench/loop_stall.py` (its warm-up rows),
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from gateway.app import create_app
+from gateway.settings import Settings
+from gateway.warmup import route_unrouted
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,3 +94,9 @@ def test_first_requests_find_the_lazy_work_done_at_start() -> None:
     assert status == 200, reply
     assert called
     assert _lazy_work(called) == []
+
+
+def test_the_warm_up_path_is_served_by_no_route(tmp_path: Path) -> None:
+    """Routing it walks every route and runs none: a 404 from the router itself."""
+    app = create_app(Settings(data_dir=tmp_path))
+    assert asyncio.run(route_unrouted(app.router)) == 404
