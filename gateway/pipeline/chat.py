@@ -57,7 +57,7 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     assert ctx.alias is not None
     decision = await apply_task_policy(ctx, services)
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
-    ctx.prefix = await check_prefix(ctx, services.prefix_checker, services.state, rule)
+    ctx.prefix = await check_prefix(ctx, services.prefix_checker, services.state, rule, parsed=True)
     await quota.reserve(ctx, services)  # a refused request is never sent, nor booked
     send = _stream if ctx.stream else _complete
     try:

@@ -25,6 +25,12 @@ PATCH_SPEEDUP = 32
 much less per byte than parsing: 1 MiB is ~0.05 ms of skip plus a ~0.1 ms copy."""
 # Messages freed per step: ~1,000 small dicts take well under a millisecond to free.
 FREE_SLICE = 1024
+INLINE_BYTES = 2 * 1024 * 1024
+"""Up to this size, a step that costs a couple of milliseconds per MiB (the sliced parse's
+native walks, the prefix check: ~2 ms each for a 1 MB agent step here) stays on the loop:
+the hop to a worker thread and back (a submit, a wake-up, the interpreter lock handed over
+twice, the result's callback) cost more CPU than the loop time it saved, and 2 MiB still
+holds the loop well under the 20 ms lag target (bench/loop_stall.py)."""
 RELEASE_BYTES = 2 * 1024 * 1024
 """Below this, what a body was parsed into is freed where its last reference drops: for
 1 MB (445 messages, their models and prefix segments) that took 0.1 ms on the loop here,
@@ -60,6 +66,12 @@ def patch_size(size: int) -> int:
     """What patching a parsed body of `size` bytes weighs for `sized`: a thread hop costs
     more than patching megabytes when values are skipped natively."""
     return size // PATCH_SPEEDUP if SKIPS else size
+
+
+def light_size(size: int) -> int:
+    """What a step of about 2 ms per MiB over a body of `size` bytes weighs for `sized`:
+    bodies up to `INLINE_BYTES` stay on the loop."""
+    return size * OFF_LOOP_BYTES // INLINE_BYTES
 
 
 async def release(size: int, *containers: Any) -> None:

@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from gateway.errors import BodyTooLargeError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import OFF_LOOP_BYTES
+from gateway.pipeline.offload import INLINE_BYTES, OFF_LOOP_BYTES
 from gateway.prefix.locate import acyclic_list
 from gateway.rawjson import NATIVE
 from gateway.schemas import sliced
@@ -53,10 +53,15 @@ def parse(ctx: RequestContext) -> None:
 
 
 async def parse_request(ctx: RequestContext) -> None:
-    """`parse`, on the loop for small bodies, a slice at a time for large ones."""
-    if len(ctx.raw_body) <= OFF_LOOP_BYTES or not NATIVE:
-        if len(ctx.raw_body) <= OFF_LOOP_BYTES:
-            return parse(ctx)
+    """`parse`, on the loop for bodies up to a few MiB, a slice at a time for larger ones.
+
+    Up to `INLINE_BYTES`, one `parse` on the loop (~2 ms for 1 MB here: orjson, the depth
+    check, pydantic) costs less than slicing it (~2.8 ms: the native walks go over the
+    messages twice, ~0.7 ms per MB each) and holds the loop well under the lag target.
+    """
+    if len(ctx.raw_body) <= max(OFF_LOOP_BYTES, INLINE_BYTES):
+        return parse(ctx)
+    if not NATIVE:
         return await asyncio.to_thread(parse, ctx)
     steps = parse_steps(ctx.raw_body)
     sent: Any = None

@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import sized
+from gateway.pipeline.offload import light_size, sized
 from gateway.prefix import cache_rules
 from gateway.prefix.actions import normalize, sticky_cache_key
 from gateway.prefix.breakpoints import anthropic_cache_breakpoints, apply_breakpoints
@@ -81,13 +81,23 @@ def history_keys(ctx: RequestContext) -> list[str]:
 
 
 async def check_prefix(
-    ctx: RequestContext, checker: PrefixChecker, state: SharedState, rule: CacheRule
+    ctx: RequestContext,
+    checker: PrefixChecker,
+    state: SharedState,
+    rule: CacheRule,
+    *,
+    parsed: bool = False,
 ) -> PrefixOutcome:
-    """Check the prompt the upstream will receive; apply the route's actions."""
+    """Check the prompt the upstream will receive; apply the route's actions.
+
+    `parsed`: `ctx.body` is `ctx.raw_body` as parsed (chat), not a body translated from
+    another wire, so a task's repeated messages can be recognised by their bytes.
+    """
     keys = history_keys(ctx)
     raw_history = await state.prefix_history(keys)
     # A prompt of megabytes is fingerprinted and scanned beside the loop, not on it.
-    return await sized(len(ctx.raw_body), _check, ctx, checker, rule, raw_history, keys)
+    size = light_size(len(ctx.raw_body))
+    return await sized(size, _check, ctx, checker, rule, raw_history, keys, parsed)
 
 
 def _check(
@@ -96,6 +106,7 @@ def _check(
     rule: CacheRule,
     raw_history: list[dict[str, Any]],
     keys: list[str],
+    parsed: bool = False,
 ) -> PrefixOutcome:
     assert ctx.route is not None
     actions = set(ctx.route.prefix)
@@ -103,7 +114,12 @@ def _check(
         _apply(ctx, normalize(ctx.forwarded_body()))
     started = time.perf_counter()
     history = [_record_of(item) for item in raw_history]
-    check = checker.check(ctx.forwarded_body(), rule, history)
+    body = ctx.forwarded_body()
+    # A task's next step repeats its messages: reuse their segments (the client's bytes).
+    explicit = ctx.task is not None and not ctx.task.implicit
+    unedited = parsed and body.get("messages") is ctx.body.get("messages")
+    reuse_key = keys[0] if explicit and unedited else None
+    check = checker.check(body, rule, history, raw=ctx.raw_body, reuse_key=reuse_key)
     check_seconds = time.perf_counter() - started
     if "strict" in actions:
         violations = strict_violations(check.findings, check.divergence)

@@ -28,6 +28,7 @@ from gateway.prefix.detectors import (
 )
 from gateway.prefix.locate import moved_tuple
 from gateway.prefix.record import PrefixRecord, TokenCounter, build_record, estimate_tokens
+from gateway.prefix.reuse import SegmentReuse
 from gateway.prefix.segments import RequestSegments, split_request
 
 
@@ -68,6 +69,7 @@ class PrefixChecker:
         counter: TokenCounter = estimate_tokens,
     ) -> None:
         self.cache = cache or ScanCache()
+        self.reuse = SegmentReuse()
         self.scan_budget = scan_budget
         self.counter = counter
 
@@ -76,15 +78,26 @@ class PrefixChecker:
         return build_record(split_request(body, rule), rule, self.counter)
 
     def check(
-        self, body: Mapping[str, Any], rule: CacheRule, history: Sequence[PrefixRecord] = ()
+        self,
+        body: Mapping[str, Any],
+        rule: CacheRule,
+        history: Sequence[PrefixRecord] = (),
+        *,
+        raw: bytes | None = None,
+        reuse_key: str | None = None,
     ) -> PrefixCheck:
         """Fingerprint `body`, compare it with `history`, and scan what is new in it.
 
         Segments that repeat the closest earlier request byte for byte are not scanned and
         not reported: they demonstrably did not change, whatever they look like (a tool
-        output full of timestamps, replayed as history, breaks nothing).
+        output full of timestamps, replayed as history, breaks nothing). With `raw` (the
+        bytes `body` was parsed from, its messages unedited) and a `reuse_key` (a task),
+        the messages that repeat that key's previous request are not cut again.
         """
-        request = split_request(body, rule)
+        if raw is not None and reuse_key is not None:
+            request = self.reuse.split(reuse_key, raw, body, rule)
+        else:
+            request = split_request(body, rule)
         record = build_record(request, rule, self.counter)
         comparison = compare(record, history, rule, explain_divergence=False)
         budget = ScanBudget(self.scan_budget)

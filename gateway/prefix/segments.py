@@ -445,8 +445,21 @@ def _implicit_breakpoint(body: Mapping[str, Any], family: Family) -> bool:
     )
 
 
-def split_request(body: Mapping[str, Any], rule: CacheRule) -> RequestSegments:
-    """Cut `body` into segments in the order the rule's family renders them."""
+class Known(NamedTuple):
+    """The message segments of an earlier request whose messages this one repeats."""
+
+    count: int  # messages[:count] are, byte for byte, that request's
+    system: int  # its leading system messages (in the headers)
+    segments: tuple[Segment, ...]  # the segments of messages[system:count]
+
+
+def split_request(
+    body: Mapping[str, Any], rule: CacheRule, known: Known | None = None
+) -> RequestSegments:
+    """Cut `body` into segments in the order the rule's family renders them.
+
+    With `known` (see `gateway.prefix.reuse`), the messages it covers are not cut again.
+    """
     raw_messages = body.get("messages")
     messages: list[Any] = raw_messages if isinstance(raw_messages, list) else []
     n_system = leading_system_count(messages)
@@ -454,7 +467,11 @@ def split_request(body: Mapping[str, Any], rule: CacheRule) -> RequestSegments:
     for header in headers:  # atoms and their kind, as the messages' (see below)
         untrack_tuples([header], header.kind)
     header_count = len(headers)
-    segments = _message_segments(messages, n_system, headers)
+    start = n_system
+    if known is not None and known.system == n_system and n_system <= known.count <= len(messages):
+        headers += known.segments  # already out of cyclic GC, as they were made
+        start = known.count
+    segments = _message_segments(messages, start, headers)
     newest = newest_turn(messages, n_system) if len(messages) > n_system else len(messages)
     stable = header_count + max(newest - n_system, 0)
     model = body.get("model")
