@@ -1,0 +1,101 @@
+"""Seconds from launching `farebox serve` to its first chat request answered 200.
+
+Run: `python bench/first_request.py --runs 8 --base REF` (REF: a commit to compare with,
+e.g. `HEAD~1`; without it only this tree is measured). As `bench/hotpath.py` measures
+start-up (issue 12's "first request served < 1.5 s"): one gateway pinned to core 1 with
+the SQLite ledger, the counting mock upstream on core 0, the clock started at launch;
+the probe here polls every 10 ms (the hot-path bench's, 50 ms). With `--base`, runs of the
+two trees alternate, so a burst of load on this shared box falls on both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from hotpath_procs import GATEWAY_CORE, LOAD_CORE, free_port, launch  # noqa: E402
+from hotpath_targets import FAREBOX_CONFIG, MODEL, UPSTREAM_MODEL, chat_url, start_mock  # noqa: E402
+
+FLOOR = ROOT.parent / "shared" / "perf-floor"
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+
+
+def export(ref: str, into: Path) -> Path:
+    """The `gateway` package at `ref`, with this tree's compiled extension beside it."""
+    archive = subprocess.run(
+        ["git", "archive", ref, "gateway"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    for built in (ROOT / "gateway").glob("_*.so"):
+        shutil.copy(built, into / "gateway")
+    return into
+
+
+def first_200(tree: Path, work: Path, mock_url: str, name: str) -> float:
+    """Launch `farebox serve` from `tree`; seconds until a chat request answers 200."""
+    config = work / f"{name}.yaml"
+    config.write_text(
+        FAREBOX_CONFIG.format(model=MODEL, upstream=UPSTREAM_MODEL, base=f"{mock_url}/v1")
+    )
+    port = free_port()
+    settings = {
+        "FAREBOX_CONFIG": str(config),
+        "FAREBOX_DATA_DIR": str(work / f"{name}-data"),
+        "PYTHONPATH": str(tree),  # ahead of the editable install's finder
+    }
+    command = [sys.executable, "-m", "gateway", "serve", "--port", str(port)]
+    proc = launch(name, command, GATEWAY_CORE, work, settings)
+    try:
+        with httpx.Client(timeout=5) as client:
+            while time.time() - proc.launched < 120:
+                try:
+                    if client.post(chat_url(port), json=BODY).status_code == 200:
+                        return time.time() - proc.launched
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.01)
+        raise RuntimeError(f"{name}: no 200 within 120 s; see {work / name}.log")
+    finally:
+        proc.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5, help="launches per tree")
+    parser.add_argument("--base", help="a commit to measure side by side with this tree")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        trees = {"this tree": ROOT}
+        if args.base:
+            trees = {args.base: export(args.base, work / "base"), **trees}
+        mock, mock_url = start_mock(sys.executable, FLOOR, work, LOAD_CORE)
+        seconds: dict[str, list[float]] = {name: [] for name in trees}
+        try:
+            for run in range(args.runs):
+                order = list(trees.items())
+                for index, (name, tree) in enumerate(order if run % 2 else order[::-1]):
+                    seconds[name].append(first_200(tree, work, mock_url, f"t{run}-{index}"))
+                    time.sleep(0.3)
+        finally:
+            mock.stop()
+    for name, values in seconds.items():
+        shown = " ".join(f"{value:.2f}" for value in values)
+        print(f"{name}: median {statistics.median(values):.2f} s ({shown})")
+
+
+if __name__ == "__main__":
+    main()
