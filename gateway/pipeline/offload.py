@@ -25,12 +25,13 @@ PATCH_SPEEDUP = 32
 much less per byte than parsing: 1 MiB is ~0.05 ms of skip plus a ~0.1 ms copy."""
 # Messages freed per step: ~1,000 small dicts take well under a millisecond to free.
 FREE_SLICE = 1024
-INLINE_BYTES = 2 * 1024 * 1024
-"""Up to this size, a step that costs a couple of milliseconds per MiB (the sliced parse's
-native walks, the prefix check: ~2 ms each for a 1 MB agent step here) stays on the loop:
-the hop to a worker thread and back (a submit, a wake-up, the interpreter lock handed over
-twice, the result's callback) cost more CPU than the loop time it saved, and 2 MiB still
-holds the loop well under the 20 ms lag target (bench/loop_stall.py)."""
+INLINE_BYTES = 5 * 1024 * 1024 // 4
+INLINE_VALUES = 8192
+"""A body up to `INLINE_BYTES` with at most `INLINE_VALUES` commas (they bound the members
+and elements the depth check and pydantic walk) is parsed whole on the loop: ~2 ms for a
+1 MB agent step here (4,555 commas), less than slicing it (~2.8 ms: the native walks go
+over the messages twice) and than the hops to a worker thread and back. A body of many
+small values (2 MiB of numbers: ~160 ms) is still sliced."""
 RELEASE_BYTES = 2 * 1024 * 1024
 """Below this, what a body was parsed into is freed where its last reference drops: for
 1 MB (445 messages, their models and prefix segments) that took 0.1 ms on the loop here,
@@ -68,10 +69,9 @@ def patch_size(size: int) -> int:
     return size // PATCH_SPEEDUP if SKIPS else size
 
 
-def light_size(size: int) -> int:
-    """What a step of about 2 ms per MiB over a body of `size` bytes weighs for `sized`:
-    bodies up to `INLINE_BYTES` stay on the loop."""
-    return size * OFF_LOOP_BYTES // INLINE_BYTES
+def parses_inline(raw: bytes) -> bool:
+    """Whether parsing `raw` whole costs only a few milliseconds (see `INLINE_VALUES`)."""
+    return len(raw) <= INLINE_BYTES and raw.count(b",") <= INLINE_VALUES
 
 
 async def release(size: int, *containers: Any) -> None:

@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from gateway.errors import BodyTooLargeError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import INLINE_BYTES, OFF_LOOP_BYTES
+from gateway.pipeline.offload import OFF_LOOP_BYTES, parses_inline
 from gateway.prefix.locate import acyclic_list
 from gateway.rawjson import NATIVE
 from gateway.schemas import sliced
@@ -53,13 +53,12 @@ def parse(ctx: RequestContext) -> None:
 
 
 async def parse_request(ctx: RequestContext) -> None:
-    """`parse`, on the loop for bodies up to a few MiB, a slice at a time for larger ones.
+    """`parse`, on the loop for bodies of a few ms, a slice at a time for larger ones.
 
-    Up to `INLINE_BYTES`, one `parse` on the loop (~2 ms for 1 MB here: orjson, the depth
-    check, pydantic) costs less than slicing it (~2.8 ms: the native walks go over the
-    messages twice, ~0.7 ms per MB each) and holds the loop well under the lag target.
+    A body over `OFF_LOOP_BYTES` that `parses_inline` (a 1 MB agent step: ~2 ms of orjson,
+    the depth check and pydantic) is parsed whole too: slicing it costs more (~2.8 ms).
     """
-    if len(ctx.raw_body) <= max(OFF_LOOP_BYTES, INLINE_BYTES):
+    if len(ctx.raw_body) <= OFF_LOOP_BYTES or parses_inline(ctx.raw_body):
         return parse(ctx)
     if not NATIVE:
         return await asyncio.to_thread(parse, ctx)

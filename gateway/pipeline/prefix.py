@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import light_size, sized
+from gateway.pipeline.offload import sized
 from gateway.prefix import cache_rules
 from gateway.prefix.actions import normalize, sticky_cache_key
 from gateway.prefix.breakpoints import anthropic_cache_breakpoints, apply_breakpoints
@@ -95,8 +95,11 @@ async def check_prefix(
     """
     keys = history_keys(ctx)
     raw_history = await state.prefix_history(keys)
-    # A prompt of megabytes is fingerprinted and scanned beside the loop, not on it.
-    size = light_size(len(ctx.raw_body))
+    # A prompt of megabytes is fingerprinted and scanned beside the loop, not on it; an
+    # agent step whose history the task's previous request showed weighs its new part.
+    size = len(ctx.raw_body)
+    if parsed and ctx.task is not None and not ctx.task.implicit:
+        size = checker.reuse.unseen(keys[0], ctx.raw_body)
     return await sized(size, _check, ctx, checker, rule, raw_history, keys, parsed)
 
 

@@ -77,6 +77,16 @@ class SegmentReuse:
             self._keep(key, _Seen(raw, value_start, head_end, kept))
         return request
 
+    def unseen(self, key: str, raw: bytes) -> int:
+        """How many bytes of `raw` follow what `key`'s previous request showed (all if none)."""
+        with self._lock:
+            seen = self._seen.get(key)
+        if seen is None or len(raw) <= seen.head_end:
+            return len(raw)
+        if not raw.startswith(memoryview(seen.raw)[: seen.head_end]):
+            return len(raw)
+        return len(raw) - seen.head_end
+
     def _keep(self, key: str, seen: _Seen) -> None:
         with self._lock:
             old = self._seen.pop(key, None)

@@ -18,11 +18,13 @@ from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import INLINE_BYTES, OFF_LOOP_BYTES
+from gateway.pipeline.offload import OFF_LOOP_BYTES, parses_inline
 from gateway.pipeline.parse import parse
 from gateway.settings import Settings
 
-COUNT = 40_000  # ~2.4 MB of messages: over the 2 MiB where parsing is sliced
+COUNT = (
+    6000  # ~300 KiB of short messages: over the 256 KiB and 8,192 values where parsing is sliced
+)
 
 
 def _dead_port() -> int:
@@ -47,7 +49,7 @@ def _messages() -> list[dict[str, object]]:
 
 def _body(**fields: object) -> bytes:
     raw = orjson.dumps({"model": "dead", "messages": _messages(), **fields})
-    assert len(raw) > max(OFF_LOOP_BYTES, INLINE_BYTES)
+    assert len(raw) > OFF_LOOP_BYTES and not parses_inline(raw)
     return raw
 
 

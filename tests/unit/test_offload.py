@@ -12,10 +12,12 @@ import pytest
 from gateway.config import ModelRoute
 from gateway.pipeline.context import RequestContext, TaskRef
 from gateway.pipeline.offload import (
+    INLINE_BYTES,
     OFF_LOOP_BYTES,
     RELEASE_BYTES,
     SWITCH_INTERVAL_S,
     _take_apart,
+    parses_inline,
     release,
     share_the_lock,
     sized,
@@ -132,3 +134,15 @@ def test_without_the_native_module_a_held_sequence_is_copied_and_still_freed(
     assert held == ["kept as is"] and len(holder.parts) == 3000  # not detached: a copy
     del holder
     assert all(ref() is None for ref in watched)
+
+
+def test_a_body_of_few_values_parses_inline_and_one_of_many_does_not() -> None:
+    few = (
+        b'{"messages":['
+        + b",".join([b'{"role":"user","content":"' + b"x" * 400 + b'"}'] * 2000)
+        + b"]}"
+    )
+    many = b'{"messages":[{"role":"user","content":"x"}],"n":[' + b",".join([b"12"] * 9000) + b"]}"
+    assert len(few) > OFF_LOOP_BYTES and parses_inline(few)
+    assert not parses_inline(many)
+    assert not parses_inline(b" " * (INLINE_BYTES + 1))

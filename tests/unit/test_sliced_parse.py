@@ -70,7 +70,7 @@ BODIES = st.fixed_dictionaries(
 def tiny_slices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Slice bodies of a few bytes as the gateway slices bodies of megabytes."""
     monkeypatch.setattr(parse_module, "OFF_LOOP_BYTES", 0)
-    monkeypatch.setattr(parse_module, "INLINE_BYTES", 0)
+    monkeypatch.setattr(parse_module, "parses_inline", lambda raw: False)
     monkeypatch.setattr(sliced, "SPLIT_BYTES", 4)
     monkeypatch.setattr(sliced, "SLICE_ITEMS", 2)
     monkeypatch.setattr(sliced, "SLICE_BYTES", 24)

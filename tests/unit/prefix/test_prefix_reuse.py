@@ -166,3 +166,17 @@ def test_a_series_of_steps_cuts_as_each_body_whole(
         raw = json.dumps(body).encode() if spaced else orjson.dumps(body)
         got, whole = _cut(reuse, raw)
         assert got == whole
+
+
+def test_unseen_weighs_only_what_follows_the_known_messages() -> None:
+    reuse = SegmentReuse(min_bytes=0)
+    history = _history(10)
+    first = _raw(history)
+    assert reuse.unseen("task:t", first) == len(first)  # nothing known yet
+    reuse.split("task:t", first, orjson.loads(first), RULE)
+    step = _raw([*history, {"role": "user", "content": "next"}])
+    tail = step[step.rindex(b',{"role":"user","content":"next"}') :]
+    assert reuse.unseen("task:t", step) == len(tail)
+    other = _raw([{"role": "user", "content": "other"}, *history])
+    assert reuse.unseen("task:t", other) == len(other)
+    assert reuse.unseen("task:u", step) == len(step)
