@@ -31,17 +31,18 @@ MIN_BYTES = 64 * 1024
 KEEP_BYTES = 32 * 1024 * 1024
 # A body over this is not kept: comparing it would cost more than its share of the keep.
 MAX_BODY_BYTES = KEEP_BYTES // 4
-_SPACE = b" \t\r\n"
+# Where the last this-many messages of a request ended: the next step may replace a few.
+KEEP_ENDS = 4
 
 
 @dataclass(frozen=True, slots=True)
 class _Seen:
-    """One earlier request of a key: its body and where its messages were."""
+    """One earlier request of a key: its body and where its last messages ended."""
 
     raw: bytes  # the body itself, kept (not copied) to compare the next one against
     value_start: int  # where its `messages` array opened
-    head_end: int  # just past its last message
-    known: Known
+    ends: tuple[tuple[int, int], ...]  # (offset past message i, i + 1), the last few, longest first
+    known: Known  # the segments of all its messages
 
 
 class SegmentReuse:
@@ -61,31 +62,47 @@ class SegmentReuse:
 
         `body` must be `raw` parsed (its `messages` unedited).
         """
-        where = _messages_span(raw) if len(raw) >= self.min_bytes else None
-        if where is None:
+        value_start = _messages_start(raw) if len(raw) >= self.min_bytes else None
+        messages = body.get("messages")
+        if value_start is None or not isinstance(messages, list):
             return split_request(body, rule)
-        value_start, head_end = where
         with self._lock:
             seen = self._seen.get(key)
-        known = seen.known if seen is not None and _repeats(seen, raw, value_start) else None
+        match = _longest_repeat(seen, raw, value_start) if seen is not None else None
+        known = None
+        if seen is not None and match is not None:
+            end, count = match
+            system = seen.known.system
+            if count >= system:
+                known = Known(count, system, seen.known.segments[: count - system])
+            ends = [(e, c) for e, c in seen.ends if e <= end]
+        else:
+            end, count, ends = value_start, 0, []
+        try:
+            spans = rawjson.children(raw, end, 0, None if count == 0 else False)[0]
+        except rawjson.RawJsonError:
+            return split_request(body, rule, known)
+        ends = [
+            (e, c) for e, c in zip(spans[2::3], range(count + 1, len(messages) + 1), strict=False)
+        ] + ends
+        ends.sort(reverse=True)
         request = split_request(body, rule, known)
-        messages = body.get("messages")
-        if isinstance(messages, list) and head_end > value_start + 1:
+        if ends and ends[0][1] == len(messages):
             system = len(messages) - (len(request.segments) - request.header_count)
-            segments = request.segments[request.header_count :]
-            kept = Known(len(messages), system, segments)
-            self._keep(key, _Seen(raw, value_start, head_end, kept))
+            kept = Known(len(messages), system, request.segments[request.header_count :])
+            self._keep(key, _Seen(raw, value_start, tuple(ends[:KEEP_ENDS]), kept))
         return request
 
     def unseen(self, key: str, raw: bytes) -> int:
         """How many bytes of `raw` follow what `key`'s previous request showed (all if none)."""
         with self._lock:
             seen = self._seen.get(key)
-        if seen is None or len(raw) <= seen.head_end:
+        if seen is None:
             return len(raw)
-        if not raw.startswith(memoryview(seen.raw)[: seen.head_end]):
-            return len(raw)
-        return len(raw) - seen.head_end
+        for end, _ in seen.ends:
+            if len(raw) > end and raw.startswith(memoryview(seen.raw)[:end]):
+                return len(raw) - end
+        return len(raw)
 
     def _keep(self, key: str, seen: _Seen) -> None:
         with self._lock:
@@ -101,11 +118,11 @@ class SegmentReuse:
                 self._held -= len(dropped.raw)
 
 
-def _messages_span(raw: bytes) -> tuple[int, int] | None:
-    """Where the only `messages` member's array opens, and the offset past its last item.
+def _messages_start(raw: bytes) -> int | None:
+    """Where the only `messages` member's array opens.
 
-    None when the body has no such array, or more than one member of that name. `raw`
-    has been parsed already: values are skipped, not validated.
+    None when the body has no such array, or more than one member of that name (orjson
+    keeps the last). `raw` has been parsed already: values are skipped, not validated.
     """
     try:
         members, _ = rawjson.scan_raw(raw, trusted=True)
@@ -114,17 +131,19 @@ def _messages_span(raw: bytes) -> tuple[int, int] | None:
     found = [member for member in members if member.key == "messages"]
     if len(found) != 1 or not raw.startswith(b"[", found[0].value_start):
         return None
-    end = found[0].end - 1  # the closing bracket
-    while end > found[0].value_start and raw[end - 1] in _SPACE:
-        end -= 1
-    return found[0].value_start, end
+    return found[0].value_start
 
 
-def _repeats(seen: _Seen, raw: bytes, value_start: int) -> bool:
-    """Whether `raw` opens with `seen`'s bytes up to its last message, its array going on."""
-    if value_start != seen.value_start or len(raw) <= seen.head_end:
-        return False
-    if not raw.startswith(memoryview(seen.raw)[: seen.head_end]):
-        return False
-    after = rawjson.space_end(raw, seen.head_end)
-    return raw.startswith((b",", b"]"), after)
+def _longest_repeat(seen: _Seen, raw: bytes, value_start: int) -> tuple[int, int] | None:
+    """The longest of `seen`'s message ends up to which `raw` has its bytes (and the count).
+
+    Compared byte for byte (memcmp); the array must go on after it (`,` or `]`).
+    """
+    if value_start != seen.value_start:
+        return None
+    for end, count in seen.ends:
+        if len(raw) <= end or not raw.startswith(memoryview(seen.raw)[:end]):
+            continue
+        if raw.startswith((b",", b"]"), rawjson.space_end(raw, end)):
+            return end, count
+    return None
