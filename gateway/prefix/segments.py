@@ -448,9 +448,9 @@ def _implicit_breakpoint(body: Mapping[str, Any], family: Family) -> bool:
 class Known(NamedTuple):
     """The message segments of an earlier request whose messages this one repeats."""
 
-    count: int  # messages[:count] are, byte for byte, that request's
+    upto: int  # messages[:upto] are, byte for byte, that request's
     system: int  # its leading system messages (in the headers)
-    segments: tuple[Segment, ...]  # the segments of messages[system:count]
+    segments: tuple[Segment, ...]  # the segments of messages[system:upto]
 
 
 def split_request(
@@ -468,9 +468,9 @@ def split_request(
         untrack_tuples([header], header.kind)
     header_count = len(headers)
     start = n_system
-    if known is not None and known.system == n_system and n_system <= known.count <= len(messages):
+    if known is not None and known.system == n_system and n_system <= known.upto <= len(messages):
         headers += known.segments  # already out of cyclic GC, as they were made
-        start = known.count
+        start = known.upto
     segments = _message_segments(messages, start, headers)
     newest = newest_turn(messages, n_system) if len(messages) > n_system else len(messages)
     stable = header_count + max(newest - n_system, 0)
