@@ -41,11 +41,12 @@ from gateway.upstream.sse import DONE, DONE_EVENT, event_data
 from gateway.usage import usage_from_openai
 
 log = logging.getLogger("farebox.relay")
-LOOP_SLICE_S = 0.002
+LOOP_SLICE_S = 0.001
 """The longest a stream relays without a pause. Another task's wake-up waits up to three
 slices: the timer or socket event runs one loop pass after the slice in progress, the task
-it wakes one pass later, each pass behind a slice of this stream (5 ms slices kept the
-loop 15-20 ms per 5 ms watch period on a 20 MB stream; ~2,500 pauses of ~30 µs are ~2%)."""
+it wakes one pass later, each pass behind a slice of this stream (on a 20 MB stream the
+loop ran 15-20 ms per 5 ms watch period with 5 ms slices, 13-14 ms with 2 ms, 9-10 ms with
+1 ms; the stream's wall time did not change: 1.64-1.81 s against 1.64-1.72 s at 2 ms)."""
 
 
 def _is_usage_only(chunk: dict[str, Any]) -> bool:
