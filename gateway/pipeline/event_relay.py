@@ -20,11 +20,10 @@ from typing import Any
 
 import anyio
 import orjson
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from gateway.errors import FareboxError, UpstreamProtocolError, UpstreamUnreachableError
 from gateway.pipeline.attempts import report_outcome
+from gateway.pipeline.booked_stream import BookedStream, BookedStreamResponse
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.finish import finish, price_now
 from gateway.pipeline.measure import Meter
@@ -38,7 +37,7 @@ Relayed = tuple[bytes, dict[str, Any] | None]
 """An event's bytes, and its data when whoever made it has it parsed already."""
 
 
-class EventRelay:
+class EventRelay(BookedStream):
     """The client's SSE bytes for one typed stream; subclasses read the protocol."""
 
     protocol = "event"  # for messages: "Messages", "Responses"
@@ -56,7 +55,6 @@ class EventRelay:
         self._where = ctx.alias or "stream"
         self._secrets = [ctx.route.api_key()] if ctx.route is not None else []
         self._settled = False
-        self._body: AsyncGenerator[bytes, None] | None = None
 
     # What a protocol says.
 
@@ -89,16 +87,6 @@ class EventRelay:
             return None
         price_now(self._ctx, self.pipeline_meter, self._services)
         return {**usage, "cost": cost_object(self._ctx)}
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        self._body = self._run()
-        return self._body
-
-    async def close(self) -> None:
-        """Book the attempt if the body did not run to its end (or never started)."""
-        if self._body is not None:
-            await self._body.aclose()  # a started body books itself in its `finally`
-        await self._settle(None, cancelled=True)  # a no-op once booked
 
     async def _run(self) -> AsyncGenerator[bytes, None]:
         error: FareboxError | None = None
@@ -151,23 +139,7 @@ class EventRelay:
         await finish(self._ctx, meter, self._services, error=error, cancelled=cancelled)
 
 
-class EventRelayResponse(StreamingResponse):
-    """A streamed reply that books its attempt even if not one byte of it was sent.
-
-    If the response cannot start (the client left, a header the server refused), the body
-    is never iterated: the upstream would stay open and the paid call leave no row.
-    """
-
-    def __init__(self, relay: EventRelay, headers: dict[str, str]) -> None:
-        super().__init__(relay, media_type="text/event-stream", headers=headers)
-        self._relay = relay
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._relay.close()
+EventRelayResponse = BookedStreamResponse
 
 
 async def prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncGenerator[Relayed, None]:

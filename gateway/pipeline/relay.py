@@ -18,8 +18,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
 import anyio
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from gateway.errors import (
     FareboxError,
@@ -28,6 +26,7 @@ from gateway.errors import (
     stream_error_event,
 )
 from gateway.pipeline.attempts import report_outcome
+from gateway.pipeline.booked_stream import BookedStream, BookedStreamResponse
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.finish import finish, price_now
 from gateway.pipeline.measure import Meter
@@ -53,7 +52,7 @@ def _is_usage_only(chunk: dict[str, Any]) -> bool:
     return isinstance(chunk.get("usage"), dict) and not chunk.get("choices")
 
 
-class Relay:
+class Relay(BookedStream):
     """The client's SSE bytes for one upstream stream; books the attempt exactly once."""
 
     def __init__(
@@ -74,18 +73,7 @@ class Relay:
         self._cut_now = False
         self._ended = False  # the upstream's [DONE] was read
         self._settled = False
-        self._body: AsyncGenerator[bytes, None] | None = None
         self._slice_end = 0.0  # when this stream next lets the loop's other work run
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        self._body = self._run()
-        return self._body
-
-    async def close(self) -> None:
-        """Book the attempt if the body did not run to its end (or never started)."""
-        if self._body is not None:
-            await self._body.aclose()  # a started body books itself in its `finally`
-        await self._settle(None, cancelled=True)  # a no-op once booked
 
     async def _run(self) -> AsyncGenerator[bytes, None]:
         error: FareboxError | None = None
@@ -191,24 +179,7 @@ class Relay:
                 await _logged(self._stream.aclose(), "closing the stream of", self._where)
 
 
-class RelayResponse(StreamingResponse):
-    """A streamed reply that books its attempt even if not one byte of it was sent.
-
-    If the response cannot start (the client left, a header the server refused), the
-    body is never iterated and a plain generator would never run its clean-up: the
-    upstream would stay open and the call, already paid for, would leave no row.
-    """
-
-    def __init__(self, relay: Relay, headers: dict[str, str]) -> None:
-        super().__init__(relay, media_type="text/event-stream", headers=headers)
-        self._relay = relay
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._relay.close()
+RelayResponse = BookedStreamResponse
 
 
 def _combined_usage(
