@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -31,20 +30,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from checkout import use_checkout  # bench/ is the script folder: sys.path[0]
+
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def _use(src: str | None) -> None:
-    """Import `gateway` from `src` (not the editable install) when given."""
-    if src is None:
-        return
-    sys.meta_path[:] = [
-        finder
-        for finder in sys.meta_path
-        if "editable" not in getattr(finder, "__module__", "")
-        and "editable" not in getattr(finder, "__name__", "")
-    ]
-    sys.path.insert(0, src)
 
 
 def _records(n: int, keys: int) -> list[Any]:
@@ -164,7 +152,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--keys", type=int, default=4, help="model aliases the rows spread over")
     args = parser.parse_args()
-    _use(args.src)
+    use_checkout(args.src)
     print(json.dumps(asyncio.run(_main(args))))
 
 

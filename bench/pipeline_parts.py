@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from checkout import use_checkout  # bench/ is the script folder: sys.path[0]
 
 CONFIG = """models:
   bench-gpt:
@@ -31,19 +32,6 @@ BODY = {
     "max_tokens": 16,
 }
 HEADERS = {"host": "127.0.0.1", "content-type": "application/json", "user-agent": "loadgen"}
-
-
-def _use(src: str | None) -> None:
-    """Import `gateway` from `src` (not the editable install) when given."""
-    if src is None:
-        return
-    sys.meta_path[:] = [
-        finder
-        for finder in sys.meta_path
-        if "editable" not in getattr(finder, "__module__", "")
-        and "editable" not in getattr(finder, "__name__", "")
-    ]
-    sys.path.insert(0, src)
 
 
 def _best(call: Callable[[], Any], n: int) -> float:
@@ -61,7 +49,7 @@ def main() -> None:
     parser.add_argument("--src", help="import the gateway from this checkout")
     parser.add_argument("-n", type=int, default=20000)
     args = parser.parse_args()
-    _use(args.src)
+    use_checkout(args.src)
     from decimal import Decimal
 
     import gateway

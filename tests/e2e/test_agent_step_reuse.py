@@ -10,13 +10,9 @@ prefix headers, what the simulator received and what the ledger booked must be t
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
@@ -24,26 +20,15 @@ import orjson
 import pytest
 
 from gateway.prefix.reuse import MIN_BYTES
+from tests.e2e.loop_bench import serving
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "loop_stall.py"
 STEPS = 4
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("loop_stall", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("loop_stall", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The simulator (child process) and a gateway in front of it: their URLs."""
-    bench = _bench()
-    data = tmp_path_factory.mktemp("agent-reuse")
-    with bench.simulator(data) as sim_url, bench.gateway(data, sim_url) as (url, _):
+    with serving(tmp_path_factory.mktemp("agent-reuse")) as (sim_url, url, _):
         yield sim_url, url
 
 

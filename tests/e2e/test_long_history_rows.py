@@ -12,13 +12,9 @@ are `bench/loop_stall.py`'s (a simulator whose model takes any length of input).
 from __future__ import annotations
 
 import base64
-import importlib.util
-import sys
 import time
 from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
@@ -28,26 +24,15 @@ import pytest
 from gateway.pipeline.offload import RELEASE_BYTES
 from gateway.pipeline.prefix import MAX_REMEMBERED_SEGMENTS, prefix_headers
 from gateway.prefix import PrefixChecker, rule_for
+from tests.e2e.loop_bench import serving
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "loop_stall.py"
 COUNT = 40_000
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("loop_stall", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("loop_stall", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The simulator (child process) and a gateway in front of it: their URLs."""
-    bench = _bench()
-    data = tmp_path_factory.mktemp("long-history")
-    with bench.simulator(data) as sim_url, bench.gateway(data, sim_url) as (url, _):
+    with serving(tmp_path_factory.mktemp("long-history")) as (sim_url, url, _):
         yield sim_url, url
 
 

@@ -13,39 +13,26 @@ printed (`pytest -s`) and named in any failure.
 from __future__ import annotations
 
 import gc
-import importlib.util
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "loop_stall.py"
+from tests.e2e.loop_bench import load, serving
+
 CPU_BOUND_S = 0.050
 LAG_BOUND_S = 1.0
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("loop_stall", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("loop_stall", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
+bench = load()
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any]]:
     """The simulator (child process), a gateway (this process); their URLs and loop watch."""
-    data = tmp_path_factory.mktemp("loop-stall")
-    with bench.simulator(data) as sim_url, bench.gateway(data, sim_url) as (url, watch):
+    with serving(tmp_path_factory.mktemp("loop-stall")) as (sim_url, url, watch):
         bench.send(url, watch, bench._turns([]))  # warm up: lazy imports, connections
         yield sim_url, url, watch
 
