@@ -47,6 +47,10 @@ def bind_sim(host: str, port: int = 0) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    # Listening from here, so a connection made before the serving process is up (a
+    # worker's first call while the helper still imports the simulator) waits in the
+    # backlog instead of being refused.
+    sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
