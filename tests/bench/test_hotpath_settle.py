@@ -1,0 +1,56 @@
+"""A hot-path run keeps the CPU its target spends after loadgen ends (`settle`).
+
+Work a run leaves behind (the ledger applying thousands of c=64 rows) used to be booked
+to the next run, the 1 MB agent step. A real process that burns CPU for a while after
+`settle` starts must have that CPU counted, and settle must return once it is quiet.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from hotpath_load import Run, combine, settle
+from hotpath_procs import TICK_S, cpu_ticks
+
+BURN = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
+
+
+def test_settle_waits_for_a_busy_process_to_go_quiet_and_counts_its_cpu() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", BURN + "time.sleep(30)"])
+    try:
+        time.sleep(0.05)
+        ticks = cpu_ticks(proc.pid)
+        began = time.monotonic()
+        after = settle(proc.pid, ticks, window_s=0.2, limit_s=20)
+        assert proc.poll() is None  # quiet, not gone
+        assert (after - ticks) * TICK_S >= 0.2  # most of the burn came after `ticks`
+        assert time.monotonic() - began < 15  # it went quiet well before the limit
+        assert cpu_ticks(proc.pid) - after <= 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_settle_gives_up_at_its_limit_on_a_process_that_never_goes_quiet() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        began = time.monotonic()
+        settle(proc.pid, cpu_ticks(proc.pid), window_s=0.1, limit_s=0.6)
+        assert 0.5 <= time.monotonic() - began < 5
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_passes_combine_their_trailing_cpu_weighted_by_requests_sent() -> None:
+    one = Run("fb", "agent-1mb", sent=10, cpu_ms_per_request=8.0, trailing_cpu_ms_per_request=1.0)
+    two = Run("fb", "agent-1mb", sent=30, cpu_ms_per_request=6.0, trailing_cpu_ms_per_request=0.0)
+    both = combine([one, two])
+    assert both.sent == 40
+    assert both.cpu_ms_per_request == 6.5
+    assert both.trailing_cpu_ms_per_request == 0.25
