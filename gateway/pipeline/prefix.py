@@ -36,13 +36,18 @@ CACHE_LIFETIME_S = {"openai": 600.0, "anthropic": 300.0, "vllm": 3600.0}
 HISTORY_PER_KEY = 4
 MAX_REMEMBERED_SEGMENTS = 8192
 # What one segment weighs against `OFF_LOOP_BYTES` when its record is written: a record of
-# over ~1,000 segments is made ready for the store in a worker thread.
-CHAIN_BYTES_PER_SEGMENT = 256
-# Rebuilt history records kept by the identity of their stored dict (see `_record_of`).
+# over ~4,000 segments (~0.25 µs each to chain and list: ~1 ms) is made ready for the
+# store in a worker thread; a 1 MB agent step's 1,245 stay on the loop (a hop cost more).
+CHAIN_BYTES_PER_SEGMENT = 64
+# Rebuilt history records kept by the identity of their stored dict (see `_record_of`):
+# at most this many, holding this many segments in all (the bound 1,024 records of up to
+# 256 segments had), none over a quarter of them.
 PARSED_KEEP = 1024
-PARSED_MAX_SEGMENTS = 256
+PARSED_SEGMENTS = 256 * 1024
+PARSED_MAX_SEGMENTS = PARSED_SEGMENTS // 4
 _PARSED_LOCK = threading.Lock()
 _PARSED: OrderedDict[int, tuple[dict[str, Any], PrefixRecord]] = OrderedDict()
+_PARSED_HELD = [0]  # segments of the records in _PARSED
 
 
 @dataclass(slots=True)
@@ -145,9 +150,11 @@ def _record_of(item: dict[str, Any]) -> PrefixRecord:
 
     The in-process state hands back the very dicts it stores, request after request, and
     they are not changed once stored; rebuilding their tuples each time was ~4% of a small
-    request's CPU. Keyed by identity, the cache holds the dict itself, so an id is never
-    reused while its entry lives; dicts fresh from Redis simply miss and age out. Long
-    records are not kept, so the cache stays small.
+    request's CPU, and ~0.5 ms of a 1 MB agent step's (four records of 1,245 segments).
+    Keyed by identity, the cache holds the dict itself, so an id is never reused while its
+    entry lives; dicts fresh from Redis simply miss and age out. The cache is bounded in
+    entries and in segments (`PARSED_SEGMENTS`: the tuples share the dict's strings, so a
+    segment costs ~50 bytes here), and a record of over a quarter of them is not kept.
     """
     with _PARSED_LOCK:  # a large request checks in a worker thread
         entry = _PARSED.get(id(item))
@@ -155,11 +162,7 @@ def _record_of(item: dict[str, Any]) -> PrefixRecord:
             _PARSED.move_to_end(id(item))
             return entry[1]
     record = PrefixRecord.from_dict(item)
-    if len(record.segment_digests) <= PARSED_MAX_SEGMENTS:
-        with _PARSED_LOCK:
-            _PARSED[id(item)] = (item, record)
-            if len(_PARSED) > PARSED_KEEP:
-                _PARSED.popitem(last=False)
+    _keep_record(item, record)
     return record
 
 
@@ -229,9 +232,28 @@ async def remember(outcome: PrefixOutcome, state: SharedState) -> None:
     if len(outcome.check.record.segment_digests) > MAX_REMEMBERED_SEGMENTS:
         return
     ttl = CACHE_LIFETIME_S.get(outcome.family, 600.0)
-    # The fingerprint chain is hashed here, ~2 µs a segment: thousands of them leave the loop.
+    # The fingerprint chain is hashed here, ~0.2 µs a segment: thousands leave the loop.
     count = len(outcome.check.record.segment_digests)
-    record = await sized(count * CHAIN_BYTES_PER_SEGMENT, outcome.check.record.to_dict)
+    kept = outcome.check.record
+    record = await sized(count * CHAIN_BYTES_PER_SEGMENT, kept.to_dict)
     if outcome.verdict is not None:  # the provider's own count calibrates the next estimate
         record["reported_prompt_tokens"] = outcome.verdict.prompt_tokens
+        kept = dataclasses.replace(kept, reported_prompt_tokens=outcome.verdict.prompt_tokens)
     await state.remember_prefix(outcome.keys, record, ttl, HISTORY_PER_KEY)
+    _keep_record(record, kept)  # the in-process state hands this very dict back
+
+
+def _keep_record(item: dict[str, Any], record: PrefixRecord) -> None:
+    """Cache `record` as what `item` (its `to_dict()`) rebuilds into (see `_record_of`)."""
+    size = len(record.segment_digests)
+    if size > PARSED_MAX_SEGMENTS:
+        return
+    with _PARSED_LOCK:  # a large request checks in a worker thread
+        old = _PARSED.pop(id(item), None)
+        if old is not None:
+            _PARSED_HELD[0] -= len(old[1].segment_digests)
+        _PARSED[id(item)] = (item, record)
+        _PARSED_HELD[0] += size
+        while len(_PARSED) > PARSED_KEEP or _PARSED_HELD[0] > PARSED_SEGMENTS:
+            _, (_, dropped) = _PARSED.popitem(last=False)
+            _PARSED_HELD[0] -= len(dropped.segment_digests)

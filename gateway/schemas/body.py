@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequestError
+from gateway.rawjson import bracket_depth
 
 MAX_DEPTH = 128
 
@@ -25,7 +26,9 @@ def load_object(raw: bytes, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
-    if depth_over(body, max_depth):
+    # The bytes' bracket depth bounds the value's: only a body that may be too deep is walked.
+    bound = bracket_depth(raw)
+    if (bound is None or bound > max_depth) and depth_over(body, max_depth):
         raise InvalidRequestError(
             f"request body is nested more than {max_depth} levels deep; flatten it"
         )

@@ -1,0 +1,124 @@
+"""The 1 MB agent step's cheaper parse and prefix history are the same answers, exactly.
+
+The depth check counts brackets on the bytes natively and walks the parsed value only when
+the count says it may be too deep; a stored history record is rebuilt once per dict, large
+ones too, and the record a request just made is the one its stored dict rebuilds into.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway import rawjson
+from gateway.errors import InvalidRequestError
+from gateway.pipeline import prefix as stage
+from gateway.prefix import rule_for
+from gateway.prefix.checker import PrefixChecker
+from gateway.prefix.record import PrefixRecord
+from gateway.schemas.body import MAX_DEPTH, depth_over, load_object
+from gateway.state.memory import MemoryState
+
+pytestmark = pytest.mark.skipif(not rawjson.NATIVE, reason="the native walker is not built")
+
+_TEXT = st.text(alphabet='[]{}"\\ab,:é\n', max_size=8)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=40,
+)
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON, st.booleans())
+def test_the_bracket_depth_of_any_json_is_its_nesting(value: Any, spaced: bool) -> None:
+    raw = json.dumps(value, indent=1 if spaced else None).encode()
+    assert rawjson.bracket_depth(raw) == _depth(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_TEXT, _JSON, max_size=4), st.integers(1, 6))
+def test_load_object_refuses_exactly_what_the_walk_refuses(
+    body: dict[str, Any], limit: int
+) -> None:
+    raw = orjson.dumps(body)
+    if depth_over(orjson.loads(raw), limit):
+        with pytest.raises(InvalidRequestError, match="nested more than"):
+            load_object(raw, limit)
+    else:
+        assert load_object(raw, limit) == body
+
+
+def test_a_deep_value_a_repeated_key_drops_is_not_refused() -> None:
+    deep = b"[" * (MAX_DEPTH + 5) + b"]" * (MAX_DEPTH + 5)
+    raw = b'{"model":"m","messages":' + deep + b',"messages":[]}'
+    assert rawjson.bracket_depth(raw) == MAX_DEPTH + 6  # the bytes nest that deep
+    assert load_object(raw) == {"model": "m", "messages": []}  # the value does not
+    with pytest.raises(InvalidRequestError, match="nested more than 128 levels"):
+        load_object(b'{"model":"m","messages":' + deep + b"}")
+
+
+def test_bracket_depth_is_unknown_for_what_is_not_json_bytes() -> None:
+    assert rawjson.bracket_depth(b'{"a":"no end') is None
+    assert rawjson.bracket_depth(bytearray(b"[]")) is None  # type: ignore[arg-type]
+    assert rawjson.bracket_depth(b"") == 0
+
+
+def _body(turns: int, step: int) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."}]
+    for turn in range(turns):
+        messages += [
+            {"role": "user", "content": f"turn {turn}"},
+            {"role": "tool", "tool_call_id": f"c{turn}", "content": "x = 1\n" * 20},
+        ]
+    messages.append({"role": "user", "content": f"step {step}"})
+    return {"model": "m", "messages": messages}
+
+
+def test_a_large_history_record_is_rebuilt_once_per_stored_dict() -> None:
+    record = PrefixChecker().check(_body(700, 0), rule_for("openai")).record
+    assert len(record.segment_digests) > 1_000
+    stored = record.to_dict()
+    first = stage._record_of(stored)
+    assert first == PrefixRecord.from_dict(stored)
+    assert stage._record_of(stored) is first  # not rebuilt
+    assert stage._record_of(dict(stored)) is not first  # another dict: rebuilt
+
+
+def test_the_record_cache_holds_at_most_its_segments() -> None:
+    checker, rule = PrefixChecker(), rule_for("openai")
+    big = [checker.check(_body(600, i), rule).record.to_dict() for i in range(3)]
+    held = [(item, stage._record_of(item)) for item in big]  # keep the dicts alive
+    assert stage._PARSED_HELD[0] <= stage.PARSED_SEGMENTS
+    assert stage._PARSED_HELD[0] == sum(len(r.segment_digests) for _, r in stage._PARSED.values())
+    assert all(stage._record_of(item) is record for item, record in held[-1:])
+
+
+def test_remember_keeps_the_record_its_stored_dict_rebuilds_into() -> None:
+    checker, rule, state = PrefixChecker(), rule_for("openai"), MemoryState()
+    check = checker.check(_body(500, 1), rule)
+    outcome = stage.PrefixOutcome(check, "openai", ["task:t", "caller:c:m"])
+
+    async def run() -> list[dict[str, Any]]:
+        await stage.remember(outcome, state)
+        return await state.prefix_history(["task:t"])
+
+    (stored,) = asyncio.run(run())
+    kept = stage._record_of(stored)
+    assert kept is check.record  # the very record, not a rebuilt copy
+    assert kept == PrefixRecord.from_dict(stored)
+    assert kept.fingerprints == PrefixRecord.from_dict(stored).fingerprints
