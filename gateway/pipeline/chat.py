@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 import anyio
 from starlette.responses import Response
 
+from gateway.compact_patch import patch_compact
 from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
@@ -48,7 +49,7 @@ from gateway.upstream.param_support import dropped_notice, notice_headers
 async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     """Run the pipeline for one request and return the response to send."""
     services = services.for_request()  # one configuration, from parsing to the ledger row
-    await parse_request(ctx)  # megabytes are parsed a slice at a time
+    await parse_request(ctx, services.prefix_checker.reuse)  # megabytes: a slice at a time
     identify(ctx)
     decide(ctx, services.config)
     entitle(ctx)  # the key's models, tiers, n and output cap
@@ -97,7 +98,9 @@ def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:
     assert ctx.alias is not None and ctx.route is not None
     body = ctx.raw_body
     if ctx.edits:
-        body = patch_object(body, ctx.edits.set_fields, ctx.edits.remove, trusted=True)
+        edits = ctx.edits
+        fast = patch_compact(body, ctx.body, edits.set_fields, edits.remove)  # an SDK's body
+        body = fast or patch_object(body, edits.set_fields, edits.remove, trusted=True)
     parsed = ctx.forwarded_body()
     call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
     call.timeouts = route_timeouts(ctx, services)

@@ -19,8 +19,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from gateway.errors import BodyTooLargeError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import OFF_LOOP_BYTES, parses_inline
+from gateway.pipeline.offload import OFF_LOOP_BYTES, RELEASE_BYTES, parses_inline
 from gateway.prefix.locate import acyclic_list
+from gateway.prefix.reuse import SegmentReuse
 from gateway.rawjson import NATIVE
 from gateway.schemas import sliced
 from gateway.schemas.body import MAX_DEPTH, invalid_field, load_object
@@ -42,24 +43,58 @@ def check_size(length: int, limit: int) -> None:
         )
 
 
-def parse(ctx: RequestContext) -> None:
-    """Parse and validate `ctx.raw_body` into `ctx.body` and `ctx.request`."""
+def parse(ctx: RequestContext, reuse: SegmentReuse | None = None) -> None:
+    """Parse and validate `ctx.raw_body` into `ctx.body` and `ctx.request`.
+
+    With `reuse` (the prefix checker's), a task's step validates only the messages its
+    previous request did not end with, byte for byte (see `_validated_reusing`).
+    """
     body = load_object(ctx.raw_body)
-    try:
-        ctx.request = ChatRequest.model_validate(body)
-    except ValidationError as exc:
-        raise invalid_field(exc.errors(), body=body) from None
+    request = _validated_reusing(ctx, body, reuse) if reuse is not None else None
+    if request is None:
+        try:
+            request = ChatRequest.model_validate(body)
+        except ValidationError as exc:
+            raise invalid_field(exc.errors(), body=body) from None
+    ctx.request = request
     ctx.body = body
 
 
-async def parse_request(ctx: RequestContext) -> None:
+def _validated_reusing(
+    ctx: RequestContext, body: dict[str, Any], reuse: SegmentReuse
+) -> ChatRequest | None:
+    """`ChatRequest.model_validate(body)`, with the leading messages that repeat the task's
+    previous request taken as that request validated them; None: validate it whole.
+
+    An agent step resends its whole history: validating 1,245 messages again cost ~0.5 ms
+    and ~3,000 new objects for the collector (~0.5 ms more) per 1 MB step. A message's
+    validated value is a function of its bytes, and `SegmentReuse` matches bytes exactly.
+    The values are shared between requests, so only bodies up to `RELEASE_BYTES`, which
+    nothing takes apart when they end (`release`), and nothing may change them. Any error
+    is left to the whole validation, which names the field pydantic reports first.
+    """
+    task, messages = ctx.headers.get("x-task-id"), body.get("messages")
+    if not task or not isinstance(messages, list) or len(ctx.raw_body) > RELEASE_BYTES:
+        return None
+    known = reuse.validated_prefix(f"task:{task}", ctx.raw_body)
+    if not known or len(known) > len(messages):
+        return None
+    try:
+        rest = ChatRequest.model_validate({**body, "messages": [_PLACEHOLDER]})
+        tail = _MESSAGES.validate_python(messages[len(known) :])
+    except ValidationError:
+        return None
+    return rest.model_copy(update={"messages": [*known, *tail]})
+
+
+async def parse_request(ctx: RequestContext, reuse: SegmentReuse | None = None) -> None:
     """`parse`, on the loop for bodies of a few ms, a slice at a time for larger ones.
 
     A body over `OFF_LOOP_BYTES` that `parses_inline` (a 1 MB agent step: ~2 ms of orjson,
     the depth check and pydantic) is parsed whole too: slicing it costs more (~2.8 ms).
     """
     if len(ctx.raw_body) <= OFF_LOOP_BYTES or parses_inline(ctx.raw_body):
-        return parse(ctx)
+        return parse(ctx, reuse)
     if not NATIVE:
         return await asyncio.to_thread(parse, ctx)
     steps = parse_steps(ctx.raw_body)

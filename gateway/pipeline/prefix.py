@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import sized
+from gateway.pipeline.offload import RELEASE_BYTES, sized
 from gateway.prefix import cache_rules
 from gateway.prefix.actions import normalize, sticky_cache_key
 from gateway.prefix.breakpoints import anthropic_cache_breakpoints, apply_breakpoints
@@ -127,7 +127,12 @@ def _check(
     explicit = ctx.task is not None and not ctx.task.implicit
     unedited = parsed and body.get("messages") is ctx.body.get("messages")
     reuse_key = keys[0] if explicit and unedited else None
-    check = checker.check(body, rule, history, raw=ctx.raw_body, reuse_key=reuse_key)
+    # What the parse validated, for the next step's (only what `release` leaves whole).
+    shared = ctx.request is not None and len(ctx.raw_body) <= RELEASE_BYTES
+    validated = ctx.request.messages if shared and ctx.request is not None else None
+    check = checker.check(
+        body, rule, history, raw=ctx.raw_body, reuse_key=reuse_key, validated=validated
+    )
     check_seconds = time.perf_counter() - started
     if "strict" in actions:
         violations = strict_violations(check.findings, check.divergence)

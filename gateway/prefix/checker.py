@@ -85,6 +85,7 @@ class PrefixChecker:
         *,
         raw: bytes | None = None,
         reuse_key: str | None = None,
+        validated: Sequence[Any] | None = None,
     ) -> PrefixCheck:
         """Fingerprint `body`, compare it with `history`, and scan what is new in it.
 
@@ -92,10 +93,11 @@ class PrefixChecker:
         not reported: they demonstrably did not change, whatever they look like (a tool
         output full of timestamps, replayed as history, breaks nothing). With `raw` (the
         bytes `body` was parsed from, its messages unedited) and a `reuse_key` (a task),
-        the messages that repeat that key's previous request are not cut again.
+        the messages that repeat that key's previous request are not cut again; and
+        `validated` (what the parse made of each message) is kept for the next one's.
         """
         if raw is not None and reuse_key is not None:
-            request = self.reuse.split(reuse_key, raw, body, rule)
+            request = self.reuse.split(reuse_key, raw, body, rule, validated)
         else:
             request = split_request(body, rule)
         record = build_record(request, rule, self.counter)

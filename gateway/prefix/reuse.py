@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,9 @@ class _Seen:
     value_start: int  # where its `messages` array opened
     ends: tuple[tuple[int, int], ...]  # (offset past message i, i + 1), the last few, longest first
     known: Known  # the segments of all its messages
+    # What the parse validated its messages into, one per message, when the caller gave
+    # them (the next step's parse reuses those its bytes repeat); read-only, shared
+    validated: tuple[Any, ...] | None = None
 
 
 class SegmentReuse:
@@ -56,11 +59,18 @@ class SegmentReuse:
         self._lock = threading.Lock()  # a body over 2 MiB is checked in a worker thread
 
     def split(
-        self, key: str, raw: bytes, body: Mapping[str, Any], rule: CacheRule
+        self,
+        key: str,
+        raw: bytes,
+        body: Mapping[str, Any],
+        rule: CacheRule,
+        validated: Sequence[Any] | None = None,
     ) -> RequestSegments:
         """`split_request(body, rule)`, reusing what `key`'s previous request cut.
 
-        `body` must be `raw` parsed (its `messages` unedited).
+        `body` must be `raw` parsed (its `messages` unedited); `validated`, one item per
+        message, is kept for the next request's `validated_prefix` (not copied when a
+        tuple: never change what is handed in).
         """
         value_start = _messages_start(raw) if len(raw) >= self.min_bytes else None
         messages = body.get("messages")
@@ -90,8 +100,27 @@ class SegmentReuse:
         if ends and ends[0][1] == len(messages):
             system = len(messages) - (len(request.segments) - request.header_count)
             kept = Known(len(messages), system, request.segments[request.header_count :])
-            self._keep(key, _Seen(raw, value_start, tuple(ends[:KEEP_ENDS]), kept))
+            shared = None
+            if validated is not None and len(validated) == len(messages):
+                shared = validated if isinstance(validated, tuple) else tuple(validated)
+            self._keep(key, _Seen(raw, value_start, tuple(ends[:KEEP_ENDS]), kept, shared))
         return request
+
+    def validated_prefix(self, key: str, raw: bytes) -> tuple[Any, ...]:
+        """What `key`'s previous request's leading messages that `raw` repeats byte for
+        byte were validated into (as handed to `split`); () when none.
+
+        `raw` must have been parsed as JSON already (its values are skipped, not checked).
+        A message's validated value depends on its parsed value alone, and that on its
+        bytes, so these are what validating `raw`'s first messages would give.
+        """
+        with self._lock:
+            seen = self._seen.get(key)
+        if seen is None or seen.validated is None or len(raw) < self.min_bytes:
+            return ()
+        value_start = _messages_start(raw)
+        match = _longest_repeat(seen, raw, value_start) if value_start is not None else None
+        return seen.validated[: match[1]] if match is not None else ()
 
     def unseen(self, key: str, raw: bytes) -> int:
         """How many bytes of `raw` follow what `key`'s previous request showed (all if none)."""

@@ -19,10 +19,14 @@ from hypothesis import strategies as st
 from gateway import rawjson
 from gateway.errors import InvalidRequestError
 from gateway.pipeline import prefix as stage
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.offload import RELEASE_BYTES
+from gateway.pipeline.parse import parse
 from gateway.prefix import rule_for
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.record import PrefixRecord
 from gateway.schemas.body import MAX_DEPTH, depth_over, load_object
+from gateway.schemas.chat import ChatRequest
 from gateway.state.memory import MemoryState
 
 pytestmark = pytest.mark.skipif(not rawjson.NATIVE, reason="the native walker is not built")
@@ -122,3 +126,108 @@ def test_remember_keeps_the_record_its_stored_dict_rebuilds_into() -> None:
     assert kept is check.record  # the very record, not a rebuilt copy
     assert kept == PrefixRecord.from_dict(stored)
     assert kept.fingerprints == PrefixRecord.from_dict(stored).fingerprints
+
+
+def _step(checker: PrefixChecker, raw: bytes, task: str = "t") -> RequestContext:
+    """One chat request through the parse and the prefix check, as the pipeline runs them."""
+    ctx = RequestContext(raw_body=raw, headers={"x-task-id": task})
+    parse(ctx, checker.reuse)
+    assert ctx.request is not None
+    checker.check(
+        ctx.body,
+        rule_for("openai"),
+        raw=raw,
+        reuse_key=f"task:{task}",
+        validated=ctx.request.messages,
+    )
+    return ctx
+
+
+def _whole(raw: bytes) -> ChatRequest:
+    ctx = RequestContext(raw_body=raw, headers={})
+    parse(ctx)
+    assert ctx.request is not None
+    return ctx.request
+
+
+def _history(turns: int) -> list[dict[str, Any]]:
+    messages = _body(turns, 0)["messages"][:-1]
+    messages[2] = {"role": "assistant", "content": None, "tool_calls": [{"id": "c0"}]}
+    return messages
+
+
+def test_an_agent_step_validates_only_its_new_messages() -> None:
+    checker, history = PrefixChecker(), _history(400)
+    first = _step(checker, orjson.dumps({"model": "m", "messages": history}))
+    history.append({"role": "user", "content": "next"})
+    raw = orjson.dumps({"model": "m", "messages": history, "max_tokens": 9})
+    second = _step(checker, raw)
+    assert second.request == _whole(raw)
+    assert second.request is not None and first.request is not None
+    assert second.request.messages[5] is first.request.messages[5]  # taken, not validated
+    assert second.request.messages[-1] is not history[-1]  # the new one validated
+    other = _step(checker, raw, task="u")  # another task's history is not this one's
+    assert other.request is not None and other.request.messages[5] is not first.request.messages[5]
+
+
+def test_an_invalid_new_message_is_refused_as_the_whole_validation_refuses_it() -> None:
+    checker, history = PrefixChecker(), _history(400)
+    _step(checker, orjson.dumps({"model": "m", "messages": history}))
+    for bad in ({"role": "robot"}, {"role": "user", "content": 5}, "text"):
+        raw = orjson.dumps({"model": "m", "messages": [*history, bad]})
+        with pytest.raises(InvalidRequestError) as reused:
+            _step(checker, raw)
+        with pytest.raises(InvalidRequestError) as whole:
+            _whole(raw)
+        assert str(reused.value) == str(whole.value)
+        assert reused.value.param == whole.value.param
+    raw = orjson.dumps({"model": "", "messages": [*history, {"role": "user"}]})
+    with pytest.raises(InvalidRequestError, match="'model'"):
+        _step(checker, raw)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["append", "edit", "drop", "space", "invalid", "model"]),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_any_series_of_steps_parses_as_each_body_whole(moves: list[str]) -> None:
+    checker, history, spaced = PrefixChecker(), _history(300), False
+    for move in moves:
+        if move == "append":
+            history = [*history, {"role": "user", "content": f"more {len(history)}"}]
+        elif move == "edit":
+            history = [*history[:40], {"role": "user", "content": "edited"}, *history[41:]]
+        elif move == "drop":
+            history = history[:-2]
+        elif move == "space":
+            spaced = not spaced
+        tail = [{"role": "nobody"}] if move == "invalid" else []
+        body = {"model": "" if move == "model" else "m", "messages": [*history, *tail]}
+        raw = json.dumps(body, indent=1 if spaced else None).encode()
+        try:
+            whole: ChatRequest | str = _whole(raw)
+        except InvalidRequestError as exc:
+            whole = str(exc)
+        try:
+            got: ChatRequest | str | None = _step(checker, raw).request
+        except InvalidRequestError as exc:
+            got = str(exc)
+        assert got == whole
+
+
+def test_a_body_over_the_release_size_shares_nothing() -> None:
+    """`release` takes such a body's messages apart when it ends: none may be shared."""
+    checker = PrefixChecker()
+    history = _history(300)
+    history[1] = {"role": "user", "content": "x" * (RELEASE_BYTES + 1)}
+    first = _step(checker, orjson.dumps({"model": "m", "messages": history}))
+    raw = orjson.dumps({"model": "m", "messages": [*history, {"role": "user", "content": "n"}]})
+    assert checker.reuse.validated_prefix("task:t", raw)  # the store would give them
+    second = _step(checker, raw)
+    assert first.request is not None and second.request is not None
+    assert second.request == _whole(raw)
+    assert not set(map(id, second.request.messages)) & set(map(id, first.request.messages))
