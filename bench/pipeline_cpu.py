@@ -1,7 +1,8 @@
 """CPU per request of Farebox's chat path beside the bare-proxy floor, in one run.
 
 Run: `python bench/pipeline_cpu.py [--floor ../shared/perf-floor] [--n 3000] [--stream]
-[--history-file F --history-mode agent|fresh] [--profile out.txt]`.
+[--history-file F --history-mode agent|fresh] [--profile out.txt]
+[--database-url postgresql+asyncpg://... --redis-url redis://...]`.
 
 Starts the floor's instant mock upstream and load generator on core 0, then each proxy
 under test pinned to core 1: `minproxy.py` (an aiohttp pass-through, the floor) and
@@ -184,6 +185,8 @@ def main() -> None:
     parser.add_argument(
         "--callgrind", action="store_true", help="count instructions per request (valgrind)"
     )
+    parser.add_argument("--database-url", help="FAREBOX_DATABASE_URL (default: SQLite)")
+    parser.add_argument("--redis-url", help="FAREBOX_REDIS_URL (default: in-process state)")
     args = parser.parse_args()
     args.model = "bench-gpt"
     mock_port, min_port, fb_port = _free_port(), _free_port(), _free_port()
@@ -196,6 +199,10 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
     env |= {"FAREBOX_CONFIG": str(data / "config.yaml"), "FAREBOX_DATA_DIR": str(data)}
     env |= {"FAREBOX_LOG_LEVEL": "warning", "FAREBOX_PORT": str(fb_port)}
+    if args.database_url:  # e.g. postgresql+asyncpg://127.0.0.1:5432/<a database of your own>
+        env["FAREBOX_DATABASE_URL"] = args.database_url
+    if args.redis_url:  # e.g. redis://127.0.0.1:6379/12
+        env["FAREBOX_REDIS_URL"] = args.redis_url
     rows: list[Row] = []
     try:
         _wait_port(mock_port, mock)
@@ -222,6 +229,7 @@ def main() -> None:
     if floor and farebox_cpu:
         rows.append({"ratio": round(float(farebox_cpu) / float(floor), 2)})
     summary = {"stream": args.stream, "c": args.c, "history": args.history_file}
+    summary |= {"database": args.database_url or "sqlite", "redis": args.redis_url}
     print(json.dumps(summary | {"rows": rows}))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -14,6 +15,7 @@ from redis.backoff import NoBackoff
 
 from gateway.settings import RedisLimits
 from gateway.state.base import StateHealth, from_units, to_units
+from gateway.state.batch import ScriptBatch
 
 PUSH_BATCH = 500
 # Per key: INCRBY, then raise the total to a floor (the caller's own view of it, which a
@@ -34,6 +36,27 @@ for i, key in ipairs(KEYS) do
 end
 return totals
 """
+# Every list in one reply: one command to pack and one reply to parse, however many keys.
+_HISTORY = """
+local lists = {}
+for i, key in ipairs(KEYS) do
+  lists[i] = redis.call('LRANGE', key, 0, -1)
+end
+return lists
+"""
+# Push one record under each key, keep the newest ARGV[2], expire after ARGV[3] seconds:
+# atomic as MULTI/EXEC was, in one command with one reply instead of 3 per key plus two.
+_REMEMBER = """
+for _, key in ipairs(KEYS) do
+  redis.call('LPUSH', key, ARGV[1])
+  redis.call('LTRIM', key, 0, ARGV[2] - 1)
+  redis.call('EXPIRE', key, ARGV[3])
+end
+return #KEYS
+"""
+# Parsed history records, by their stored bytes (see `RedisState._parse`).
+PARSED_KEEP = 512
+PARSED_MAX_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +78,10 @@ class RedisState:
         self.namespace = namespace
         self._pool = pool
         self._add = client.register_script(_ADD_WITH_FLOOR)
+        self._history = client.register_script(_HISTORY)
+        self._remember = client.register_script(_REMEMBER)
+        self._parsed: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
+        self._batch = ScriptBatch(client)
 
     @classmethod
     def from_url(cls, url: str, namespace: str, limits: RedisLimits) -> RedisState:
@@ -145,25 +172,39 @@ class RedisState:
     async def prefix_history(self, keys: list[str]) -> list[dict[str, Any]]:
         if not keys:
             return []
-        async with self.client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.lrange(self._prefix_key(key), 0, -1)
-            lists = await pipe.execute()
+        lists = await self._batch.call(self._history, [self._prefix_key(key) for key in keys], [])
         # A request is remembered under its task and its caller: parse each record once.
         unique = dict.fromkeys(item for items in lists for item in items)
-        return [orjson.loads(item) for item in unique]
+        return [self._parse(item) for item in unique]
+
+    def _parse(self, item: bytes) -> dict[str, Any]:
+        """A stored record as a dict: the same dict for the same bytes while it is kept.
+
+        Every request of a caller reads the same few records back; parsing them again was
+        most of what reading the history cost, and handing back the same dict lets the
+        prefix stage reuse what it rebuilt from it (as with the in-process state, whose
+        dicts are never changed once stored). Bytes are their own key, so nothing can go
+        stale; large records are parsed each time rather than pinned in memory.
+        """
+        record = self._parsed.get(item)
+        if record is not None:
+            self._parsed.move_to_end(item)
+            return record
+        record = orjson.loads(item)
+        if len(item) <= PARSED_MAX_BYTES:
+            self._parsed[item] = record
+            if len(self._parsed) > PARSED_KEEP:
+                self._parsed.popitem(last=False)
+        return record
 
     async def remember_prefix(
         self, keys: list[str], record: dict[str, Any], ttl_s: float, keep: int
     ) -> None:
-        value = orjson.dumps(record)
-        async with self.client.pipeline(transaction=True) as pipe:
-            for key in keys:
-                name = self._prefix_key(key)
-                pipe.lpush(name, value)
-                pipe.ltrim(name, 0, keep - 1)
-                pipe.expire(name, max(math.ceil(ttl_s), 1))
-            await pipe.execute()
+        if not keys:
+            return
+        names = [self._prefix_key(key) for key in keys]
+        args = [orjson.dumps(record), keep, max(math.ceil(ttl_s), 1)]
+        await self._batch.call(self._remember, names, args)
 
     async def task_value(self, task_id: str, name: str) -> str | None:
         value = await self.client.get(self._pin_key(task_id, name))
@@ -191,5 +232,6 @@ class RedisState:
         return StateHealth("redis")
 
     async def aclose(self) -> None:
+        await self._batch.aclose()
         await self.client.aclose()
         await self._pool.aclose()  # a pool we created is ours to close

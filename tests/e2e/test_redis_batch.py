@@ -1,0 +1,123 @@
+"""Shared state's script calls in the real Redis: batched across callers, each its own reply.
+
+gateway/state/batch.py sends the prefix-history reads and writes of concurrent requests in
+one pipeline; these tests hold it to giving every caller exactly its own answer, through
+a Redis that forgot its scripts, a caller that gave up, and a Redis that went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import redis
+
+from gateway.settings import RedisLimits
+from gateway.state.fallback import FallbackState
+from gateway.state.redis import PARSED_MAX_BYTES
+from tests.e2e.test_state_outage import RedisServer, redis_server  # noqa: F401 (fixture)
+from tests.redis_service import require_redis
+
+pytestmark = pytest.mark.redis
+
+PATIENT = RedisLimits(timeout_s=5, connect_timeout_s=5, pool_wait_s=10, retry_s=0.2)
+
+
+async def _state(url: str) -> FallbackState:
+    state = await FallbackState.connect(url, f"test-{uuid.uuid4().hex}", PATIENT)
+    assert not state.degraded
+    return state
+
+
+async def test_concurrent_callers_each_get_their_own_history_in_few_pipelines() -> None:
+    state = await _state(require_redis())
+    try:
+        await asyncio.gather(
+            *(state.remember_prefix([f"k{i}", "shared"], {"i": i}, 60, 4) for i in range(100))
+        )
+        histories = await asyncio.gather(*(state.prefix_history([f"k{i}"]) for i in range(100)))
+        assert histories == [[{"i": i}] for i in range(100)]
+        # 200 calls, made together, went out in far fewer round trips than one each.
+        assert state.redis._batch.sent < 100
+        shared = await state.prefix_history(["shared"])
+        assert len(shared) == 4  # trimmed to the newest four, as the pipeline did
+        assert await state.redis.client.ttl(state.redis._prefix_key("shared")) in range(55, 61)
+    finally:
+        await _drop(state)
+        await state.aclose()
+
+
+async def test_the_same_stored_record_parses_to_the_same_dict() -> None:
+    state = await _state(require_redis())
+    try:
+        await state.remember_prefix(["small"], {"fingerprints": ["a" * 32]}, 60, 4)
+        first, again = await state.prefix_history(["small"]), await state.prefix_history(["small"])
+        assert first == again == [{"fingerprints": ["a" * 32]}]
+        assert first[0] is again[0]  # the prefix stage reuses what it rebuilt from it
+        big = {"fingerprints": ["b" * 32] * (PARSED_MAX_BYTES // 32)}
+        await state.remember_prefix(["big"], big, 60, 4)
+        first, again = await state.prefix_history(["big"]), await state.prefix_history(["big"])
+        assert first == again == [big]
+        assert first[0] is not again[0]  # a large record is not pinned in memory
+    finally:
+        await _drop(state)
+        await state.aclose()
+
+
+async def test_a_caller_that_gives_up_leaves_the_others_their_replies() -> None:
+    state = await _state(require_redis())
+    try:
+        await state.remember_prefix(["k"], {"n": 1}, 60, 4)
+        quitter = asyncio.create_task(state.prefix_history(["k"]))
+        await asyncio.sleep(0)  # its call waits for the next batch
+        quitter.cancel()
+        others = await asyncio.gather(*(state.prefix_history(["k"]) for _ in range(10)))
+        assert others == [[{"n": 1}]] * 10
+        with pytest.raises(asyncio.CancelledError):
+            await quitter
+        assert not state.degraded
+    finally:
+        await _drop(state)
+        await state.aclose()
+
+
+async def test_scripts_redis_forgot_are_loaded_again(redis_server: RedisServer) -> None:  # noqa: F811
+    redis_server.start()
+    state = await _state(redis_server.url)
+    try:
+        await state.remember_prefix(["k"], {"n": 1}, 60, 4)
+        with redis.Redis(port=redis_server.port) as admin:
+            admin.script_flush()  # as after a restart: every cached script is gone
+        await asyncio.gather(*(state.remember_prefix(["k"], {"n": n}, 60, 4) for n in (2, 3)))
+        histories = await asyncio.gather(*(state.prefix_history(["k"]) for _ in range(5)))
+        assert all(sorted(r["n"] for r in history) == [1, 2, 3] for history in histories)
+        assert not state.degraded
+    finally:
+        await state.aclose()
+
+
+async def test_a_batch_that_meets_a_dead_redis_is_answered_locally(
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    redis_server.start()
+    state = await _state(redis_server.url)
+    try:
+        await state.remember_prefix(["k"], {"n": 1}, 60, 4)
+        assert await state.prefix_history(["k"]) == [{"n": 1}]
+        redis_server.kill()
+        # Every caller of the failed batch falls back to this process's own history.
+        writes = (state.remember_prefix(["k"], {"n": n}, 60, 4) for n in range(5))
+        await asyncio.gather(*writes)
+        histories = await asyncio.gather(*(state.prefix_history(["k"]) for _ in range(5)))
+        assert all(len(history) == 4 for history in histories)
+        assert state.degraded
+    finally:
+        await state.aclose()
+
+
+async def _drop(state: FallbackState) -> None:
+    redis_state = state.redis
+    names = await redis_state.client.keys(f"{redis_state.namespace}:*")
+    if names:
+        await redis_state.client.delete(*names)
