@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -68,6 +68,8 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         self.team = BoundedLabel()
+        # `task_cost`'s children by (team, outcome), looked up once per pair.
+        self._task_costs: dict[tuple[str, str], Any] = {}
         r = self.registry
         self.config_reloads = Counter(
             "farebox_config_reloads",
@@ -325,7 +327,13 @@ class Metrics:
 
     def observe_task(self, team: str | None, outcome: str, cost: Decimal) -> None:
         """Record one finished task's total cost."""
-        self.task_cost.labels(team=self.team(team), outcome=outcome[:32]).observe(float(cost))
+        key = (self.team(team), outcome[:32])
+        child = self._task_costs.get(key)
+        if child is None:  # `labels()` checks and renders its values, under a lock
+            if len(self._task_costs) >= 4096:  # outcomes are clients' words
+                self._task_costs.clear()
+            child = self._task_costs[key] = self.task_cost.labels(team=key[0], outcome=key[1])
+        child.observe(float(cost))
 
     def render(self) -> bytes:
         """The exposition text for GET /metrics: every worker's sums under `--workers`."""

@@ -208,18 +208,54 @@ def _by_kind(metrics: Metrics, metric: Any, model: str) -> tuple[Any, ...]:
     return kinds
 
 
+def _by_name(metrics: Metrics, model: str, metric: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The model's child of each metric in `metric` (labelled by model alone), one lookup."""
+    children = _CHILDREN.get(metrics)
+    if children is None:
+        children = _CHILDREN.setdefault(metrics, {})
+    key = (*map(id, metric), model)
+    found = children.get(key)
+    if found is None:
+        if len(children) >= MAX_CHILDREN:
+            children.clear()
+        found = children[key] = tuple(_labels(metrics, each, model=model) for each in metric)
+    return found
+
+
+def _series(metrics: Metrics, model: str, backend: str, tier: str, status: str) -> tuple[Any, ...]:
+    """The children every finished request counts in: its request count by backend, tier
+    and status, its model's tokens and cost by kind and its duration; one lookup."""
+    children = _CHILDREN.get(metrics)
+    if children is None:
+        children = _CHILDREN.setdefault(metrics, {})
+    key = (_SERIES, model, backend, tier, status)
+    series = children.get(key)
+    if series is None:
+        series = (
+            _labels(
+                metrics, metrics.requests, model=model, backend=backend, tier=tier, status=status
+            ),
+            _by_kind(metrics, metrics.tokens, model),
+            _by_kind(metrics, metrics.cost, model),
+            _labels(metrics, metrics.duration, model=model),
+        )
+        if len(children) >= MAX_CHILDREN:
+            children.clear()
+        children[key] = series
+    return series
+
+
+_SERIES = object()  # the key of a `_series` bundle, beside `id(metric)` keys
+
+
 def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -> None:
     """Count the request, its tokens and cost, and its latencies."""
     assert ctx.route is not None
     model = ctx.alias or "unknown"
-    _labels(
-        metrics,
-        metrics.requests,
-        model=model,
-        backend=backend_of(ctx.route),
-        tier=ctx.tier_served or "standard",
-        status=str(ctx.status_code or 0),
-    ).inc()
+    tier = ctx.tier_served or "standard"
+    status = str(ctx.status_code or 0)
+    requests, tokens, costs, duration = _series(metrics, model, backend_of(ctx.route), tier, status)
+    requests.inc()
     usage = ctx.usage
     if usage is not None and usage.suspect:
         _labels(metrics, metrics.usage_suspect, model=model).inc()
@@ -232,13 +268,12 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
             usage.reasoning_tokens,
         )
         # Every series is looked up (so it exists at 0); adding zero would only take its lock.
-        for child, count in zip(_by_kind(metrics, metrics.tokens, model), counts, strict=True):
+        for child, count in zip(tokens, counts, strict=True):
             if count:
                 child.inc(count)
     amounts = booked.components
     if tuple(amounts) == COMPONENTS:  # always, from `BookedCost.of`
-        children = _by_kind(metrics, metrics.cost, model)
-        for child, amount in zip(children, amounts.values(), strict=True):
+        for child, amount in zip(costs, amounts.values(), strict=True):
             if amount:
                 child.inc(float(amount))
     else:
@@ -246,6 +281,9 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
             child = _labels(metrics, metrics.cost, model=model, kind=kind)
             if amount:
                 child.inc(float(amount))
+    timings = ctx.timings
+    if timings.finished is not None:
+        duration.observe(timings.finished - timings.received)
     _observe_latencies(metrics, ctx, model)
     _observe_prefix(metrics, ctx, model)
     enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")
@@ -274,9 +312,16 @@ def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
         _labels(metrics, metrics.prefix_breaks, model=model, reason=divergence.reason).inc()
     judged = outcome.verdict
     if judged is not None:
-        _labels(metrics, metrics.prefix_expected, model=model).inc(judged.expected_cached)
-        _labels(metrics, metrics.prefix_actual, model=model).inc(judged.actual_cached)
-        _labels(metrics, metrics.prefix_lost, model=model).inc(float(judged.money_lost))
+        expected, actual, lost = _by_name(
+            metrics, model, (metrics.prefix_expected, metrics.prefix_actual, metrics.prefix_lost)
+        )
+        # Looked up above, so each exists at 0; adding zero would only take its lock.
+        if judged.expected_cached:
+            expected.inc(judged.expected_cached)
+        if judged.actual_cached:
+            actual.inc(judged.actual_cached)
+        if judged.money_lost:
+            lost.inc(float(judged.money_lost))
 
 
 def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> None:
@@ -294,5 +339,3 @@ def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> Non
     speed = decode_speed(ctx)
     if speed is not None:
         _labels(metrics, metrics.decode_speed, model=model).observe(speed)
-    if timings.finished is not None:
-        _labels(metrics, metrics.duration, model=model).observe(timings.finished - timings.received)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from gateway.compact_patch import patch_compact
 from gateway.http_headers import safe_headers
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.record import booked_cost
@@ -43,8 +44,12 @@ def with_cost(payload: dict[str, Any], raw: bytes, ctx: RequestContext) -> bytes
     usage = payload.get("usage")
     if not isinstance(usage, dict):
         return raw
+    edit = {"usage": {**usage, "cost": cost_object(ctx)}}
+    fast = patch_compact(raw, payload, edit)  # the same bytes, without the member scan
+    if fast is not None:
+        return fast
     try:
-        return patch_object(raw, {"usage": {**usage, "cost": cost_object(ctx)}}, trusted=True)
+        return patch_object(raw, edit, trusted=True)
     except RawJsonError:  # parsed, yet not patchable: the reply goes out as it came
         log.warning("usage.cost left out: the reply's bytes could not be patched")
         return raw

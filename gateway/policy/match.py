@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
 from gateway.policy.facts import RequestFacts
-from gateway.policy.schema import Match, Policy, RuleActions
+from gateway.policy.schema import Match, Policy, Rule, RuleActions
 
 DEFAULTS_LABEL = "defaults"
 """The rule name reported when no rule matched."""
@@ -34,14 +34,36 @@ def rule_matches(match: Match, facts: RequestFacts, step_kind: str) -> bool:
     for patterns, value in checks:
         if patterns is not None and not _any(value, patterns):
             return False
-    if not {tag.lower() for tag in match.tags} <= facts.tags:
+    if match.tags and not {tag.lower() for tag in match.tags} <= facts.tags:
         return False
-    return _headers_match(match, facts)
+    return not match.headers or _headers_match(match, facts)
 
 
 def select_rule(policy: Policy, facts: RequestFacts, step_kind: str) -> tuple[str, RuleActions]:
     """Return the first matching rule's label and its actions over the defaults."""
     for index, rule in enumerate(policy.rules):
         if rule_matches(rule.match, facts, step_kind):
-            return rule.label(index), rule.over(policy.defaults)
+            return rule.label(index), _over(rule, policy.defaults)
     return DEFAULTS_LABEL, policy.defaults
+
+
+def _over(rule: Rule, defaults: RuleActions) -> RuleActions:
+    """`rule.over(defaults)`, built once per rule and defaults.
+
+    Both are frozen and a reload builds new ones, so the merge never changes; it was a
+    pydantic `model_construct` (and a `model_copy` per nested section) on every request.
+    Each entry holds its rule and defaults, so no id is reused while it lives.
+    """
+    key = (id(rule), id(defaults))
+    hit = _MERGED.get(key)
+    if hit is not None and hit[0] is rule and hit[1] is defaults:
+        return hit[2]
+    merged = rule.over(defaults)
+    if len(_MERGED) >= MAX_MERGED:  # policies replaced by many reloads
+        _MERGED.clear()
+    _MERGED[key] = (rule, defaults, merged)
+    return merged
+
+
+_MERGED: dict[tuple[int, int], tuple[Rule, RuleActions, RuleActions]] = {}
+MAX_MERGED = 1024

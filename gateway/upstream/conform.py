@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from gateway.compact_patch import patch_compact
 from gateway.rawjson import RawJsonError, patch_object
 
 # Per level: fields that must be present (null when the upstream had nothing), and
@@ -86,6 +87,9 @@ def conformed_reply_bytes(body: bytes, payload: dict[str, Any]) -> tuple[bytes, 
     if fixed == payload:
         return body, payload
     set_fields, remove = top_level_edits(payload, fixed)
+    fast = patch_compact(body, payload, set_fields, remove)  # same bytes, no member scan
+    if fast is not None:
+        return fast, fixed
     try:
         return patch_object(body, set_fields, remove, trusted=True), fixed
     except RawJsonError:  # parsed, yet not patchable: render it whole

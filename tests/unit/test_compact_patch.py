@@ -1,0 +1,102 @@
+"""`patch_compact` gives `patch_object`'s bytes, or None where it cannot be sure of them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.compact_patch import MAX_BYTES, patch_compact
+from gateway.rawjson import patch_object
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=12),
+    st.sampled_from(['\\"', "\\", '"', "\u2028", "\x00", "\x7f", "é", "\U0001f600"]),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=20,
+)
+KEYS = st.sampled_from(["model", "messages", "usage", "a", 'q"\\', "é", "\x01"])
+OBJECTS = st.dictionaries(KEYS, VALUES)
+SETS = st.dictionaries(KEYS, VALUES, max_size=3)
+REMOVES = st.sets(KEYS, max_size=3)
+STYLES = [
+    {},
+    {"separators": (",", ":")},
+    {"separators": (",", ":"), "ensure_ascii": False},
+    {"indent": 1},
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(OBJECTS, SETS, REMOVES)
+def test_compact_bodies_patch_to_the_spliced_bytes(
+    body: dict[str, Any], set_fields: dict[str, Any], remove: set[str]
+) -> None:
+    raw = orjson.dumps(body)
+    fast = patch_compact(raw, orjson.loads(raw), set_fields, remove)
+    spliced = patch_object(raw, set_fields, remove, trusted=True)
+    if len(raw) > MAX_BYTES:
+        assert fast is None
+    elif all(
+        key.isascii() and key.isprintable() and not {'"', "\\"} & set(key) for key in set_fields
+    ):
+        assert fast == spliced  # plain keys: always the fast path
+    else:
+        assert fast in (None, spliced)  # a new key `patch_object` escapes: its splice
+
+
+@settings(max_examples=500, deadline=None)
+@given(OBJECTS, SETS, REMOVES, st.integers(min_value=0, max_value=len(STYLES) - 1))
+def test_other_renderings_are_patched_exactly_or_left_to_the_splice(
+    body: dict[str, Any], set_fields: dict[str, Any], remove: set[str], style: int
+) -> None:
+    raw = json.dumps(body, **STYLES[style]).encode()  # type: ignore[arg-type]
+    fast = patch_compact(raw, orjson.loads(raw), set_fields, remove)
+    if fast is not None:  # only where the body was orjson's rendering to the byte
+        assert orjson.dumps(orjson.loads(raw)) == raw
+        assert fast == patch_object(raw, set_fields, remove, trusted=True)
+
+
+def test_a_reply_with_spaces_or_a_repeated_key_is_left_to_the_splice() -> None:
+    spaced = b'{"id": "x", "usage": {"prompt_tokens": 1}}'
+    assert patch_compact(spaced, orjson.loads(spaced), {"usage": {}}) is None
+    repeated = b'{"id":"x","id":"y","usage":{}}'
+    assert patch_compact(repeated, orjson.loads(repeated), {"usage": {"cost": 1}}) is None
+    assert (
+        patch_object(repeated, {"usage": {"cost": 1}}) == b'{"id":"x","id":"y","usage":{"cost":1}}'
+    )
+
+
+def test_a_new_key_that_patch_object_escapes_is_left_to_it() -> None:
+    raw = b'{"a":1}'
+    assert patch_compact(raw, orjson.loads(raw), {"\u00e9": 1}) is None
+    assert patch_compact(raw, orjson.loads(raw), {"a": "\u00e9"}) == '{"a":"\u00e9"}'.encode()
+
+
+def test_a_value_orjson_cannot_render_is_left_to_the_splice() -> None:
+    raw = b'{"n":1}'
+    assert patch_compact(raw, {"n": 2**70}, {"x": 1}) is None  # not raw's parse: no match
+    assert patch_compact(raw, orjson.loads(raw), {"x": 2**70}) is None
+
+
+def test_a_compact_reply_is_patched_in_place_and_appended_to() -> None:
+    raw = b'{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"total_tokens":3}}'
+    patched = patch_compact(raw, orjson.loads(raw), {"usage": {"total_tokens": 3, "cost": "1"}})
+    assert (
+        patched
+        == b'{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"total_tokens":3,"cost":"1"}}'
+    )
+    added = patch_compact(raw, orjson.loads(raw), {"z": None}, {"id"})
+    assert (
+        added == b'{"choices":[{"message":{"content":"hi"}}],"usage":{"total_tokens":3},"z":null}'
+    )
