@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from gateway.policy.schema import FAMILIES, Family
@@ -75,10 +76,15 @@ def _openai_compatible(base_url: str) -> FamilyFinding:
     return FamilyFinding("other", True, f"{host} is not api.openai.com")
 
 
+@lru_cache(maxsize=1024)
 def derive_family(
     provider: str | None, base_url: str | None, family: str | None = None
 ) -> FamilyFinding:
-    """The backend family of a `models:` entry, with whether it was guessed."""
+    """The backend family of a `models:` entry, with whether it was guessed.
+
+    Kept per arguments (a frozen result of three strings): a route's `wire_family` is read
+    several times a request, and guessing it parses the base URL and its host.
+    """
     if family in FAMILIES:
         return FamilyFinding(FAMILIES[FAMILIES.index(family)])
     name = (provider or "openai").strip().lower()
