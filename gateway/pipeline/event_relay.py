@@ -119,6 +119,7 @@ class EventRelay(BookedStream):
         finally:
             # A disconnect cancels this generator's scope; the clean-up and the booking of
             # what was already spent must still run to the end.
+            self.settling = True
             with anyio.CancelScope(shield=True):
                 await self._settle(error, cancelled)
 

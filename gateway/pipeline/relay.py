@@ -1,4 +1,7 @@
-"""Relay an upstream stream to the client event by event, measuring as it passes.
+"""Relay an upstream stream to the client as it is read, measuring each event as it passes.
+
+All the events one read of the upstream brought go out as one message (one write to the
+client): nothing waits for more, and a read that completes one event sends that event.
 
 Events go out as the upstream's own bytes. Two exceptions: the usage-only chunk is
 dropped when the client did not ask for it (the gateway asked on its behalf), and a
@@ -78,26 +81,43 @@ class Relay(BookedStream):
     async def _run(self) -> AsyncGenerator[bytes, None]:
         error: FareboxError | None = None
         cancelled = False
+        out: list[bytes] = []  # relayed, not sent yet: all that one read brought goes at once
         try:
-            while (event := await self._next()) is not None:
-                data = line_data(event)
-                if data is None:
-                    data = event_data(event)
-                if data is not None and data[:1] != b"{" and data.strip() == DONE:
-                    self._ended = True
-                    yield _terminated(event)
-                    return
-                outgoing = self._outgoing(event, data)
-                if outgoing is not None:
-                    yield outgoing
+            self._slice_end = time.perf_counter() + LOOP_SLICE_S
+            batch = self._opening()
+            while batch:
+                for event in batch:
+                    if time.perf_counter() > self._slice_end:
+                        if out:
+                            sent, out = b"".join(out), []
+                            yield sent
+                        await self._pause()
+                    data = line_data(event)
+                    if data is None:
+                        data = event_data(event)
+                    if data is not None and data[:1] != b"{" and data.strip() == DONE:
+                        self._ended = True
+                        out.append(_terminated(event))
+                        sent, out = b"".join(out), []
+                        yield sent
+                        return
+                    outgoing = self._outgoing(event, data)
+                    if outgoing is not None:
+                        out.append(outgoing)
+                    if self._cut_now:
+                        break  # the rest of this read is the cut call's: never relayed
+                if out:
+                    sent, out = (out[0] if len(out) == 1 else b"".join(out)), []
+                    yield sent
                 if self._cut_now:
                     await self._continue()
+                batch = await self._next()
             raise UpstreamUnreachableError(
                 f"upstream {self._where} ended the stream before it was complete"
             )
         except FareboxError as exc:
             error = exc
-            yield stream_error_event(exc)
+            yield b"".join(out) + stream_error_event(exc)  # what came before it, then the error
         except (asyncio.CancelledError, GeneratorExit):
             cancelled = True
             raise
@@ -106,26 +126,38 @@ class Relay(BookedStream):
             error = UpstreamProtocolError(
                 f"upstream {self._where} sent a stream the gateway could not relay"
             )
-            yield stream_error_event(error)
+            yield b"".join(out) + stream_error_event(error)
         finally:
             # A disconnect cancels this generator's scope; the clean-up and the booking of
             # what was already spent must still run to the end.
+            self.settling = True
             with anyio.CancelScope(shield=True):
                 await self._settle(error, cancelled)
 
-    async def _next(self) -> bytes | None:
-        if self._first is not None:
-            event, self._first = self._first, None
-            return event
+    def _opening(self) -> list[bytes]:
+        """The first event, and the events its read brought with it."""
+        first, self._first = self._first, None
+        ready = getattr(self._events, "ready", None)
+        rest: list[bytes] = ready() if ready is not None else []
+        return [first, *rest] if first is not None else rest
+
+    async def _next(self) -> list[bytes]:
+        """The events of the next read (one event from a plain iterator); [] at the end."""
         if time.perf_counter() > self._slice_end:
-            # Buffered events never suspend this task: a fast upstream and a fast client
-            # held the loop ~100 ms at a time (20 MB stream). Let other requests run.
-            await asyncio.sleep(0)
-            self._slice_end = time.perf_counter() + LOOP_SLICE_S
+            await self._pause()
+        batch = getattr(self._events, "batch", None)
+        if batch is not None:
+            return await batch()
         try:
-            return await self._events.__anext__()
+            return [await self._events.__anext__()]
         except StopAsyncIteration:
-            return None
+            return []
+
+    async def _pause(self) -> None:
+        # Buffered events never suspend this task: a fast upstream and a fast client
+        # held the loop ~100 ms at a time (20 MB stream). Let other requests run.
+        await asyncio.sleep(0)
+        self._slice_end = time.perf_counter() + LOOP_SLICE_S
 
     def _outgoing(self, event: bytes, data: bytes | None) -> bytes | None:
         """The bytes to send for one upstream event (its `data`), or None to drop it."""
