@@ -6,7 +6,10 @@ interface, one small POST /v1/chat/completions after another, with the pipeline'
 (request id, in-flight scope, auth, JSON body, body guard, then the chat lane or
 FastAPI's route). Variants, each in the same process and run:
 
-- `lane`: the app as built (ChatLane hands chat to the plain ASGI ChatEndpoint);
+- `front`: the app as built (`Gateway` hands chat to `ChatFront`, every middleware's
+  work in one layer in front of FastAPI, gateway/front.py);
+- `lane`: the front turned off, so chat passes FastAPI's and Starlette's layers and each
+  middleware before `ChatLane` hands it to the plain ASGI `ChatEndpoint`;
 - `fastapi-route`: the lane taken out, so chat goes through Starlette's exception
   middleware, FastAPI's exit-stack middleware, its router and its route with its
   dependency (the path before issue 12);
@@ -98,8 +101,11 @@ async def _round(app: Any, template: dict[str, Any], requests: int) -> float:
 
 def _apps(settings: Settings) -> dict[str, Any]:
     chat.handle_chat = _fixed_reply  # only the front is timed
+    front = create_app(settings)
     lane = create_app(settings)
+    lane.chat = None
     route = create_app(settings)
+    route.chat = None
     route.user_middleware = [m for m in route.user_middleware if m.cls is not chat.ChatLane]
     kept = gateway_app.NO_FASTAPI_TELEMETRY
     gateway_app.NO_FASTAPI_TELEMETRY = {}  # FastAPI's default: its telemetry on
@@ -107,8 +113,10 @@ def _apps(settings: Settings) -> dict[str, Any]:
         telemetry = create_app(settings)
     finally:
         gateway_app.NO_FASTAPI_TELEMETRY = kept
+    telemetry.chat = None
     telemetry.user_middleware = [m for m in telemetry.user_middleware if m.cls is not chat.ChatLane]
     return {
+        "front": front,
         "lane": lane,
         "fastapi-route": route,
         "fastapi-route+telemetry": telemetry,

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp
 
 from gateway import __version__
 from gateway.api import admin, admin_keys, chat, explorer, gpu, health, models, prefix, spend, tasks
@@ -32,6 +33,8 @@ from gateway.config import GatewayConfig, load_config
 from gateway.drain import InFlight, InFlightMiddleware
 from gateway.embedded_sim import start_embedded_sim
 from gateway.errors import FareboxError, error_body
+from gateway.front import ChatFront, Gateway
+from gateway.front import unexpected_error as front_unexpected_error
 from gateway.heap import freeze_heap
 from gateway.json_body import JsonBodyMiddleware
 from gateway.keys.cache import KeyCache
@@ -47,7 +50,7 @@ from gateway.pipeline.offload import share_the_lock
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
 from gateway.reloader import ConfigReloader
-from gateway.request_id import RequestIdMiddleware, request_id_of
+from gateway.request_id import RequestIdMiddleware
 from gateway.route_hint import missing_v1_hint
 from gateway.schemas.body import invalid_field
 from gateway.services import Observer, Services, Snapshot
@@ -73,7 +76,7 @@ def create_app(
     observers: list[Observer] | None = None,
     on_ready: Callable[[Services], None] | None = None,
     sim_url: str | None = None,
-) -> FastAPI:
+) -> Gateway:
     """The gateway app; the config is read from `settings` unless given.
 
     `sim_url`: a simulator already running (`farebox serve --workers`), used instead of
@@ -110,7 +113,7 @@ def create_app(
                 on_ready(services)
             yield {"services": services, "reloader": reloader}
 
-    app = FastAPI(title="Farebox", version=__version__, lifespan=lifespan, **NO_FASTAPI_TELEMETRY)
+    app = Gateway(title="Farebox", version=__version__, lifespan=lifespan, **NO_FASTAPI_TELEMETRY)
     for router in (
         chat.router,
         messages_api.router,
@@ -134,11 +137,18 @@ def create_app(
     chat.mount(app)  # the hot path as plain ASGI, innermost: before any other middleware
     _install_error_handlers(app)
     app.add_middleware(JsonBodyMiddleware)  # every body is JSON, content-type or not
-    app.add_middleware(
-        BodyGuard,
+    endpoint = chat.ChatEndpoint()  # the chat lane's; the guard and auth below wrap it
+    guard = BodyGuard(
+        endpoint,
         prompt_limit=settings.max_body_bytes,
         api_limit=settings.max_api_body_bytes,
         timeout_s=settings.body_timeout_s,
+    )
+    app.add_middleware(
+        BodyGuard,
+        prompt_limit=guard.prompt_limit,
+        api_limit=guard.api_limit,
+        timeout_s=guard.timeout_s,
     )
     # Before the body is read: a caller without a valid key never gets to send one.
     app.add_middleware(AuthMiddleware, admin_key=settings.admin_key)
@@ -147,8 +157,13 @@ def create_app(
     app.add_middleware(InFlightMiddleware, in_flight=app.state.in_flight)
     # Outermost of all: every answer below, errors included, carries `x-request-id`.
     app.add_middleware(RequestIdMiddleware)
+    # The chat path skips the stack above: the same middlewares' work, in one layer.
+    auth = AuthMiddleware(guard, admin_key=settings.admin_key)
+    front: ASGIApp = ChatFront(app.state.in_flight, auth, guard)
     if tracing is not None:  # outside the request id: the span covers the whole answer
         app.add_middleware(type(tracing).middleware(), tracing=tracing)
+        front = type(tracing).middleware()(front, tracing=tracing)
+    app.chat = front
     return app
 
 
@@ -264,11 +279,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error.body(), status_code=400)
 
     async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-        request_id = request_id_of(request.scope)
-        log.error("unhandled %s on %s (%s)", type(exc).__name__, request.url.path, request_id)
-        body = error_body("internal gateway error; see the gateway log", "server_error")
         # Starlette answers this one outside every middleware: the id is set here.
-        return JSONResponse(body, status_code=500, headers={"x-request-id": request_id})
+        return front_unexpected_error(request.scope, exc)
 
     app.add_exception_handler(FareboxError, farebox_error)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -56,23 +56,30 @@ class BodyGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        body = await self.read(scope, receive, send)
+        if body is not None:
+            await self.app(scope, _replay(body, receive), send)
+
+    async def read(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The HTTP request's whole body; None once it is refused or its client has gone.
+
+        The chat path's front (gateway.front) calls it without the middleware around it.
+        """
         limit, setting = self._limit(scope["path"])
         try:
             _check_declared(scope, limit, setting)
             async with asyncio.timeout(self.timeout_s):
-                body = await _read(receive, limit, setting)
+                return await _read(receive, limit, setting)
         except TimeoutError:
             error = RequestTimeoutError(
                 f"request body not received within {self.timeout_s:g} s (FAREBOX_BODY_TIMEOUT_S)"
             )
             await _refuse(send, error, scope["path"])
-            return
         except FareboxError as error:
             await _refuse(send, error, scope["path"])
-            return
         except ClientGoneError:
-            return
-        await self.app(scope, _replay(body, receive), send)
+            pass
+        return None
 
     def _limit(self, path: str) -> tuple[int, str]:
         if path in self.prompt_routes:

@@ -33,14 +33,17 @@ class JsonBodyMiddleware:
             and scope["method"] in _WITH_BODY
             and scope["path"].startswith(_API)
         ):
-            headers = scope["headers"]
-            for name, value in headers:
-                if name == b"content-type":
-                    is_json = value == b"application/json" or _is_json(value)  # first: fast
-                    break
-            else:
-                is_json = False
-            if not is_json:
-                kept = [header for header in headers if header[0] != b"content-type"]
-                scope = {**scope, "headers": [*kept, _JSON]}
+            scope = as_json(scope)
         await self.app(scope, receive, send)
+
+
+def as_json(scope: Scope) -> Scope:
+    """`scope`, or a copy whose content-type says JSON where it said something else or nothing."""
+    headers = scope["headers"]
+    for name, value in headers:
+        if name == b"content-type":
+            if value == b"application/json" or _is_json(value):  # the first test: fast
+                return scope
+            break
+    kept = [header for header in headers if header[0] != b"content-type"]
+    return {**scope, "headers": [*kept, _JSON]}

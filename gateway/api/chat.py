@@ -69,8 +69,21 @@ async def forward(scope: Scope, raw: bytes, services: Services) -> Response:
         await _release(ctx)
         raise
     # After the last byte (and, for a stream, its booking), never on the loop.
-    response.background = BackgroundTask(_release, ctx)
+    response.background = _Release(ctx)
     return response
+
+
+class _Release(BackgroundTask):
+    """`BackgroundTask(_release, ctx)` without its check that `_release` is async.
+
+    Starlette's `__init__` runs `is_async_callable` on every request (~2 µs of CPU).
+    """
+
+    def __init__(self, ctx: RequestContext) -> None:  # no super().__init__: see above
+        self.ctx = ctx
+
+    async def __call__(self) -> None:
+        await _release(self.ctx)
 
 
 class ChatEndpoint:
@@ -80,13 +93,26 @@ class ChatEndpoint:
         services: Services = scope["state"]["services"]
         try:
             raw = await _receive_body(scope, receive, services.settings.max_body_bytes)
-            if raw is None:
-                return  # the client left before its body arrived: nobody to answer
-            response = await forward(scope, raw, services)
-        except FareboxError as exc:  # as the app's handler renders it
-            headers = getattr(exc, "headers", None) or None
-            response = JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
-        await response(scope, receive, send)
+        except FareboxError as exc:
+            await _error_response(exc)(scope, receive, send)
+            return
+        if raw is not None:  # else the client left before its body arrived: nobody to answer
+            await answer(scope, raw, receive, send)
+
+
+async def answer(scope: Scope, raw: bytes, receive: Receive, send: Send) -> None:
+    """Answer the chat request `raw`, its `FareboxError`s in OpenAI's shape."""
+    try:
+        response = await forward(scope, raw, scope["state"]["services"])
+    except FareboxError as exc:
+        response = _error_response(exc)
+    await response(scope, receive, send)
+
+
+def _error_response(exc: FareboxError) -> Response:
+    """`exc` as the app's handler renders it."""
+    headers = getattr(exc, "headers", None) or None
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
 
 
 class ChatLane:

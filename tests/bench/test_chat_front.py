@@ -20,6 +20,7 @@ def test_the_benchmark_runs_and_reports_every_stack() -> None:
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")][2:]
     assert [row.split(" | ")[0] for row in rows] == [
+        "| front",
         "| lane",
         "| fastapi-route",
         "| fastapi-route+telemetry",
