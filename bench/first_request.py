@@ -5,7 +5,9 @@ e.g. `HEAD~1`; without it only this tree is measured). As `bench/hotpath.py` mea
 start-up (issue 12's "first request served < 1.5 s"): one gateway pinned to core 1 with
 the SQLite ledger, the counting mock upstream on core 0, the clock started at launch;
 the probe here polls every 10 ms (the hot-path bench's, 50 ms). With `--base`, runs of the
-two trees alternate, so a burst of load on this shared box falls on both.
+two trees alternate, so a burst of load on this shared box falls on both. `--src DIR`
+compares a checkout instead (a `git worktree` with uncommitted changes). `--restart`
+starts each tree on a ledger it already migrated (a restart), not a fresh one.
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from hotpath_procs import GATEWAY_CORE, LOAD_CORE, free_port, launch  # noqa: E402
+from hotpath_procs import (  # noqa: E402
+    GATEWAY_CORE,
+    LOAD_CORE,
+    TICK_S,
+    cpu_ticks,
+    free_port,
+    launch,
+    rss_kib,
+)
 from hotpath_targets import FAREBOX_CONFIG, MODEL, UPSTREAM_MODEL, chat_url, start_mock  # noqa: E402
 
 FLOOR = ROOT.parent / "shared" / "perf-floor"
@@ -48,8 +58,11 @@ def export(ref: str, into: Path) -> Path:
     return into
 
 
-def first_200(tree: Path, work: Path, mock_url: str, name: str) -> float:
-    """Launch `farebox serve` from `tree`; seconds until a chat request answers 200."""
+def first_200(
+    tree: Path, work: Path, mock_url: str, name: str, data: str
+) -> tuple[float, float, float]:
+    """Launch `farebox serve` from `tree`: seconds until a chat request answers 200, the
+    CPU seconds it spent by then (steadier than wall time on a busy box) and its RSS, MiB."""
     config = work / f"{name}.yaml"
     config.write_text(
         FAREBOX_CONFIG.format(model=MODEL, upstream=UPSTREAM_MODEL, base=f"{mock_url}/v1")
@@ -57,7 +70,7 @@ def first_200(tree: Path, work: Path, mock_url: str, name: str) -> float:
     port = free_port()
     settings = {
         "FAREBOX_CONFIG": str(config),
-        "FAREBOX_DATA_DIR": str(work / f"{name}-data"),
+        "FAREBOX_DATA_DIR": str(work / f"{data}-data"),
         "PYTHONPATH": str(tree),  # ahead of the editable install's finder
     }
     command = [sys.executable, "-m", "gateway", "serve", "--port", str(port)]
@@ -67,7 +80,9 @@ def first_200(tree: Path, work: Path, mock_url: str, name: str) -> float:
             while time.time() - proc.launched < 120:
                 try:
                     if client.post(chat_url(port), json=BODY).status_code == 200:
-                        return time.time() - proc.launched
+                        wall = time.time() - proc.launched
+                        pid = proc.popen.pid
+                        return wall, cpu_ticks(pid) * TICK_S, rss_kib(pid) / 1024
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.01)
@@ -80,25 +95,44 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5, help="launches per tree")
     parser.add_argument("--base", help="a commit to measure side by side with this tree")
+    parser.add_argument("--src", help="a checkout to measure side by side (not a commit)")
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="each tree restarts on its own ledger (migrated by an unmeasured first launch), "
+        "instead of a fresh one each launch",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         trees = {"this tree": ROOT}
         if args.base:
             trees = {args.base: export(args.base, work / "base"), **trees}
+        if args.src:
+            trees = {args.src: Path(args.src).resolve(), **trees}
         mock, mock_url = start_mock(sys.executable, FLOOR, work, LOAD_CORE)
-        seconds: dict[str, list[float]] = {name: [] for name in trees}
+        seconds: dict[str, list[tuple[float, float, float]]] = {name: [] for name in trees}
         try:
+            if args.restart:  # the ledger each tree restarts on, migrated once
+                for index, tree in enumerate(trees.values()):
+                    first_200(tree, work, mock_url, f"migrate-{index}", f"tree-{index}")
             for run in range(args.runs):
                 order = list(trees.items())
-                for index, (name, tree) in enumerate(order if run % 2 else order[::-1]):
-                    seconds[name].append(first_200(tree, work, mock_url, f"t{run}-{index}"))
+                for name, tree in order if run % 2 else order[::-1]:
+                    index = list(trees).index(name)
+                    data = f"tree-{index}" if args.restart else f"t{run}-{index}"
+                    seconds[name].append(first_200(tree, work, mock_url, f"t{run}-{index}", data))
                     time.sleep(0.3)
         finally:
             mock.stop()
     for name, values in seconds.items():
-        shown = " ".join(f"{value:.2f}" for value in values)
-        print(f"{name}: median {statistics.median(values):.2f} s ({shown})")
+        walls, cpus, rss = ([value[i] for value in values] for i in range(3))
+        print(
+            f"{name}: median {statistics.median(walls):.2f} s "
+            f"({' '.join(f'{v:.2f}' for v in walls)}); CPU by then "
+            f"{statistics.median(cpus):.2f} s ({' '.join(f'{v:.2f}' for v in cpus)}); "
+            f"RSS {statistics.median(rss):.0f} MiB"
+        )
 
 
 if __name__ == "__main__":

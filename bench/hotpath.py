@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import asyncpg
@@ -93,7 +94,17 @@ class Bench:
         self.mock, mock_url = start_mock(self.python, args.floor, workdir, LOAD_CORE)
         self.ctx.launches["mock (direct)"] = self.mock.shown(ROOT)
         worker = LoadWorker(self.python, args.floor, LOAD_CORE)
-        self.setup = LoadSetup(args.floor, self.python, history, LOAD_CORE, mock_url, worker)
+        redis = urllib.parse.urlsplit(args.redis_url)
+        self.setup = LoadSetup(
+            args.floor,
+            self.python,
+            history,
+            LOAD_CORE,
+            mock_url,
+            worker,
+            mock_pid=self.mock.popen.pid,
+            redis=(redis.hostname or "127.0.0.1", redis.port or 6379),
+        )
         for scenario in ALL:
             argv = loadgen_args(self.setup, "URL", MODEL, scenario, self.budget, Path("OUT.json"))
             self.ctx.loadgen.append(_shown(self.setup.shown(argv)))

@@ -3,12 +3,15 @@
 Around each run it reads the target's CPU ticks (its whole process tree), the mock's count
 of accepted connections and the namespace's ActiveOpens, so a run yields CPU per request
 (ticks over loadgen's `sent`, warm-up included) and upstream connections opened per request.
+It reads the load tools' CPU the same way (loadgen's process and the mock's, and Redis's
+own count from INFO), for the bound they put on a run that shares their cores.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -86,6 +89,10 @@ class Run:
     # CPU the target spent after loadgen ended, until it went quiet (the ledger applying
     # the run's rows): counted in cpu_ms_per_request, per request sent
     trailing_cpu_ms_per_request: float | None = None
+    # The load tools' CPU per request sent over the same interval: loadgen's process and
+    # the mock's (from /proc), and Redis's (INFO cpu; the box's Redis, others may use it)
+    load_cpu_ms_per_request: float | None = None
+    redis_cpu_ms_per_request: float | None = None
 
     def report(self) -> dict[str, object]:
         return asdict(self)
@@ -121,6 +128,11 @@ def combine(runs: list[Run]) -> Run:
     if trailing and out.sent:
         total = sum(ms * sent for ms, sent in trailing)
         out.trailing_cpu_ms_per_request = round(total / out.sent, 3)
+    for name in ("load_cpu_ms_per_request", "redis_cpu_ms_per_request"):
+        each = [(getattr(run, name), run.sent) for run in runs if getattr(run, name) is not None]
+        sent = sum(count for _, count in each)
+        if sent:  # over the passes that read it
+            setattr(out, name, round(sum(ms * count for ms, count in each) / sent, 3))
     return out
 
 
@@ -169,6 +181,15 @@ class LoadSetup:
     core: str
     mock_url: str  # http://127.0.0.1:P, for the connection count
     worker: LoadWorker
+    mock_pid: int | None = None  # the mock's process, for the load tools' CPU
+    redis: tuple[str, int] | None = None  # (host, port) of the Redis the targets may use
+
+    def load_seconds(self) -> tuple[float, float | None]:
+        """CPU seconds so far of loadgen's process and the mock's; Redis's, if it answers."""
+        ticks = cpu_ticks(self.worker.popen.pid)
+        if self.mock_pid is not None:
+            ticks += cpu_ticks(self.mock_pid)
+        return ticks * TICK_S, redis_cpu_seconds(self.redis) if self.redis else None
 
     def shown(self, argv: list[str]) -> list[str]:
         """The equivalent stand-alone command line."""
@@ -207,9 +228,11 @@ def measure(
         argv = loadgen_args(setup, url, model, scenario, budget, out)
         opens_before, snmp_before = _mock_connections(setup), active_opens()
         ticks_before = cpu_ticks(pid) if pid else 0
+        load_before = setup.load_seconds()
         status, printed = setup.worker.run(argv)
         ticks_ended = cpu_ticks(pid) if pid else 0
         ticks_after = settle(pid, ticks_ended) if pid else 0
+        load_after = setup.load_seconds()
         opens_after, snmp_after = _mock_connections(setup), active_opens()
         if status != 0 or not out.exists():
             raise RuntimeError(f"loadgen failed ({target} {scenario.key}): {printed[-5:]}")
@@ -221,6 +244,12 @@ def measure(
         run.cpu_ms_per_request = round((ticks_after - ticks_before) * TICK_S * 1000 / run.sent, 3)
         trailing = (ticks_after - ticks_ended) * TICK_S * 1000 / run.sent
         run.trailing_cpu_ms_per_request = round(trailing, 3)
+    if run.sent:
+        load = (load_after[0] - load_before[0]) * 1000 / run.sent
+        run.load_cpu_ms_per_request = round(load, 3)
+        if load_after[1] is not None and load_before[1] is not None:
+            redis = (load_after[1] - load_before[1]) * 1000 / run.sent
+            run.redis_cpu_ms_per_request = round(redis, 3)
     if pid and run.sent and opens_before is not None and opens_after is not None:
         run.upstream_opens = opens_after - opens_before - 1  # the count's own connection
         run.opens_per_request = round(run.upstream_opens / run.sent, 4)
@@ -244,6 +273,28 @@ def settle(pid: int, ticks: int, window_s: float = 0.3, limit_s: float = 20.0) -
             return now
         ticks = now
     return ticks
+
+
+def redis_cpu_seconds(address: tuple[str, int]) -> float | None:
+    """used_cpu_user + used_cpu_sys of the Redis server at `address` (INFO cpu), or None."""
+    try:
+        with socket.create_connection(address, timeout=1) as conn:
+            conn.sendall(b"INFO cpu\r\n")
+            reply = b""
+            while b"used_cpu_user:" not in reply or not reply.endswith(b"\r\n"):
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+    except OSError:
+        return None
+    fields = dict(
+        line.split(":", 1) for line in reply.decode(errors="replace").splitlines() if ":" in line
+    )
+    try:
+        return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
+    except (KeyError, ValueError):
+        return None
 
 
 def _mock_connections(setup: LoadSetup) -> int | None:

@@ -1,6 +1,6 @@
 """Memory of `farebox serve`: RSS, PSS and USS of each process, phase by phase.
 
-    python bench/hotpath_memory.py [--workers 1 2] [--requests 3000]
+    python bench/hotpath_memory.py [--workers 1 2] [--requests 3000] [--src DIR] [--env K=V]
 
 bench/hotpath.py reports the peak RSS of each process; RSS counts every page a process
 maps, shared ones included, so with `--workers N` each worker is charged the pages it
@@ -8,23 +8,31 @@ shares with the supervisor and its siblings in full. This adds PSS (shared pages
 among their users) and USS (pages of this process alone, what a worker really adds)
 from /proc/PID/smaps_rollup, at start and after each load phase: small requests at c=64
 whole and streamed, then 1 MB agent steps and 1 MB fresh prompts at c=1, on the bench's
-instant mock and its configuration (SQLite ledger; Redis state for 2 workers).
-Loopback only, one to two minutes.
+instant mock and its configuration (SQLite ledger; Redis state for 2 workers). Each
+reading waits until the gateway's CPU goes quiet (the ledger has written the phase's rows).
+Each cell also gives the process's peak RSS so far (VmHWM: what bench/hotpath.py's
+sampler can catch between its reads). `--src DIR` serves another checkout (e.g. a
+`git worktree` of the commit before a change), `--env NAME=VALUE[,NAME=VALUE]` sets
+variables for the gateway (e.g. `MALLOC_ARENA_MAX=8`); both repeat, and `--this-too` adds
+this tree as it is, so A/B runs alternate in one job.
+Loopback only, one to two minutes per run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from hotpath_load import write_history
-from hotpath_procs import GATEWAY_CORE, LOAD_CORE, wait_http
-from hotpath_targets import MODEL, REDIS_URL, start_farebox, start_mock
+from hotpath_load import settle, write_history
+from hotpath_procs import GATEWAY_CORE, LOAD_CORE, cpu_ticks, wait_http
+from hotpath_targets import MODEL, start_farebox, start_mock
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR = Path(os.environ.get("FAREBOX_PERF_FLOOR", ROOT.parent / "shared" / "perf-floor"))
@@ -41,6 +49,14 @@ def memory_mib(pid: int) -> dict[str, float]:
     return found
 
 
+def peak_mib(pid: int) -> float:
+    """The process's peak RSS so far in MiB (VmHWM in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def processes(pid: int) -> list[tuple[str, int]]:
     """The supervisor (when there are workers) and each process that serves."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
@@ -55,12 +71,13 @@ def load(url: str, history: Path, *options: str) -> None:
     subprocess.run(command, check=True, capture_output=True, cwd=history.parent)
 
 
-def measure(workers: int, requests: int, workdir: Path) -> None:
+def measure(workers: int, requests: int, workdir: Path, env: dict[str, str]) -> None:
     mock, mock_url = start_mock(sys.executable, FLOOR, workdir, LOAD_CORE)
     history = write_history(workdir / "history-1mb.json")
     both = f"{LOAD_CORE},{GATEWAY_CORE}"
     core = GATEWAY_CORE if workers == 1 else both
-    target = start_farebox(f"farebox-{workers}", workdir, mock_url, core, None, workers, REDIS_URL)
+    with overrides(env):
+        target = start_farebox(f"farebox-{workers}", workdir, mock_url, core, None, workers)
     assert target.proc is not None
     try:
         wait_http(target.url.replace("/v1/chat/completions", "/readyz"), target.proc)
@@ -74,12 +91,14 @@ def measure(workers: int, requests: int, workdir: Path) -> None:
             ("40 1 MB agent steps", [*large, "agent", "--task-prefix", "m", "--tasks", "1"]),
             ("40 1 MB fresh prompts", [*large, "fresh"]),
         ]
-        print(f"\n{workers} worker(s): MiB after each phase (RSS / PSS / USS)")
+        shown = " ".join(f"{k}={v}" for k, v in env.items()) or "no overrides"
+        print(f"\n{workers} worker(s), {shown}: MiB after each phase (RSS / PSS / USS, peak RSS)")
         for name, options in phases:
             if options:
                 load(target.url, history, *options)
+                settle(target.proc.pid, cpu_ticks(target.proc.pid))  # the ledger's backlog
             cells = [
-                f"{who} {m['rss']:.0f} / {m['pss']:.0f} / {m['uss']:.0f}"
+                f"{who} {m['rss']:.0f} / {m['pss']:.0f} / {m['uss']:.0f}, {peak_mib(pid):.0f}"
                 for who, pid in processes(target.proc.pid)
                 for m in [memory_mib(pid)]
             ]
@@ -89,14 +108,44 @@ def measure(workers: int, requests: int, workdir: Path) -> None:
         mock.stop()
 
 
+@contextlib.contextmanager
+def overrides(env: dict[str, str]) -> Iterator[None]:
+    """`env` in os.environ while the gateway is launched (launch copies the environment)."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def variants(srcs: list[str], envs: list[str]) -> list[dict[str, str]]:
+    """One environment per run: each --src (PYTHONPATH), each --env, or this tree as is."""
+    runs = [{"PYTHONPATH": str(Path(src).resolve())} for src in srcs]
+    for item in envs:  # NAME=VALUE[,NAME=VALUE...]: one run with all of them
+        runs.append(dict(pair.partition("=")[::2] for pair in item.split(",")))
+    return runs or [{}]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--src", action="append", default=[], help="serve this checkout")
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for a run")
+    parser.add_argument("--this-too", action="store_true", help="also run this tree as is")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the runs, alternating")
     args = parser.parse_args()
-    for workers in args.workers:
-        with tempfile.TemporaryDirectory(prefix="farebox-memory-") as folder:
-            measure(workers, args.requests, Path(folder))
+    runs = variants(args.src, args.env) + ([{}] if args.this_too else [])
+    for _ in range(args.rounds):
+        for workers in args.workers:
+            for env in runs:
+                with tempfile.TemporaryDirectory(prefix="farebox-memory-") as folder:
+                    measure(workers, args.requests, Path(folder), env)
     return 0
 
 

@@ -79,12 +79,24 @@ def _added(base: Run | None, run: Run, name: str) -> str:
     return "-" if a is None or b is None else f"{a - b:+.2f}"
 
 
+def _load(run: Run) -> str:
+    """loadgen's and the mock's CPU per request, + Redis's where it was read."""
+    if run.load_cpu_ms_per_request is None:
+        return "-"
+    text = _num(run.load_cpu_ms_per_request, 3)
+    if run.redis_cpu_ms_per_request:
+        text += f" + {_num(run.redis_cpu_ms_per_request, 3)}"
+    return text
+
+
 def _side_by_side(results: Results) -> list[str]:
     lines = ["## Side by side", ""]
     lines.append(
         "Latency in ms (TTFT: time to the first content token); *added* is the target's "
         "percentile minus direct's in the same run. CPU: the process tree's utime+stime "
-        "over loadgen's `sent` (warm-up included). Opens: connections the mock accepted "
+        "over loadgen's `sent` (warm-up included); load CPU: loadgen's and the mock's, "
+        "the same way, + Redis's (INFO cpu, shared with the box), the CPU the load itself "
+        "takes from the cores the target runs on. Opens: connections the mock accepted "
         "from the target per request; ActiveOpens Δ: /proc/net/snmp over the run "
         "(includes loadgen's own connections and other processes on the box)."
     )
@@ -102,17 +114,17 @@ def _side_by_side(results: Results) -> list[str]:
         lines += ["", f"### {scenario.title}", ""]
         lines.append(
             "| target | p50 | p99 | added p50 | added p99 | TTFT p50 | TTFT p99 "
-            "| added TTFT p50 | added TTFT p99 | req/s | CPU ms/req | opens/req "
+            "| added TTFT p50 | added TTFT p99 | req/s | CPU ms/req | load CPU ms/req | opens/req "
             "| ActiveOpens Δ | done/sent | errors |"
         )
-        lines.append("|" + " --- |" * 15)
+        lines.append("|" + " --- |" * 16)
         for target, run in rows:
             lines.append(
                 f"| {target} | {_num(run.p50_ms)} | {_num(run.p99_ms)} "
                 f"| {_added(base, run, 'p50_ms')} | {_added(base, run, 'p99_ms')} "
                 f"| {_num(run.ttft_p50_ms)} | {_num(run.ttft_p99_ms)} "
                 f"| {_added(base, run, 'ttft_p50_ms')} | {_added(base, run, 'ttft_p99_ms')} "
-                f"| {_num(run.rps, 0)} | {_num(run.cpu_ms_per_request, 3)} "
+                f"| {_num(run.rps, 0)} | {_num(run.cpu_ms_per_request, 3)} | {_load(run)} "
                 f"| {_num(run.opens_per_request, 4)} | {run.active_opens_delta} "
                 f"| {run.completed}/{run.sent} | {sum(run.errors.values()) or 0} |"
             )
