@@ -1,11 +1,12 @@
-"""Script calls of concurrent requests, sent to Redis together: one pipeline per loop turn.
+"""Redis calls of concurrent requests, sent together: one pipeline per round trip.
 
 Each request reads its prefix history before the upstream call and remembers its prompt
-after it. Sent one by one, every call pays redis-py's own costs (a pooled connection
+after it; a request of a task also reads its pinned effort and adds to its total. Sent
+one by one, every call pays redis-py's own costs (a pooled connection
 taken and given back, a packed command, a deadline, a reply parsed, a write and a read
 on the socket): about 70 µs of CPU a call, more than the rest of the Redis work. Calls
 made while a batch is on its way wait for it and go out together in the next, in one
-pipeline (not a transaction: each script is atomic on its own), so under load a batch
+pipeline (not a transaction: each command or script is atomic on its own), so under load a batch
 carries the calls of many requests and each pays a share of one round trip; an idle
 gateway sends each call at once, as before.
 
@@ -19,19 +20,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 MAX_BATCH = 256  # calls in one pipeline; the rest wait for the next
 
-Call = tuple[AsyncScript, list[Any], list[Any], "asyncio.Future[Any]"]
+Queue = Callable[[Pipeline], object]
+"""Queues one command on a pipeline: `lambda pipe: pipe.get(key)`."""
+Again = Callable[[], Awaitable[Any]]
+"""Makes a script's call on its own, loading it first (after NOSCRIPT)."""
+Call = tuple[Queue, Again | None, "asyncio.Future[Any]"]
 
 
-class ScriptBatch:
-    """Calls scripts for many callers in one pipeline, one batch on the wire at a time."""
+class CommandBatch:
+    """Sends the commands of many callers in one pipeline, one batch on the wire at a time."""
 
     def __init__(self, client: aioredis.Redis):
         self._client = client
@@ -39,10 +46,21 @@ class ScriptBatch:
         self._sender: asyncio.Task[None] | None = None
         self.sent = 0  # pipelines sent, for tests and benchmarks
 
-    async def call(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+    async def script(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
         """Run `script` with `keys` and `args` in the next batch; its reply."""
+        sha, count = script.sha, len(keys)
+        return await self._call(
+            lambda pipe: pipe.evalsha(sha, count, *keys, *args),
+            lambda: script(keys=keys, args=args),
+        )
+
+    async def command(self, queue: Queue) -> Any:
+        """Send the command `queue` puts on a pipeline in the next batch; its reply."""
+        return await self._call(queue, None)
+
+    async def _call(self, queue: Queue, again: Again | None) -> Any:
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append((script, keys, args, reply))
+        self._waiting.append((queue, again, reply))
         if self._sender is None:
             self._sender = asyncio.create_task(self._send_all(), name="redis-batch")
         return await reply
@@ -69,13 +87,13 @@ class ScriptBatch:
             self._waiting.clear()
 
     async def _send(self, batch: list[Call]) -> None:
-        live = [call for call in batch if not call[3].done()]  # a caller may have given up
+        live = [call for call in batch if not call[2].done()]  # a caller may have given up
         if not live:
             return
         try:
             async with self._client.pipeline(transaction=False) as pipe:
-                for script, keys, args, _ in live:
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                for queue, _, _ in live:
+                    queue(pipe)
                 self.sent += 1
                 replies = await pipe.execute(raise_on_error=False)
         except asyncio.CancelledError:
@@ -87,29 +105,26 @@ class ScriptBatch:
                 if not reply.done():
                     reply.set_exception(exc)
             return
-        forgotten: list[Call] = []
-        for call, answer in zip(live, replies, strict=True):
-            reply = call[3]
-            if isinstance(answer, NoScriptError):
-                forgotten.append(call)
+        forgotten: list[tuple[Again, asyncio.Future[Any]]] = []
+        for (_, again, reply), answer in zip(live, replies, strict=True):
+            if isinstance(answer, NoScriptError) and again is not None:
+                forgotten.append((again, reply))
             elif reply.done():
                 continue
             elif isinstance(answer, Exception):
                 reply.set_exception(answer)
             else:
                 reply.set_result(answer)
-        for call in forgotten:  # Redis forgot its scripts (a restart): load, call again
-            await _again(*call)
+        for again, reply in forgotten:  # Redis forgot its scripts (a restart): load, call again
+            await _again(again, reply)
 
 
-async def _again(
-    script: AsyncScript, keys: list[Any], args: list[Any], reply: asyncio.Future[Any]
-) -> None:
+async def _again(again: Again, reply: asyncio.Future[Any]) -> None:
     """Call one script on its own (it loads itself first); hand the outcome to its caller."""
     if reply.done():
         return
     try:
-        answer = await script(keys=keys, args=args)
+        answer = await again()
     except Exception as exc:
         if not reply.done():
             reply.set_exception(exc)

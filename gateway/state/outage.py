@@ -6,14 +6,17 @@ closed transport, which raises a plain RuntimeError ("unable to perform operatio
 <TCPTransport closed=True ...>"), and a connection closed between redis-py's "connected?"
 check and its write raises AttributeError ('NoneType' object has no attribute
 'writelines'). Both are the client's connection state, not ours: an error of those two
-types raised inside redis-py's connection module is an outage too. Any other
-RuntimeError or AttributeError (raised in our code) is a bug and is not hidden.
+types raised inside redis-py's connection module, or inside its reply parsers (the
+hiredis one or the pure-Python ones, which read that connection's stream), is an outage
+too. Any other RuntimeError or AttributeError (raised in our code) is a bug and is not
+hidden.
 """
 
 from __future__ import annotations
 
 import os
 
+import redis._parsers
 import redis.asyncio.connection
 from redis.exceptions import RedisError
 
@@ -22,6 +25,7 @@ CAUGHT = (RedisError, OSError, RuntimeError, AttributeError)
 
 _CLOSED_TRANSPORT = "unable to perform operation on"
 _CONNECTION_MODULE = os.path.normcase(redis.asyncio.connection.__file__)
+_PARSERS = os.path.join(os.path.normcase(os.path.dirname(redis._parsers.__file__)), "")
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -34,10 +38,11 @@ def is_outage(exc: BaseException) -> bool:
 
 
 def _raised_in_connection(exc: BaseException) -> bool:
-    """Whether the innermost frame of `exc` is redis-py's connection code."""
+    """Whether the innermost frame of `exc` is redis-py's connection or parser code."""
     tb = exc.__traceback__
     if tb is None:
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return os.path.normcase(tb.tb_frame.f_code.co_filename) == _CONNECTION_MODULE
+    where = os.path.normcase(tb.tb_frame.f_code.co_filename)
+    return where == _CONNECTION_MODULE or where.startswith(_PARSERS)

@@ -15,7 +15,7 @@ from redis.backoff import NoBackoff
 
 from gateway.settings import RedisLimits
 from gateway.state.base import StateHealth, from_units, to_units
-from gateway.state.batch import ScriptBatch
+from gateway.state.batch import CommandBatch
 
 PUSH_BATCH = 500
 # Per key: INCRBY, then raise the total to a floor (the caller's own view of it, which a
@@ -81,7 +81,7 @@ class RedisState:
         self._history = client.register_script(_HISTORY)
         self._remember = client.register_script(_REMEMBER)
         self._parsed: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
-        self._batch = ScriptBatch(client)
+        self._batch = CommandBatch(client)
 
     @classmethod
     def from_url(cls, url: str, namespace: str, limits: RedisLimits) -> RedisState:
@@ -161,9 +161,10 @@ class RedisState:
         self, task_id: str, amount: Decimal, ttl_s: float, floor: Decimal | None = None
     ) -> Decimal:
         """Add to the task's total; with `floor`, the total is at least that afterwards."""
-        floor_units = to_units(floor) if floor is not None else 0
-        totals = await self.add_units({task_id: CostDelta(to_units(amount), floor_units, ttl_s)})
-        return from_units(totals[task_id])
+        floor_units = max(to_units(floor), 0) if floor is not None else 0
+        args = [to_units(amount), floor_units, max(math.ceil(ttl_s), 1)]
+        (total,) = await self._batch.script(self._add, [self._key(task_id)], args)
+        return from_units(int(total))
 
     async def task_cost(self, task_id: str) -> Decimal:
         value = await self.client.get(self._key(task_id))
@@ -172,7 +173,7 @@ class RedisState:
     async def prefix_history(self, keys: list[str]) -> list[dict[str, Any]]:
         if not keys:
             return []
-        lists = await self._batch.call(self._history, [self._prefix_key(key) for key in keys], [])
+        lists = await self._batch.script(self._history, [self._prefix_key(key) for key in keys], [])
         # A request is remembered under its task and its caller: parse each record once.
         unique = dict.fromkeys(item for items in lists for item in items)
         return [self._parse(item) for item in unique]
@@ -204,20 +205,23 @@ class RedisState:
             return
         names = [self._prefix_key(key) for key in keys]
         args = [orjson.dumps(record), keep, max(math.ceil(ttl_s), 1)]
-        await self._batch.call(self._remember, names, args)
+        await self._batch.script(self._remember, names, args)
 
     async def task_value(self, task_id: str, name: str) -> str | None:
-        value = await self.client.get(self._pin_key(task_id, name))
+        key = self._pin_key(task_id, name)
+        value = await self._batch.command(lambda pipe: pipe.get(key))
         return value.decode() if isinstance(value, bytes) else value
 
     async def pin_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> None:
-        key = self._pin_key(task_id, name)
-        await self.client.set(key, value, ex=max(math.ceil(ttl_s), 1), nx=True)
+        key, ex = self._pin_key(task_id, name), max(math.ceil(ttl_s), 1)
+        await self._batch.command(lambda pipe: pipe.set(key, value, ex=ex, nx=True))
 
     async def claim_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> str:
         # SET NX GET (Redis 7.0+): one atomic command sets ours or returns the earlier value.
-        key = self._pin_key(task_id, name)
-        held = await self.client.set(key, value, ex=max(math.ceil(ttl_s), 1), nx=True, get=True)
+        key, ex = self._pin_key(task_id, name), max(math.ceil(ttl_s), 1)
+        held = await self._batch.command(
+            lambda pipe: pipe.set(key, value, ex=ex, nx=True, get=True)
+        )
         if held is None:
             return value
         return held.decode() if isinstance(held, bytes) else str(held)
