@@ -40,14 +40,17 @@ MAX_REMEMBERED_SEGMENTS = 8192
 # store in a worker thread; a 1 MB agent step's 1,245 stay on the loop (a hop cost more).
 CHAIN_BYTES_PER_SEGMENT = 64
 # Rebuilt history records kept by the identity of their stored dict (see `_record_of`):
-# at most this many, holding this many segments in all (the bound 1,024 records of up to
-# 256 segments had), none over a quarter of them.
+# up to PARSED_KEEP records of up to PARSED_SMALL segments, and records of up to
+# PARSED_MAX_SEGMENTS, PARSED_LARGE_SEGMENTS of them in all (a kept record keeps its dict:
+# ~400 bytes a segment, so ~6.5 MB at most; twelve 1 MB agent steps' records).
 PARSED_KEEP = 1024
-PARSED_SEGMENTS = 256 * 1024
-PARSED_MAX_SEGMENTS = PARSED_SEGMENTS // 4
+PARSED_SMALL = 256
+PARSED_LARGE_SEGMENTS = 16 * 1024
+PARSED_MAX_SEGMENTS = PARSED_LARGE_SEGMENTS // 4
 _PARSED_LOCK = threading.Lock()
 _PARSED: OrderedDict[int, tuple[dict[str, Any], PrefixRecord]] = OrderedDict()
-_PARSED_HELD = [0]  # segments of the records in _PARSED
+_PARSED_LARGE: OrderedDict[int, tuple[dict[str, Any], PrefixRecord]] = OrderedDict()
+_PARSED_HELD = [0]  # segments of the records in _PARSED_LARGE
 
 
 @dataclass(slots=True)
@@ -157,15 +160,16 @@ def _record_of(item: dict[str, Any]) -> PrefixRecord:
     they are not changed once stored; rebuilding their tuples each time was ~4% of a small
     request's CPU, and ~0.5 ms of a 1 MB agent step's (four records of 1,245 segments).
     Keyed by identity, the cache holds the dict itself, so an id is never reused while its
-    entry lives; dicts fresh from Redis simply miss and age out. The cache is bounded in
-    entries and in segments (`PARSED_SEGMENTS`: the tuples share the dict's strings, so a
-    segment costs ~50 bytes here), and a record of over a quarter of them is not kept.
+    entry lives; dicts fresh from Redis simply miss and age out. Small records are kept by
+    count, large ones by their segments (`PARSED_LARGE_SEGMENTS`): an entry keeps its dict
+    alive after the store dropped it, and a 1 MB step's weighs ~0.5 MB.
     """
     with _PARSED_LOCK:  # a large request checks in a worker thread
-        entry = _PARSED.get(id(item))
-        if entry is not None and entry[0] is item:
-            _PARSED.move_to_end(id(item))
-            return entry[1]
+        for kept in (_PARSED, _PARSED_LARGE):
+            entry = kept.get(id(item))
+            if entry is not None and entry[0] is item:
+                kept.move_to_end(id(item))
+                return entry[1]
     record = PrefixRecord.from_dict(item)
     _keep_record(item, record)
     return record
@@ -254,11 +258,16 @@ def _keep_record(item: dict[str, Any], record: PrefixRecord) -> None:
     if size > PARSED_MAX_SEGMENTS:
         return
     with _PARSED_LOCK:  # a large request checks in a worker thread
-        old = _PARSED.pop(id(item), None)
+        if size <= PARSED_SMALL:
+            _PARSED[id(item)] = (item, record)
+            while len(_PARSED) > PARSED_KEEP:
+                _PARSED.popitem(last=False)
+            return
+        old = _PARSED_LARGE.pop(id(item), None)
         if old is not None:
             _PARSED_HELD[0] -= len(old[1].segment_digests)
-        _PARSED[id(item)] = (item, record)
+        _PARSED_LARGE[id(item)] = (item, record)
         _PARSED_HELD[0] += size
-        while len(_PARSED) > PARSED_KEEP or _PARSED_HELD[0] > PARSED_SEGMENTS:
-            _, (_, dropped) = _PARSED.popitem(last=False)
+        while _PARSED_HELD[0] > PARSED_LARGE_SEGMENTS:
+            _, (_, dropped) = _PARSED_LARGE.popitem(last=False)
             _PARSED_HELD[0] -= len(dropped.segment_digests)

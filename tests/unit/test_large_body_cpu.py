@@ -103,13 +103,18 @@ def test_a_large_history_record_is_rebuilt_once_per_stored_dict() -> None:
     assert stage._record_of(dict(stored)) is not first  # another dict: rebuilt
 
 
-def test_the_record_cache_holds_at_most_its_segments() -> None:
+def test_the_record_cache_holds_at_most_its_segments_of_large_records() -> None:
     checker, rule = PrefixChecker(), rule_for("openai")
-    big = [checker.check(_body(600, i), rule).record.to_dict() for i in range(3)]
+    big = [checker.check(_body(600, i), rule).record.to_dict() for i in range(20)]
     held = [(item, stage._record_of(item)) for item in big]  # keep the dicts alive
-    assert stage._PARSED_HELD[0] <= stage.PARSED_SEGMENTS
-    assert stage._PARSED_HELD[0] == sum(len(r.segment_digests) for _, r in stage._PARSED.values())
-    assert all(stage._record_of(item) is record for item, record in held[-1:])
+    assert 0 < stage._PARSED_HELD[0] <= stage.PARSED_LARGE_SEGMENTS
+    kept = stage._PARSED_LARGE.values()
+    assert stage._PARSED_HELD[0] == sum(len(r.segment_digests) for _, r in kept)
+    assert stage._record_of(held[-1][0]) is held[-1][1]  # the latest is kept
+    assert stage._record_of(held[0][0]) is not held[0][1]  # the first was dropped: rebuilt
+    small = checker.check(_body(3, 0), rule).record.to_dict()
+    assert stage._record_of(small) is stage._record_of(small)
+    assert id(small) in stage._PARSED and id(small) not in stage._PARSED_LARGE
 
 
 def test_remember_keeps_the_record_its_stored_dict_rebuilds_into() -> None:
