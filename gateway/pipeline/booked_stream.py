@@ -82,8 +82,9 @@ class BookedStreamResponse(Response):
             task.uncancel()  # our own cancel: the client left, which is no error
         finally:
             watch.cancel()
-            with anyio.CancelScope(shield=True):
-                await self._booked.close()
+            if not self._booked.settling:  # stopped before its end, or never started
+                with anyio.CancelScope(shield=True):
+                    await self._booked.close()
         if self.background is not None:
             await self.background()
 

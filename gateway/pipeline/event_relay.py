@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -27,6 +28,7 @@ from gateway.pipeline.booked_stream import BookedStream, BookedStreamResponse
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.finish import finish, price_now
 from gateway.pipeline.measure import Meter
+from gateway.pipeline.relay import LOOP_SLICE_S
 from gateway.pipeline.respond import cost_object
 from gateway.services import Services
 from gateway.upstream.base import UpstreamStream
@@ -91,22 +93,36 @@ class EventRelay(BookedStream):
     async def _run(self) -> AsyncGenerator[bytes, None]:
         error: FareboxError | None = None
         cancelled = False
+        out: list[bytes] = []  # relayed, not sent yet: all that one read brought goes at once
         try:
-            async for event, parsed in self._events:
-                outgoing, failure = self.observe(event, parsed)
-                yield terminated(outgoing)
-                if failure is not None:
-                    error = failure  # relayed as the upstream sent it; booked as failed
-                    return
-                if self.complete():
-                    return
-                await asyncio.sleep(0)  # a fast upstream and client must not hold the loop
+            slice_end = time.perf_counter() + LOOP_SLICE_S
+            while relayed := await self._take():
+                for event, parsed in relayed:
+                    if time.perf_counter() > slice_end:  # a fast upstream and client must
+                        if out:  # not hold the loop (as the chat relay's slices)
+                            sent, out = b"".join(out), []
+                            yield sent
+                        await asyncio.sleep(0)
+                        slice_end = time.perf_counter() + LOOP_SLICE_S
+                    outgoing, failure = self.observe(event, parsed)
+                    out.append(terminated(outgoing))
+                    if failure is not None or self.complete():
+                        error = failure  # relayed as the upstream sent it; booked as failed
+                        sent, out = b"".join(out), []
+                        yield sent
+                        return
+                if out:
+                    sent, out = (out[0] if len(out) == 1 else b"".join(out)), []
+                    yield sent
+                if time.perf_counter() > slice_end:
+                    await asyncio.sleep(0)
+                    slice_end = time.perf_counter() + LOOP_SLICE_S
             raise UpstreamUnreachableError(
                 f"upstream {self._where} ended the stream before {self.complete_at}"
             )
         except FareboxError as exc:
             error = exc
-            yield self.error_event(exc)
+            yield b"".join(out) + self.error_event(exc)  # what came before it, then the error
         except (asyncio.CancelledError, GeneratorExit):
             cancelled = True
             raise
@@ -115,13 +131,23 @@ class EventRelay(BookedStream):
             error = UpstreamProtocolError(
                 f"upstream {self._where} sent a stream the gateway could not relay"
             )
-            yield self.error_event(error)
+            yield b"".join(out) + self.error_event(error)
         finally:
             # A disconnect cancels this generator's scope; the clean-up and the booking of
             # what was already spent must still run to the end.
             self.settling = True
             with anyio.CancelScope(shield=True):
                 await self._settle(error, cancelled)
+
+    async def _take(self) -> list[Relayed]:
+        """The events of the next read (one event from a plain iterator); [] at the end."""
+        batch = getattr(self._events, "batch", None)
+        if batch is not None:
+            return [(event, None) for event in await batch()]
+        try:
+            return [await anext(self._events)]
+        except StopAsyncIteration:
+            return []
 
     async def _settle(self, error: FareboxError | None, cancelled: bool) -> None:
         if self._settled:
@@ -143,11 +169,49 @@ class EventRelay(BookedStream):
 EventRelayResponse = BookedStreamResponse
 
 
-async def prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncGenerator[Relayed, None]:
+class Prepended:
+    """The first event (already awaited) and the rest, none of them parsed yet.
+
+    `batch` gives the events of one read at a time when the rest can (`SseEvents`): the
+    first batch is the first event and whatever its read brought with it.
+    """
+
+    def __init__(self, first: bytes, rest: AsyncIterator[bytes]) -> None:
+        self._first: bytes | None = first
+        self._rest = rest
+
+    def __aiter__(self) -> Prepended:
+        return self
+
+    async def __anext__(self) -> Relayed:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first, None
+        return await anext(self._rest), None
+
+    async def batch(self) -> list[bytes]:
+        """The events of the next read; [] at the end."""
+        if self._first is not None:
+            first, self._first = self._first, None
+            ready = getattr(self._rest, "ready", None)
+            return [first, *ready()] if ready is not None else [first]
+        batch = getattr(self._rest, "batch", None)
+        if batch is not None:
+            return await batch()
+        try:
+            return [await anext(self._rest)]
+        except StopAsyncIteration:
+            return []
+
+    async def aclose(self) -> None:
+        closing = getattr(self._rest, "aclose", None)
+        if closing is not None:
+            await closing()
+
+
+def prepend(first: bytes, rest: AsyncIterator[bytes]) -> Prepended:
     """The first event (already awaited) and the rest, none of them parsed yet."""
-    yield first, None
-    async for event in rest:
-        yield event, None
+    return Prepended(first, rest)
 
 
 def event_payload(event: bytes, where: str) -> dict[str, Any] | None:
