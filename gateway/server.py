@@ -18,7 +18,7 @@ import importlib.util
 import re
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -38,6 +38,7 @@ from gateway.settings import Settings
 # The most a request line and headers may take; one over it is refused with 400.
 MAX_HEAD_BYTES = 64 * 1024
 _REFUSED_IN_VALUE = re.compile(rb"[\x00\x0b\x0c]")  # h11 refuses these in a header value
+_JOIN_BYTES = 64 * 1024  # a body up to this size goes out with its head in one write
 # C parser and loop: a fraction of h11's and asyncio's CPU per request
 # (docs/performance.md); h11 and asyncio where their wheels do not exist (uvloop: Windows).
 HTTP_PARSER = "httptools" if importlib.util.find_spec("httptools") else "h11"
@@ -72,6 +73,51 @@ def raw_response(error: FareboxError) -> bytes:
         "connection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
+
+
+class HeadWithBody:
+    """A connection's transport that writes a response head with the body after it.
+
+    uvicorn writes a response's head and its body in two `write`s: two send syscalls
+    and, with TCP_NODELAY, two packets the client wakes for. The head is held until
+    the next write (the body of a whole reply comes in the same turn of the loop) and
+    both go out in one `writelines` (one `writev` on uvloop), or alone at the loop's
+    next turn (a stream's head, whose first event is not in yet). Anything else is
+    written at once; `close` writes a held head first.
+    """
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if len(data) <= _JOIN_BYTES:
+                self._transport.writelines((held, data))
+                return
+            self._transport.write(held)  # not joined where writelines copies (asyncio)
+        elif data.startswith(b"HTTP/"):  # a response head, written before its body
+            self._held = data
+            self._loop.call_soon(self._write_held)
+            return
+        self._transport.write(data)
+
+    def _write_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._write_held()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # every other method: the transport's own
+        return getattr(self._transport, name)
 
 
 class _Guard:
@@ -160,7 +206,8 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
             )
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(transport)  # its flow control keeps the transport itself
+        self.transport = cast(asyncio.Transport, HeadWithBody(transport, self.loop))
         self._guard_connection()
 
     def connection_lost(self, exc: Exception | None) -> None:
