@@ -330,12 +330,32 @@ def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> Non
     where = (backend_of(ctx.route), ctx.tier_served or "standard")  # as farebox_requests_total
     ttft = timings.ms_since_sent(timings.first_token)
     if ttft is not None:
-        _labels(metrics, metrics.ttft, model=model).observe(ttft / 1000)
-        _labels(metrics, metrics.backend_ttft, *where).observe(ttft / 1000)
+        for child in _pair(metrics, metrics.ttft, metrics.backend_ttft, model, where):
+            child.observe(ttft / 1000)
     ttfat = timings.ms_since_sent(timings.first_answer_token)
     if ttfat is not None:
-        _labels(metrics, metrics.ttfat, model=model).observe(ttfat / 1000)
-        _labels(metrics, metrics.backend_ttfat, *where).observe(ttfat / 1000)
+        for child in _pair(metrics, metrics.ttfat, metrics.backend_ttfat, model, where):
+            child.observe(ttfat / 1000)
     speed = decode_speed(ctx)
     if speed is not None:
         _labels(metrics, metrics.decode_speed, model=model).observe(speed)
+
+
+def _pair(
+    metrics: Metrics, by_model: Any, by_backend: Any, model: str, where: tuple[str, str]
+) -> tuple[Any, Any]:
+    """The model's child of `by_model` and the (backend, tier) child of `by_backend`, one
+    lookup: a stream's time to first (answer) token is observed in both."""
+    children = _CHILDREN.get(metrics)
+    if children is None:
+        children = _CHILDREN.setdefault(metrics, {})
+    key = (id(by_model), id(by_backend), model, where)
+    pair = children.get(key)
+    if pair is None:
+        if len(children) >= MAX_CHILDREN:
+            children.clear()
+        pair = children[key] = (
+            _labels(metrics, by_model, model=model),
+            _labels(metrics, by_backend, *where),
+        )
+    return pair
