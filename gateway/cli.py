@@ -157,12 +157,11 @@ def serve(
     """Start the gateway."""
     from gateway.app import create_app
     from gateway.drain import DrainingServer
-    from gateway.heap import cap_malloc_arenas, freeze_imports
+    from gateway.heap import freeze_imports
     from gateway.preflight import PreflightError, bind, check_ledger
     from gateway.server import server_config
     from gateway.workers import Supervisor, workers_refusal
 
-    cap_malloc_arenas()  # before any thread (and fork: the workers inherit it)
     freeze_imports()  # the lifespan's collection then walks only what start-up makes
 
     given = {"host": host, "port": port, "config": config, "workers": workers}

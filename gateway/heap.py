@@ -11,35 +11,11 @@ collection just before freezing clears the start-up garbage first.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
-import os
-import platform
 import time
 
 log = logging.getLogger("farebox.heap")
-M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
-ARENAS = 2  # the event loop's thread, and one for every other thread
-
-
-def cap_malloc_arenas(arenas: int = ARENAS) -> bool:
-    """Cap glibc's malloc arenas, unless MALLOC_ARENA_MAX says otherwise; True if capped.
-
-    glibc gives a thread its own arena when the one it would use is locked, up to 8 per
-    core: the loop, the ledger's SQLite thread and the pool that parses large bodies each
-    grow a heap of their own, and memory freed in one is not reused by the others. Two
-    arenas kept a gateway's RSS 18-19 MiB lower after bench/hotpath_memory.py's phases
-    (172 and 167 MiB against 190 at the end). Call it before any thread starts: a thread
-    keeps the arena it first got. Without glibc (musl, macOS) it does nothing.
-    """
-    if "MALLOC_ARENA_MAX" in os.environ or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        return bool(libc.mallopt(M_ARENA_MAX, arenas))
-    except (OSError, AttributeError):  # no mallopt in this C library
-        return False
 
 
 def freeze_imports() -> None:
