@@ -170,7 +170,9 @@ class Bench:
         floor = start_minproxy(self.python, self.args.floor, self.workdir, self.setup.mock_url)
         self._one(floor, ALL if self.full else THROUGHPUT)  # the ratios need c=64 only
         self._one(self._farebox(FB, postgres=None), ALL)
-        self.results.import_s = None if self.tiny else _import_seconds()
+        imported = None if self.tiny else _import_seconds()
+        if imported is not None:
+            self.results.import_s, self.results.import_uncompiled = imported
         if self.args.no_postgres:
             self.results.skipped[PG] = "--no-postgres"
         else:
@@ -257,20 +259,32 @@ def _shown(command: object) -> str:
     return shlex.join(parts).replace(str(ROOT) + "/", "")
 
 
-def _import_seconds() -> float | None:
-    """Wall seconds to import the gateway's app on the gateway core (start-up's floor)."""
-    code = (
-        "import time; t = time.perf_counter(); import gateway.app; print(time.perf_counter() - t)"
-    )
+# Wall seconds to import the app, then how many of the modules it loaded from source
+# files had no bytecode to load (each start compiles those: `make` writes it at install).
+IMPORT_PROBE = """
+import os, sys, time
+t = time.perf_counter()
+import gateway.app
+took = time.perf_counter() - t
+cached = [m.__spec__.cached for m in list(sys.modules.values())
+          if getattr(m, "__spec__", None) is not None and m.__spec__.cached]
+print(took, sum(not os.path.exists(c) for c in cached), len(cached))
+"""
+
+
+def _import_seconds() -> tuple[float, tuple[int, int]] | None:
+    """Wall seconds to import the gateway's app on the gateway core (start-up's floor), and
+    (modules without bytecode, modules with a source file) of that import."""
     done = subprocess.run(
-        ["taskset", "-c", GATEWAY_CORE, sys.executable, "-c", code],
+        ["taskset", "-c", GATEWAY_CORE, sys.executable, "-c", IMPORT_PROBE],
         capture_output=True,
         text=True,
         cwd=ROOT,
         check=False,
     )
     try:
-        return round(float(done.stdout.strip()), 3)
+        took, missing, total = done.stdout.split()
+        return round(float(took), 3), (int(missing), int(total))
     except ValueError:
         return None
 

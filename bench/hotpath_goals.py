@@ -26,6 +26,7 @@ class Results:
     pss_uss_mib: dict[str, tuple[float, float]] = field(default_factory=dict)  # largest
     skipped: dict[str, str] = field(default_factory=dict)  # target -> why it did not run
     import_s: float | None = None  # `import gateway.app` on the gateway core
+    import_uncompiled: tuple[int, int] | None = None  # (without bytecode, of) its modules
     profile_top: str = ""  # the profile's largest parts, when --profile ran
     log_errors: dict[str, str] = field(default_factory=dict)  # target -> its log's errors
 
@@ -115,6 +116,15 @@ def workers_bound(r: Results, scenario: str) -> str:
         f"the same 2 cores: at most {shared:,.0f} req/s, so at most {shared / alone:.2f}x "
         f"is attainable here (2g/(g+l+r)); measured {two.rps:,.0f} against "
         f"{one.rps:,.0f} req/s, load average {two.loadavg_1m:.1f}"
+    )
+
+
+def _bytecode(missing: int, total: int) -> str:
+    if not missing:
+        return f" (all {total} modules from bytecode)"
+    return (
+        f" ({missing} of its {total} modules have no bytecode, so every start compiles them: "
+        "`make` writes it at install)"
     )
 
 
@@ -255,4 +265,6 @@ def _process_goals(r: Results) -> list[Goal]:
     _judge(start, r.ready_s.get(FB), 1.5, "s", at_most=True)
     if r.import_s is not None:
         start.bound = f"importing gateway.app alone takes {r.import_s:.2f} s on the gateway core"
+        if r.import_uncompiled is not None:
+            start.bound += _bytecode(*r.import_uncompiled)
     return [workers, rss, start]
