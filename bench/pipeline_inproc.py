@@ -144,10 +144,11 @@ async def _run(args: argparse.Namespace, port: int) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="farebox-inproc-"))
     config = data / "config.yaml"
     config.write_text((HOT if args.config == "hot" else PLAIN).format(port=port))
-    settings = Settings(data_dir=data, config=str(config), log_level="warning")
+    settings = Settings(data_dir=data, config=config, log_level="warning")
     app = create_app(settings)
     rounds: list[float] = []
-    async with app.router.lifespan_context(app) as state:
+    async with app.router.lifespan_context(app) as given:
+        state = dict(given or {})
         await _round(app, state, args.warm, args.c, args.stream)
         for _ in range(args.rounds):
             rounds.append(await _round(app, state, args.n, args.c, args.stream))
@@ -167,7 +168,7 @@ async def _run(args: argparse.Namespace, port: int) -> dict[str, Any]:
         "us_per_req_rounds": [round(r, 1) for r in rounds],
         "best": round(min(rounds), 1),
         "median": round(statistics.median(rounds), 1),
-    }
+    }  # the ledger's files in `data` are left for a look; the OS cleans /tmp
 
 
 def main() -> None:
@@ -186,9 +187,9 @@ def main() -> None:
     use_checkout(args.src)
     os.environ.pop("FAREBOX_CONFIG", None)
     port = _free_port()
+    mock_command = [sys.executable, str(args.floor / "mock_upstream.py"), "--port", str(port)]
     mock = subprocess.Popen(
-        ["taskset", "-c", "0", sys.executable, str(args.floor / "mock_upstream.py")]
-        + ["--port", str(port)],
+        ["taskset", "-c", "0", *mock_command],
         stdout=subprocess.DEVNULL,
     )
     try:
