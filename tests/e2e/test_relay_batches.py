@@ -27,8 +27,11 @@ TOKENS = [f" tok{i}" for i in range(16)]
 USAGE = {"prompt_tokens": 9, "completion_tokens": len(TOKENS), "total_tokens": 9 + len(TOKENS)}
 CONFIG = """models:
   batch: {{provider: openai, model: up-model, base_url: "{url}/v1", family: vllm}}
+  batch-claude:
+    {{provider: anthropic, model: up-claude, base_url: "{url}", api_key_env: FAREBOX_TEST_ANTHROPIC_KEY}}
 prices:
   batch: {{input: 1.0, output: 2.0}}
+  batch-claude: {{input: 3.0, output: 15.0}}
 """
 
 
@@ -52,6 +55,39 @@ EVENTS = [
     b"data: [DONE]\n\n",
 ]
 USAGE_EVENT = EVENTS[-2]
+
+
+def _typed(kind: str, payload: dict[str, Any]) -> bytes:
+    data = json.dumps({"type": kind, **payload}, separators=(",", ":")).encode()
+    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+
+MESSAGE: dict[str, Any] = {
+    "id": "msg_batch",
+    "type": "message",
+    "role": "assistant",
+    "model": "up-claude",
+}
+MESSAGE |= {"content": [], "stop_reason": None, "stop_sequence": None}
+MESSAGES_EVENTS = [
+    _typed(
+        "message_start", {"message": MESSAGE | {"usage": {"input_tokens": 9, "output_tokens": 1}}}
+    ),
+    _typed("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+    *[
+        _typed("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": t}})
+        for t in TOKENS
+    ],
+    _typed("content_block_stop", {"index": 0}),
+    _typed(
+        "message_delta",
+        {
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 16},
+        },
+    ),
+    _typed("message_stop", {}),
+]
 
 
 class Upstream:
@@ -87,13 +123,14 @@ class Upstream:
                     if line.lower().startswith(b"content-length:")
                 )
                 await reader.readexactly(length)
-                await self._stream(writer)
+                messages = head.split(b" ", 2)[1].endswith(b"/messages")
+                await self._stream(writer, MESSAGES_EVENTS if messages else EVENTS)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         writer.close()
 
-    async def _stream(self, writer: asyncio.StreamWriter) -> None:
-        body = b"".join(EVENTS)
+    async def _stream(self, writer: asyncio.StreamWriter, events: list[bytes]) -> None:
+        body = b"".join(events)
         head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
         wire = head + b"transfer-encoding: chunked\r\n\r\n"
         if not self.piece:
@@ -180,3 +217,33 @@ def test_many_streams_in_a_row_are_each_booked_once(
     batch_gateway.last(before + 5)
     assert len(batch_gateway.seen) == before + 5
     assert {ctx.status_code for ctx in batch_gateway.seen[before:]} == {200}
+
+
+@pytest.mark.parametrize("piece", [0, 7, 100], ids=["one-write", "7-byte-writes", "100-byte"])
+def test_a_messages_stream_is_relayed_the_same_however_it_was_written(
+    batch_gateway: Gateway, upstream: Upstream, piece: int
+) -> None:
+    upstream.piece = piece
+    before = len(batch_gateway.seen)
+    body = {
+        "model": "batch-claude",
+        "max_tokens": 64,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    headers = {"x-api-key": "sk-client-batch", "anthropic-version": "2023-06-01"}
+    url = f"{batch_gateway.server.url}/v1/messages"
+    response = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert response.status_code == 200
+    got = _events(response.content)
+    at = len(MESSAGES_EVENTS) - 2  # message_delta: its usage gets the cost
+    assert got[:at] == MESSAGES_EVENTS[:at] and got[at + 1 :] == MESSAGES_EVENTS[at + 1 :]
+    sent = json.loads(got[at].split(b"data: ", 1)[1])
+    expected = json.loads(MESSAGES_EVENTS[at].split(b"data: ", 1)[1])
+    cost = sent["usage"].pop("cost")
+    assert sent == expected
+    ctx = batch_gateway.last(before + 1)
+    assert len(batch_gateway.seen) == before + 1  # booked once
+    assert ctx.status_code == 200 and ctx.usage is not None and not ctx.usage.estimated
+    assert (ctx.usage.prompt_tokens, ctx.usage.completion_tokens) == (9, 16)
+    assert ctx.cost is not None and Decimal(cost["total"]) == ctx.cost.total
