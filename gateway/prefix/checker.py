@@ -102,6 +102,8 @@ class PrefixChecker:
             request = split_request(body, rule)
         record = build_record(request, rule, self.counter)
         comparison = compare(record, history, rule, explain_divergence=False)
+        if comparison.closest is not None:  # the shared part of the chain is not hashed again
+            record.share_chain(comparison.closest, comparison.matched)
         budget = ScanBudget(self.scan_budget)
         findings, unscanned = scan_request(request, self.cache, budget, comparison.matched)
         divergence = None

@@ -8,6 +8,8 @@ ones too, and the record a request just made is the one its stored dict rebuilds
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import json
 from typing import Any
 
@@ -24,7 +26,7 @@ from gateway.pipeline.offload import RELEASE_BYTES
 from gateway.pipeline.parse import parse
 from gateway.prefix import rule_for
 from gateway.prefix.checker import PrefixChecker
-from gateway.prefix.record import PrefixRecord
+from gateway.prefix.record import PrefixRecord, chain_fingerprints
 from gateway.schemas.body import MAX_DEPTH, depth_over, load_object
 from gateway.schemas.chat import ChatRequest
 from gateway.state.memory import MemoryState
@@ -236,3 +238,46 @@ def test_a_body_over_the_release_size_shares_nothing() -> None:
     assert first.request is not None and second.request is not None
     assert second.request == _whole(raw)
     assert not set(map(id, second.request.messages)) & set(map(id, first.request.messages))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=12),
+    st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=12),
+    st.booleans(),
+)
+def test_a_shared_chain_is_the_chain_hashed_whole(
+    first: list[str], second: list[str], other_model: bool
+) -> None:
+    checker, rule = PrefixChecker(), rule_for("openai")
+
+    def record(contents: list[str], model: str) -> PrefixRecord:
+        messages = [{"role": "user", "content": c} for c in contents]
+        return checker.check({"model": model, "messages": messages}, rule).record
+
+    earlier = PrefixRecord.from_dict(record(first, "m").to_dict())  # as stored: chain made
+    current = record(second, "n" if other_model else "m")
+    shared = sum(
+        1
+        for _ in itertools.takewhile(
+            lambda p: p[0] == p[1],
+            zip(current.segment_digests, earlier.segment_digests, strict=False),
+        )
+    )
+    for claimed in {shared, shared + 1, max(shared - 1, 0)}:  # a wrong count is refused
+        fresh = dataclasses.replace(current, _chain=[])
+        fresh.share_chain(earlier, claimed)
+        assert fresh.fingerprints == chain_fingerprints(
+            "openai", fresh.model, fresh.segment_digests
+        )
+
+
+def test_an_agent_step_shares_its_history_s_chain() -> None:
+    checker, rule = PrefixChecker(), rule_for("openai")
+    stored = PrefixRecord.from_dict(checker.check(_body(300, 0), rule).record.to_dict())
+    check = checker.check(_body(300, 1), rule, [stored])
+    assert check.record._chain  # made from the stored one's, not left to to_dict
+    assert check.record.fingerprints[:600] == stored.fingerprints[:600]
+    assert check.record.fingerprints == chain_fingerprints(
+        "openai", "m", check.record.segment_digests
+    )
