@@ -443,10 +443,10 @@ static PyObject *skip_end(PyObject *self, PyObject *args)
 
 /* The deepest nesting of arrays and objects in data already validated as JSON (a top-level
  * object or array is depth 1; brackets inside strings do not count), or -1 when a string
- * does not end. */
-static Py_ssize_t bracket_depth(const unsigned char *s, Py_ssize_t n)
+ * does not end. With `commas`, also the commas outside strings. */
+static Py_ssize_t bracket_depth(const unsigned char *s, Py_ssize_t n, Py_ssize_t *commas)
 {
-    Py_ssize_t depth = 0, deepest = 0, p = 0;
+    Py_ssize_t depth = 0, deepest = 0, p = 0, count = 0;
     while (p < n) {
         const unsigned char c = s[p];
         if (c == '"') {
@@ -460,8 +460,12 @@ static Py_ssize_t bracket_depth(const unsigned char *s, Py_ssize_t n)
                 deepest = depth;
         } else if (c == '}' || c == ']')
             depth--;
+        else if (c == ',')
+            count++;
         p++;
     }
+    if (commas != NULL)
+        *commas = count;
     return deepest;
 }
 
@@ -477,16 +481,39 @@ static PyObject *max_depth(PyObject *self, PyObject *args)
         return NULL;
     if (view.len > GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        deepest = bracket_depth(view.buf, view.len);
+        deepest = bracket_depth(view.buf, view.len, NULL);
         Py_END_ALLOW_THREADS
     } else
-        deepest = bracket_depth(view.buf, view.len);
+        deepest = bracket_depth(view.buf, view.len, NULL);
     PyBuffer_Release(&view);
     if (deepest < 0) {
         PyErr_SetString(PyExc_ValueError, "a JSON string does not end");
         return NULL;
     }
     return PyLong_FromSsize_t(deepest);
+}
+
+/* commas(data): the commas outside strings (strings skipped with memchr, as max_depth
+ * does), in any bytes: nothing is validated, so for data that is not JSON it is only a
+ * count. A string that does not end gives ValueError. Without the GIL past 64 KiB. */
+static PyObject *commas(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t deepest, count = 0;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    if (view.len > GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        deepest = bracket_depth(view.buf, view.len, &count);
+        Py_END_ALLOW_THREADS
+    } else
+        deepest = bracket_depth(view.buf, view.len, &count);
+    PyBuffer_Release(&view);
+    if (deepest < 0) {
+        PyErr_SetString(PyExc_ValueError, "a JSON string does not end");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(count);
 }
 
 static Py_ssize_t skip_ws(const unsigned char *s, Py_ssize_t p, Py_ssize_t stop)
@@ -1023,6 +1050,8 @@ static PyMethodDef methods[] = {
      "space_end(data, pos) -> the first offset from pos that is not JSON whitespace."},
     {"splice", splice, METH_VARARGS,
      "splice(data, edits) -> data with each (start, end, bytes) edit applied; sorted, disjoint."},
+    {"commas", commas, METH_VARARGS,
+     "commas(data) -> the commas outside JSON strings in data."},
     {"max_depth", max_depth, METH_VARARGS,
      "max_depth(data) -> how deep arrays and objects nest in data already valid JSON."},
     {"skip_end", skip_end, METH_VARARGS,

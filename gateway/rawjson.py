@@ -75,6 +75,21 @@ SKIPS: bool = _native_skip is not None
 _native_depth: Callable[[bytes], int] | None = (
     getattr(_rawjson, "max_depth", None) if NATIVE else None  # absent from an older build
 )
+_native_commas: Callable[[bytes], int] | None = (
+    getattr(_rawjson, "commas", None) if NATIVE else None
+)
+
+
+def value_commas(raw: bytes) -> int:
+    """The commas in `raw` outside JSON strings (each separates two members or elements),
+    natively (~0.07 ms per MB, against ~0.23 for `raw.count(b",")`); all its commas
+    without the native module or when a string does not end (any bytes will do)."""
+    if _native_commas is not None and type(raw) is bytes:
+        try:
+            return _native_commas(raw)
+        except ValueError:
+            pass
+    return raw.count(b",")
 
 
 def bracket_depth(raw: bytes) -> int | None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 from gateway.prefix.locate import take_items
-from gateway.rawjson import SKIPS
+from gateway.rawjson import SKIPS, value_commas
 
 OFF_LOOP_BYTES = 256 * 1024
 PATCH_SPEEDUP = 32
@@ -27,11 +27,11 @@ much less per byte than parsing: 1 MiB is ~0.05 ms of skip plus a ~0.1 ms copy."
 FREE_SLICE = 1024
 INLINE_BYTES = 5 * 1024 * 1024 // 4
 INLINE_VALUES = 8192
-"""A body up to `INLINE_BYTES` with at most `INLINE_VALUES` commas (they bound the members
-and elements the depth check and pydantic walk) is parsed whole on the loop: ~2 ms for a
-1 MB agent step here (4,555 commas), less than slicing it (~2.8 ms: the native walks go
-over the messages twice) and than the hops to a worker thread and back. A body of many
-small values (2 MiB of numbers: ~160 ms) is still sliced."""
+"""A body up to `INLINE_BYTES` with at most `INLINE_VALUES` commas outside strings (they
+bound the members and elements the depth check and pydantic walk) is parsed whole on the
+loop: ~2 ms for a 1 MB agent step here (4,555 commas), less than slicing it (~2.8 ms: the
+native walks go over the messages twice) and than the hops to a worker thread and back.
+A body of many small values (2 MiB of numbers: ~160 ms) is still sliced."""
 RELEASE_BYTES = 2 * 1024 * 1024
 """Below this, what a body was parsed into is freed where its last reference drops: for
 1 MB (445 messages, their models and prefix segments) that took 0.1 ms on the loop here,
@@ -70,8 +70,11 @@ def patch_size(size: int) -> int:
 
 
 def parses_inline(raw: bytes) -> bool:
-    """Whether parsing `raw` whole costs only a few milliseconds (see `INLINE_VALUES`)."""
-    return len(raw) <= INLINE_BYTES and raw.count(b",") <= INLINE_VALUES
+    """Whether parsing `raw` whole costs only a few milliseconds (see `INLINE_VALUES`).
+
+    Commas outside strings: those in a string add no value to walk.
+    """
+    return len(raw) <= INLINE_BYTES and value_commas(raw) <= INLINE_VALUES
 
 
 async def release(size: int, *containers: Any) -> None:

@@ -22,7 +22,7 @@ from gateway import rawjson
 from gateway.errors import InvalidRequestError
 from gateway.pipeline import prefix as stage
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import RELEASE_BYTES
+from gateway.pipeline.offload import INLINE_VALUES, OFF_LOOP_BYTES, RELEASE_BYTES, parses_inline
 from gateway.pipeline.parse import parse
 from gateway.prefix import rule_for
 from gateway.prefix.checker import PrefixChecker
@@ -281,3 +281,27 @@ def test_an_agent_step_shares_its_history_s_chain() -> None:
     assert check.record.fingerprints == chain_fingerprints(
         "openai", "m", check.record.segment_digests
     )
+
+
+def _separators(value: Any) -> int:
+    if isinstance(value, dict):
+        return max(len(value) - 1, 0) + sum(map(_separators, value.values()))
+    if isinstance(value, list):
+        return max(len(value) - 1, 0) + sum(map(_separators, value))
+    return 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON, st.booleans())
+def test_the_value_commas_of_any_json_are_its_separators(value: Any, spaced: bool) -> None:
+    raw = json.dumps(value, indent=1 if spaced else None).encode()
+    assert rawjson.value_commas(raw) == _separators(value)
+
+
+def test_commas_in_strings_do_not_keep_a_body_from_parsing_inline() -> None:
+    text = "a, b, c, " * 1_000  # 3,000 commas a message, none a value
+    raw = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}] * 40})
+    assert len(raw) > OFF_LOOP_BYTES and raw.count(b",") > INLINE_VALUES
+    assert rawjson.value_commas(raw) == 40 - 1 + 40 + 1  # messages, and role/content each
+    assert parses_inline(raw)
+    assert rawjson.value_commas(b'{"a":"no end,') == 1  # not JSON: every comma counts
