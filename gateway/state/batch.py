@@ -26,6 +26,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 MAX_BATCH = 256  # calls in one pipeline; the rest wait for the next
@@ -66,12 +67,16 @@ class CommandBatch:
         return await reply
 
     async def aclose(self) -> None:
-        """Stop sending: calls still waiting are cancelled (their callers fall back)."""
+        """Stop sending: calls still waiting fail as if Redis were away (callers fall back)."""
         sender = self._sender
         if sender is not None:
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sender
+        # A sender cancelled before it ever ran left its calls waiting: answer them too.
+        self._sender = None
+        _fail([reply for *_, reply in self._waiting])
+        self._waiting.clear()
 
     async def _send_all(self) -> None:
         """Send batches until no call waits; the task ends with the last one."""
@@ -82,8 +87,7 @@ class CommandBatch:
                 await self._send(batch)
         finally:
             self._sender = None
-            for *_, reply in self._waiting:  # cancelled (shutdown): no call is left hanging
-                reply.cancel()
+            _fail([reply for *_, reply in self._waiting])  # stopped: no call is left hanging
             self._waiting.clear()
 
     async def _send(self, batch: list[Call]) -> None:
@@ -97,8 +101,7 @@ class CommandBatch:
                 self.sent += 1
                 replies = await pipe.execute(raise_on_error=False)
         except asyncio.CancelledError:
-            for *_, reply in live:
-                reply.cancel()
+            _fail([reply for *_, reply in live])
             raise
         except Exception as exc:  # every caller decides for itself whether Redis is away
             for *_, reply in live:
@@ -117,6 +120,13 @@ class CommandBatch:
                 reply.set_result(answer)
         for again, reply in forgotten:  # Redis forgot its scripts (a restart): load, call again
             await _again(again, reply)
+
+
+def _fail(replies: list[asyncio.Future[Any]]) -> None:
+    """Answer calls the batch will not send with an outage, not a cancel of their callers."""
+    for reply in replies:
+        if not reply.done():
+            reply.set_exception(RedisConnectionError("shared state is closing: Redis not asked"))
 
 
 async def _again(again: Again, reply: asyncio.Future[Any]) -> None:

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from gateway.settings import RedisLimits
+from gateway.state import outage
 from gateway.state.fallback import FallbackState
 from gateway.state.redis import PARSED_MAX_BYTES
 from tests.e2e.test_state_outage import RedisServer, redis_server  # noqa: F401 (fixture)
@@ -79,6 +80,19 @@ async def test_a_caller_that_gives_up_leaves_the_others_their_replies() -> None:
         assert not state.degraded
     finally:
         await _drop(state)
+        await state.aclose()
+
+
+async def test_closing_answers_waiting_calls_with_an_outage_not_a_cancel() -> None:
+    state = await _state(require_redis())
+    try:
+        calls = [asyncio.create_task(state.redis.prefix_history(["k"])) for _ in range(5)]
+        await asyncio.sleep(0)  # the calls wait for a batch whose sender has not yet run
+        await state.redis._batch.aclose()
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        assert all(isinstance(outcome, redis.ConnectionError) for outcome in outcomes)
+        assert all(outage.is_outage(outcome) for outcome in outcomes)  # the callers fall back
+    finally:
         await state.aclose()
 
 
