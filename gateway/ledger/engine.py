@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import event, text
+from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from gateway.settings import default_data_dir
+
+if TYPE_CHECKING:  # Alembic (and Mako, Pygments) is imported only to migrate: 12 MiB
+    from alembic.config import Config
 
 
 # The one default (Settings.data_dir's): never a path relative to the current directory.
@@ -79,8 +81,28 @@ def make_engine(url: str | URL | None = None, **kwargs: Any) -> AsyncEngine:
     return create_async_engine(target, **kwargs)
 
 
+def head_revision() -> str:
+    """The newest migration's revision, read from the files without importing Alembic."""
+    revisions, parents = set(), set()
+    for script in (MIGRATIONS_DIR / "versions").glob("[0-9]*.py"):
+        source = script.read_text()
+        revisions.update(re.findall(r'^revision[^=]*= "([^"]+)"', source, re.MULTILINE))
+        parents.update(re.findall(r'^down_revision[^=]*= "([^"]+)"', source, re.MULTILINE))
+    (head,) = revisions - parents
+    return head
+
+
+def _at_head(connection: Connection) -> bool:
+    if not inspect(connection).has_table("alembic_version"):
+        return False
+    found = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    return found == [head_revision()]
+
+
 def alembic_config(url: str | URL | None = None) -> Config:
     """Build the Alembic config in code: the migrations live in the package, not in an ini."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     # ConfigParser interpolates '%'; a URL-encoded password must survive that.
@@ -94,16 +116,19 @@ def _upgrade(connection: Connection, config: Config, revision: str) -> None:
     if connection.dialect.name == "postgresql":
         # Several workers may start together; the lock makes the others wait, then no-op.
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+    from alembic import command
+
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
 
 
 async def migrate(url: str | URL | None = None, revision: str = "head") -> None:
     """Apply the ledger's Alembic migrations to the database at `url` (default: head)."""
-    config = alembic_config(url)
     engine = make_engine(url)
     try:
         async with engine.begin() as connection:
-            await connection.run_sync(_upgrade, config, revision)
+            if revision == "head" and await connection.run_sync(_at_head):
+                return  # nothing to apply: no Alembic import, no upgrade run
+            await connection.run_sync(_upgrade, alembic_config(url), revision)
     finally:
         await engine.dispose()
