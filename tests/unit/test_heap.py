@@ -18,6 +18,11 @@ def test_the_import_freeze_leaves_new_objects_to_the_collector() -> None:
         assert not any(id(item) in walked for item in before)
         after = [[n] for n in range(100)]
         assert all(id(item) in {id(o) for o in gc.get_objects()} for item in after[:3])
-        assert freeze_heap() >= frozen + len(after)  # the lifespan's freeze adds the rest
+        # The lifespan's freeze adds the rest. Not judged by the count: objects frozen
+        # earlier (a previous test's, in this worker) may be freed by reference counting
+        # meanwhile, which lowers it.
+        assert freeze_heap() > 0
+        walked = {id(item) for item in gc.get_objects()}
+        assert not any(id(item) in walked for item in after)
     finally:
         gc.unfreeze()
