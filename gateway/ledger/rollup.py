@@ -33,6 +33,7 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.ledger.driver import prepare
 from gateway.ledger.models import (
     DailyPrefixRollupRow,
     DailyRollupRow,
@@ -231,4 +232,7 @@ async def add_to_rollups(connection: AsyncConnection, written: Sequence[RequestR
     for family in FAMILIES:
         for table, floor in family.grains():
             rows = _rollup_rows(groups, floor, family.dimensions, family.extra)
-            await connection.execute(_upsert(dialect, family, table), rows)
+            statement = _upsert(dialect, family, table)
+            await prepare(connection.dialect, statement, tuple(rows[0])).executemany(
+                connection, rows
+            )

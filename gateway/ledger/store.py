@@ -10,7 +10,7 @@ tells which), and a finish only moves a task that is still open.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -20,9 +20,17 @@ from typing import Any
 
 from sqlalchemy import Table, case, func, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.ledger.models import RequestRow, TaskRow
+from gateway.ledger.driver import (
+    SQLITE_MAX_ROWS,
+    prepare,
+    sqlite_insert_sql,
+    sqlite_money,
+    sqlite_time,
+)
+from gateway.ledger.models import Money, RequestRow, TaskRow, UTCDateTime
 from gateway.ledger.partitions import ensure_partitions
 from gateway.ledger.records import (
     ABANDONED,
@@ -80,13 +88,59 @@ async def insert_requests(
     dialect = connection.dialect.name
     if dialect == "postgresql":
         await ensure_partitions(connection, {record.created_at.date() for record in unique})
-    columns = _REQUEST_COLUMNS
-    rows = [dict(zip(columns, _request_values(record), strict=True)) for record in unique]
-    result = await connection.execute(_request_insert(dialect), rows)
-    written_ids = {row[0] for row in result}
+    if dialect == "sqlite":
+        written_ids = await _insert_sqlite(connection, unique)
+    else:
+        columns = _REQUEST_COLUMNS
+        rows = [dict(zip(columns, _request_values(record), strict=True)) for record in unique]
+        result = await connection.execute(_request_insert(dialect), rows)
+        written_ids = {row[0] for row in result}
     written = [record for record in unique if record.id in written_ids]
     await add_to_rollups(connection, written)
     return written
+
+
+async def _insert_sqlite(connection: AsyncConnection, records: list[RequestRecord]) -> set[str]:
+    """Insert on SQLite at the driver level, many rows a statement; return the ids written."""
+    encoders = _sqlite_request_encoders(connection.dialect)
+    written: set[str] = set()
+    for start in range(0, len(records), SQLITE_MAX_ROWS):
+        chunk = records[start : start + SQLITE_MAX_ROWS]
+        params: list[Any] = []
+        for record in chunk:
+            values = list(_request_values(record))
+            for position, encode in encoders:
+                values[position] = encode(values[position])
+            params += values
+        sql = sqlite_insert_sql("requests", _REQUEST_COLUMNS, "id", len(chunk))
+        result = await connection.exec_driver_sql(sql, tuple(params))
+        written.update(row[0] for row in result)
+    return written
+
+
+_sqlite_encoders: dict[str, tuple[tuple[int, Callable[[Any], Any]], ...]] = {}
+
+
+def _sqlite_request_encoders(dialect: Dialect) -> tuple[tuple[int, Callable[[Any], Any]], ...]:
+    """SQLAlchemy's bind processors of the request columns, money and time done directly.
+
+    A record's money is already quantized and its `created_at` already UTC, so `Money` and
+    `UTCDateTime` would only check again what `RequestRecord` checked; the rest (booleans,
+    the float) keep SQLAlchemy's own processors.
+    """
+    encoders = _sqlite_encoders.get(dialect.driver)
+    if encoders is None:
+        prepared = prepare(dialect, _request_insert("sqlite"), _REQUEST_COLUMNS)
+        chosen = []
+        for position, process in prepared.converted:
+            column_type = REQUESTS.c[prepared.names[position]].type
+            if isinstance(column_type, Money):
+                process = sqlite_money
+            elif isinstance(column_type, UTCDateTime):
+                process = sqlite_time
+            chosen.append((_REQUEST_COLUMNS.index(prepared.names[position]), process))
+        encoders = _sqlite_encoders[dialect.driver] = tuple(chosen)
+    return encoders
 
 
 @cache
@@ -150,7 +204,8 @@ async def upsert_tasks(connection: AsyncConnection, deltas: list[dict[str, Any]]
     """Create each task on its first request, else add the batch's sums to its row."""
     if not deltas:
         return
-    await connection.execute(_task_upsert(connection.dialect.name), deltas)
+    statement = _task_upsert(connection.dialect.name)
+    await prepare(connection.dialect, statement, tuple(deltas[0])).executemany(connection, deltas)
 
 
 @cache

@@ -1,0 +1,146 @@
+"""The flush's driver-level statements store exactly what SQLAlchemy's own execute stored.
+
+gateway/ledger/driver.py runs the request insert, the task upsert and the six rollup
+upserts with prebuilt SQL and tuples (on SQLite the request rows many to a statement,
+money and time encoded directly). Here the same records go through both ways into the
+same database (on SQLite and PostgreSQL), and the raw stored rows of every table the
+flush writes are compared, column by column; then a replay writes nothing either way.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from ledger_helpers import T0, record
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gateway.ledger import rollup
+from gateway.ledger.driver import SQLITE_MAX_ROWS, prepare, sqlite_insert_sql
+from gateway.ledger.partitions import ensure_partitions
+from gateway.ledger.records import RequestRecord
+from gateway.ledger.store import (
+    _REQUEST_COLUMNS,
+    _request_insert,
+    _request_values,
+    _task_upsert,
+    insert_requests,
+    task_deltas,
+    upsert_tasks,
+)
+
+TABLES = ("requests", "tasks", *(table.name for f in rollup.FAMILIES for table, _ in f.grains()))
+
+
+def _records(prefix: str, n: int) -> list[RequestRecord]:
+    """Varied records: nulls and values in every nullable column, whole-second times."""
+    out = []
+    for i in range(n):
+        untasked = i % 3 == 0
+        token = f"{prefix}{i:05d}"
+        out.append(
+            record(
+                f"task-{token}" if untasked else f"task-{prefix}{i % 7}",
+                request_id=f"req-{token}",
+                id=f"{token}-id",
+                attempt=i % 2,
+                created_at=T0 + timedelta(minutes=13 * i, microseconds=0 if i % 4 else 123456),
+                model_alias=("smart", "fast")[i % 2],
+                task_step=None if i % 5 == 0 else f"step-{i % 3}",
+                step_kind=None if i % 6 == 0 else "plan",
+                prefix_status=None if i % 4 == 0 else "fresh",
+                prefix_lost_usd=None if i % 2 else Decimal("0.0000000001") * i,
+                expected_cached_tokens=None if i % 3 else i,
+                decode_tps=None if i % 2 else 10.5 + i,
+                tier_confirmed=(None, True, False)[i % 3],
+                ttft_ms=None if i % 5 else i,
+                cost_input=Decimal("0.0000123456") * (i + 1),
+                cost_output=Decimal("12.3456789012"),
+                cost_total=Decimal("0.0000123456") * (i + 1) + Decimal("12.3456789012"),
+                streamed=bool(i % 2),
+                usage_suspect=i % 9 == 0,
+            )
+        )
+    return out
+
+
+async def _through_sqlalchemy(connection: AsyncConnection, records: list[RequestRecord]) -> int:
+    """What the flush did before driver.py: `connection.execute` with dicts."""
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
+        await ensure_partitions(connection, {r.created_at.date() for r in records})
+    rows = [dict(zip(_REQUEST_COLUMNS, _request_values(r), strict=True)) for r in records]
+    written_ids = {row[0] for row in await connection.execute(_request_insert(dialect), rows)}
+    written = [r for r in records if r.id in written_ids]
+    if written:
+        await connection.execute(_task_upsert(dialect), task_deltas(written))
+        groups = rollup._group(written)
+        for family in rollup.FAMILIES:
+            for table, floor in family.grains():
+                deltas = rollup._rollup_rows(groups, floor, family.dimensions, family.extra)
+                await connection.execute(rollup._upsert(dialect, family, table), deltas)
+    return len(written)
+
+
+async def _through_driver(connection: AsyncConnection, records: list[RequestRecord]) -> int:
+    """The flush's path now."""
+    written = await insert_requests(connection, records)
+    await upsert_tasks(connection, task_deltas(written))
+    return len(written)
+
+
+async def _dump(connection: AsyncConnection) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table's raw rows as the driver returns them, in a fixed order."""
+    dump = {}
+    for table in TABLES:
+        rows = (await connection.exec_driver_sql(f"SELECT * FROM {table}")).all()
+        dump[table] = sorted((tuple(row) for row in rows), key=repr)
+    return dump
+
+
+async def _clear(connection: AsyncConnection) -> None:
+    for table in TABLES:
+        await connection.exec_driver_sql(f"DELETE FROM {table}")
+
+
+async def test_driver_statements_store_what_sqlalchemy_stored(engine: AsyncEngine) -> None:
+    records = _records("r", SQLITE_MAX_ROWS * 2 + 37)  # three multi-row statements on SQLite
+    async with engine.begin() as connection:
+        assert await _through_sqlalchemy(connection, records) == len(records)
+        expected = await _dump(connection)
+        await _clear(connection)
+    async with engine.begin() as connection:
+        assert await _through_driver(connection, records) == len(records)
+        assert await _dump(connection) == expected
+    assert len(expected["requests"]) == len(records)
+    assert all(expected[table] for table in TABLES)
+    # A replay (the spool after a crash) writes nothing: not a row, not a sum.
+    async with engine.begin() as connection:
+        assert await _through_driver(connection, records[::-1]) == 0
+        assert await _dump(connection) == expected
+
+
+async def test_driver_statements_add_to_existing_rows(engine: AsyncEngine) -> None:
+    """Two batches of the same tasks and rollup keys: the upserts add, both ways alike."""
+    first, second = _records("a", 40), _records("a", 80)[40:]
+    async with engine.begin() as connection:
+        await _through_sqlalchemy(connection, first)
+        await _through_sqlalchemy(connection, second)
+        expected = await _dump(connection)
+        await _clear(connection)
+    async with engine.begin() as connection:
+        await _through_driver(connection, first)
+        await _through_driver(connection, second)
+        assert await _dump(connection) == expected
+
+
+async def test_sqlite_insert_text_is_sqlalchemys_for_one_row(engine: AsyncEngine) -> None:
+    async with engine.connect() as connection:
+        dialect = connection.dialect
+        prepared = prepare(dialect, _request_insert(dialect.name), _REQUEST_COLUMNS)
+        if dialect.name == "sqlite":
+            assert prepared.names == _REQUEST_COLUMNS
+            assert sqlite_insert_sql("requests", _REQUEST_COLUMNS, "id", 1) == prepared.sql
+        else:
+            assert prepared.sql.startswith("INSERT INTO requests")
