@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from checkout import use_checkout  # bench/ is the script folder: sys.path[0]
+from hotpath_targets import FAREBOX_CONFIG  # the hot-path bench's: rules, defaults, family
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAIN = """models:
@@ -42,21 +43,6 @@ PLAIN = """models:
     {{provider: openai, model: mock-model, base_url: "http://127.0.0.1:{port}/v1", family: vllm}}
 prices:
   bench-gpt: {{input: 1.0, output: 2.0}}
-"""
-HOT = """models:
-  bench-gpt:
-    {{provider: openai, model: mock-model, base_url: "http://127.0.0.1:{port}/v1", family: openai}}
-prices:
-  bench-gpt: {{input: 2, output: 10}}
-defaults:
-  max_tokens: {{default: 1024, ceiling: 4096}}
-rules:
-  - name: short-tool-steps
-    match: {{step: tool_result}}
-    max_tokens: {{default: 512}}
-  - name: user-turns
-    match: {{step: user_turn}}
-    max_tokens: {{default: 1024}}
 """
 
 
@@ -143,7 +129,9 @@ async def _run(args: argparse.Namespace, port: int) -> dict[str, Any]:
 
     data = Path(tempfile.mkdtemp(prefix="farebox-inproc-"))
     config = data / "config.yaml"
-    config.write_text((HOT if args.config == "hot" else PLAIN).format(port=port))
+    base = f"http://127.0.0.1:{port}/v1"
+    hot = FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
+    config.write_text(hot if args.config == "hot" else PLAIN.format(port=port))
     settings = Settings(data_dir=data, config=config, log_level="warning")
     app = create_app(settings)
     rounds: list[float] = []

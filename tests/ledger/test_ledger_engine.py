@@ -60,15 +60,19 @@ def _schema(connection: Connection) -> tuple[set[str], str | None, list[object]]
     return set(inspect(connection).get_table_names()), context.get_current_revision(), diff
 
 
-async def test_migrations_run_from_empty_and_match_the_models(db_url: str) -> None:
-    await migrate(db_url)
-    await migrate(db_url)  # a second run (another worker starting) is a no-op
+async def _schema_of(db_url: str) -> tuple[set[str], str | None, list[object]]:
     engine = make_engine(db_url)
     try:
         async with engine.connect() as connection:
-            tables, revision, diff = await connection.run_sync(_schema)
+            return await connection.run_sync(_schema)
     finally:
         await engine.dispose()
+
+
+async def test_migrations_run_from_empty_and_match_the_models(db_url: str) -> None:
+    await migrate(db_url)
+    await migrate(db_url)  # a second run (another worker starting) is a no-op
+    tables, revision, diff = await _schema_of(db_url)
     head = ScriptDirectory.from_config(alembic_config(db_url)).get_current_head()
     assert {"requests", "tasks", "alembic_version"} <= tables
     assert revision == head
@@ -83,12 +87,7 @@ def test_head_revision_read_from_the_files_is_alembics_head() -> None:
 async def test_a_database_behind_head_is_still_upgraded(db_url: str) -> None:
     await migrate(db_url, revision="0008")
     await migrate(db_url)  # not at head: the shortcut must not skip the upgrade
-    engine = make_engine(db_url)
-    try:
-        async with engine.connect() as connection:
-            tables, revision, diff = await connection.run_sync(_schema)
-    finally:
-        await engine.dispose()
+    tables, revision, diff = await _schema_of(db_url)
     assert "requests" in tables
     assert revision == head_revision()
     assert diff == []
