@@ -33,7 +33,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from starlette.middleware import Middleware
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import gateway.api.chat as chat
 import gateway.app as gateway_app
@@ -46,6 +48,20 @@ REPLY = b'{"id":"chatcmpl-1","object":"chat.completion","choices":[]}'
 
 async def _fixed_reply(ctx: Any, services: Any) -> Response:
     return Response(REPLY, media_type="application/json")
+
+
+class ChatLane:
+    """The lane before the front: the innermost middleware, POST chat to `ChatEndpoint`."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.endpoint = chat.ChatEndpoint()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == chat.PATH and scope["method"] == "POST":
+            await self.endpoint(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 async def _bare(scope: Any, receive: Any, send: Any) -> None:
@@ -104,9 +120,9 @@ def _apps(settings: Settings) -> dict[str, Any]:
     front = create_app(settings)
     lane = create_app(settings)
     lane.chat = None
+    lane.user_middleware.append(Middleware(ChatLane))  # innermost
     route = create_app(settings)
     route.chat = None
-    route.user_middleware = [m for m in route.user_middleware if m.cls is not chat.ChatLane]
     kept = gateway_app.NO_FASTAPI_TELEMETRY
     gateway_app.NO_FASTAPI_TELEMETRY = {}  # FastAPI's default: its telemetry on
     try:
@@ -114,7 +130,6 @@ def _apps(settings: Settings) -> dict[str, Any]:
     finally:
         gateway_app.NO_FASTAPI_TELEMETRY = kept
     telemetry.chat = None
-    telemetry.user_middleware = [m for m in telemetry.user_middleware if m.cls is not chat.ChatLane]
     return {
         "front": front,
         "lane": lane,

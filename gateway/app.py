@@ -134,7 +134,6 @@ def create_app(
         metrics_api.router,
     ):
         app.include_router(router)
-    chat.mount(app)  # the hot path as plain ASGI, innermost: before any other middleware
     _install_error_handlers(app)
     app.add_middleware(JsonBodyMiddleware)  # every body is JSON, content-type or not
     endpoint = chat.ChatEndpoint()  # the chat lane's; the guard and auth below wrap it

@@ -26,6 +26,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tests.loop_server import LoopServer
+
 ANSWER = "The invoice was paid."
 USAGE = {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
 NONSENSE_USAGE = {"prompt_tokens": 10**30, "completion_tokens": -5, "total_tokens": "many"}
@@ -246,45 +248,18 @@ WHOLE = _whole_plays()
 STREAMS = _stream_plays()
 
 
-class HostileUpstream:
+class HostileUpstream(LoopServer):
     """The server, in a thread with its own event loop, on 127.0.0.1 and a free port."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.calls: list[Call] = []
         self.hangups = 0
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.Server | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.port = 0
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> HostileUpstream:
-        self._thread.start()
-        started = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
-        )
-        self._server = started.result(timeout=10)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-
-    async def _shutdown(self) -> None:
-        """Close the listener and end the plays still running (an endless one, say)."""
-        if self._server is not None:
-            self._server.close()
-        running = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
 
     def count(self, scenario: str) -> int:
         """How many requests asked for `scenario`."""

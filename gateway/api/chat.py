@@ -1,22 +1,20 @@
 """POST /v1/chat/completions.
 
-The hot path is served by `ChatEndpoint`, a plain ASGI app, from `ChatLane`: the
-innermost middleware (inside the auth check and the body guard) hands it every
-POST /v1/chat/completions before Starlette's exception middleware, FastAPI's exit-stack
-middleware and its router are reached; it renders its own errors in OpenAI's shape, as
-the app's handler does (docs/performance.md, "Server, framework and workers"). The
-FastAPI declaration below stays for the OpenAPI document and serves the same way,
-through `forward`, where `mount` is not called.
+The hot path is served by `ChatEndpoint`, a plain ASGI app, which `gateway.front.ChatFront`
+calls in front of FastAPI (with the request id, in-flight scope, auth and body guard in
+one layer); it renders its own errors in OpenAI's shape, as the app's handler does
+(docs/performance.md, "Server, framework and workers"). The FastAPI declaration below
+stays for the OpenAPI document and serves the same way, through `forward`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from gateway.api.deps import ServicesDep
 from gateway.auth.principal import principal_of
@@ -113,25 +111,6 @@ def _error_response(exc: FareboxError) -> Response:
     """`exc` as the app's handler renders it."""
     headers = getattr(exc, "headers", None) or None
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
-
-
-class ChatLane:
-    """Innermost middleware: POST /v1/chat/completions to `ChatEndpoint`, the rest on."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.endpoint = ChatEndpoint()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == PATH and scope["method"] == "POST":
-            await self.endpoint(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
-
-
-def mount(app: FastAPI) -> None:
-    """Serve chat through `ChatLane`; call it before adding any other middleware."""
-    app.add_middleware(ChatLane)
 
 
 def _headers(scope: Scope) -> dict[str, str]:

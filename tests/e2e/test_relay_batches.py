@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -22,6 +21,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Gateway, GatewayFactory
+from tests.loop_server import LoopServer
 
 TOKENS = [f" tok{i}" for i in range(16)]
 USAGE = {"prompt_tokens": 9, "completion_tokens": len(TOKENS), "total_tokens": 9 + len(TOKENS)}
@@ -90,28 +90,12 @@ MESSAGES_EVENTS = [
 ]
 
 
-class Upstream:
+class Upstream(LoopServer):
     """An OpenAI-compatible stream on a real port: chunked, in one write or in pieces."""
 
     def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.port = 0
+        super().__init__()
         self.piece = 0  # 0: everything in one write; else bytes per write, 2 ms apart
-
-    def start(self) -> Upstream:
-        self._thread.start()
-        started = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
-        )
-        self._server = started.result(timeout=10)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._server.close)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

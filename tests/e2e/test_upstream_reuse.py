@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from gateway.app import create_app
 from gateway.config import GatewayConfig
 from gateway.settings import Settings
+from tests.loop_server import LoopServer
 from tests.servers import ServerThread
 
 USAGE = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
@@ -50,37 +50,12 @@ def _whole() -> bytes:
     return head + f"content-length: {len(body)}\r\n\r\n".encode() + body
 
 
-class CountingUpstream:
+class CountingUpstream(LoopServer):
     """Keep-alive upstream; the last message names how a stream's body ends."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.accepted = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.port = 0
-
-    def start(self) -> CountingUpstream:
-        self._thread.start()
-        started = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
-        )
-        self._server = started.result(timeout=10)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    def stop(self) -> None:
-        """Close the server and its connections, then the loop: nothing left for the GC."""
-        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-
-    async def _close(self) -> None:
-        self._server.close()
-        serving = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in serving:
-            task.cancel()
-        await asyncio.gather(*serving, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
