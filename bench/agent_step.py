@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pipeline_cpu
 from hotpath_load import write_history
 
+ROOT = Path(__file__).resolve().parents[1]
+
 _load = pipeline_cpu._load
 
 
@@ -137,8 +139,155 @@ def parts(src: str | None, n: int) -> dict[str, float]:
     return out
 
 
+def inproc(src: str | None, n: int, mode: str, rounds: int = 5) -> dict[str, Any]:
+    """ms of CPU per 1 MB request through the real app in this process (no HTTP server).
+
+    bench/pipeline_inproc.py's setup (the app and its lifespan, the perf floor's mock on
+    core 0, this process on core 1, bench/hotpath.py's configuration), sending loadgen's
+    1 MB agent step (one task id) or fresh prompt. Also counts the garbage collector's
+    passes per request and the time they took (`gc.callbacks`). Median of `rounds`.
+    """
+    import asyncio
+    import gc
+    import os
+    import socket
+    import statistics
+    import subprocess
+    import time
+
+    from checkout import use_checkout
+
+    use_checkout(src)
+    import pipeline_inproc
+    from hotpath_targets import FAREBOX_CONFIG
+
+    history = write_history(Path(tempfile.mkdtemp(prefix="agent-inproc-")) / "h.json")
+    loaded = json.loads(history.read_text())
+    messages = json.dumps(loaded, separators=(",", ":"), ensure_ascii=False).encode()[1:-1]
+
+    def body(i: int) -> bytes:
+        last = json.dumps({"role": "user", "content": f"Next step {i}: continue."}).encode()
+        mark = str(i).encode() if mode == "fresh" else b"0"
+        msgs = messages.replace("§N§".encode(), mark) + b"," + last
+        return b'{"model":"bench-gpt","messages":[' + msgs + b'],"max_tokens":64}'
+
+    gc_times: list[float] = []
+    gc_started = [0.0]
+    by_gen: dict[int, list[float]] = {0: [], 1: [], 2: []}
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_started[0] = time.thread_time()
+        else:
+            gc_times.append((time.thread_time() - gc_started[0]) * 1000)
+            by_gen[info["generation"]].append(gc_times[-1])
+
+    async def one(app: Any, state: dict[str, Any], raw: bytes, statuses: list[int]) -> None:
+        scope = pipeline_inproc._scope(state, raw)
+        if mode == "agent":
+            scope["headers"] = [*scope["headers"], (b"x-task-id", b"bench-agent-0")]
+        sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                await asyncio.Event().wait()
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        await app(scope, receive, send)
+
+    async def run(port: int) -> dict[str, Any]:
+        from gateway.app import create_app
+        from gateway.settings import Settings
+
+        data = Path(tempfile.mkdtemp(prefix="farebox-inproc-"))
+        config = data / "config.yaml"
+        base = f"http://127.0.0.1:{port}/v1"
+        config.write_text(
+            FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
+        )
+        app = create_app(Settings(data_dir=data, config=config, log_level="warning"))
+        cpu: list[float] = []
+        passes: list[float] = []
+        spent: list[float] = []
+        async with app.router.lifespan_context(app) as given:
+            state = dict(given or {})
+            statuses: list[int] = []
+            for i in range(20):
+                await one(app, state, body(-i - 1), statuses)
+            gc.callbacks.append(on_gc)
+            for r in range(rounds):
+                bodies = [body(r * n + i) for i in range(n)]
+                gc_times.clear()
+                started = time.process_time()
+                for raw in bodies:
+                    await one(app, state, raw, statuses)
+                cpu.append((time.process_time() - started) * 1000 / n)
+                passes.append(len(gc_times) / n)
+                spent.append(sum(gc_times) / n)
+            gc.callbacks.remove(on_gc)
+            per_gen = {
+                g: (len(t) / n / rounds, round(sum(t) / n / rounds, 3)) for g, t in by_gen.items()
+            }
+            if set(statuses) != {200}:
+                raise RuntimeError(f"the gateway answered {sorted(set(statuses))}")
+        import gateway
+
+        return {
+            "mode": mode,
+            "gateway": str(Path(gateway.__file__).parent),
+            "cpu_ms_per_req": round(statistics.median(cpu), 3),
+            "cpu_rounds": [round(c, 3) for c in cpu],
+            "gc_passes_per_req": round(statistics.median(passes), 2),
+            "gc_ms_per_req": round(statistics.median(spent), 3),
+            "gc_by_generation": per_gen,
+            "gc_frozen": gc.get_freeze_count(),
+            "gc_counts": [len(gc.get_objects(g)) for g in range(3)],
+        }
+
+    port = pipeline_inproc._free_port()
+    floor = Path(os.environ.get("FAREBOX_PERF_FLOOR") or ROOT.parent / "shared" / "perf-floor")
+    mock = subprocess.Popen(
+        [
+            "taskset",
+            "-c",
+            "0",
+            sys.executable,
+            str(floor / "mock_upstream.py"),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        os.sched_setaffinity(0, {1})
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        import uvloop
+
+        return uvloop.run(run(port))
+    finally:
+        mock.terminate()
+
+
 def main() -> None:
     argv = sys.argv[1:]
+    if "--inproc" in argv:
+        src = argv[argv.index("--src") + 1] if "--src" in argv else None
+        n = int(argv[argv.index("-n") + 1]) if "-n" in argv else 100
+        mode = argv[argv.index("--mode") + 1] if "--mode" in argv else "agent"
+        print(json.dumps(inproc(src, n, mode)))
+        return
     if "--parts" in argv:
         src = argv[argv.index("--src") + 1] if "--src" in argv else None
         n = int(argv[argv.index("-n") + 1]) if "-n" in argv else 100

@@ -130,11 +130,18 @@ def _check(
     explicit = ctx.task is not None and not ctx.task.implicit
     unedited = parsed and body.get("messages") is ctx.body.get("messages")
     reuse_key = keys[0] if explicit and unedited else None
-    # What the parse validated, for the next step's (only what `release` leaves whole).
+    # What the parse validated, for the next step's (only what `release` leaves whole); the
+    # parsed messages too, but not where litellm is handed them: it may change them.
     shared = ctx.request is not None and len(ctx.raw_body) <= RELEASE_BYTES
     validated = ctx.request.messages if shared and ctx.request is not None else None
     check = checker.check(
-        body, rule, history, raw=ctx.raw_body, reuse_key=reuse_key, validated=validated
+        body,
+        rule,
+        history,
+        raw=ctx.raw_body,
+        reuse_key=reuse_key,
+        validated=validated,
+        keep_parsed=validated is not None and not ctx.route.via_litellm,
     )
     check_seconds = time.perf_counter() - started
     if "strict" in actions:

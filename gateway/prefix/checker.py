@@ -86,6 +86,7 @@ class PrefixChecker:
         raw: bytes | None = None,
         reuse_key: str | None = None,
         validated: Sequence[Any] | None = None,
+        keep_parsed: bool = False,
     ) -> PrefixCheck:
         """Fingerprint `body`, compare it with `history`, and scan what is new in it.
 
@@ -94,10 +95,11 @@ class PrefixChecker:
         output full of timestamps, replayed as history, breaks nothing). With `raw` (the
         bytes `body` was parsed from, its messages unedited) and a `reuse_key` (a task),
         the messages that repeat that key's previous request are not cut again; and
-        `validated` (what the parse made of each message) is kept for the next one's.
+        `validated` (what the parse made of each message) is kept for the next one's, with
+        the parsed messages themselves when `keep_parsed` (nothing will change them).
         """
         if raw is not None and reuse_key is not None:
-            request = self.reuse.split(reuse_key, raw, body, rule, validated)
+            request = self.reuse.split(reuse_key, raw, body, rule, validated, keep_parsed)
         else:
             request = split_request(body, rule)
         record = build_record(request, rule, self.counter)

@@ -12,11 +12,14 @@ dumped and hashed.
 
 Kept per key (the pipeline passes a task's), the latest request only, at most
 `KEEP_BYTES` of bodies in all; bodies under `MIN_BYTES` are cut whole, as before (their
-cut costs less than the bookkeeping).
+cut costs less than the bookkeeping). The same match serves the parse (`repeated`), the
+weighing (`unseen`) and the cut (`split`) of one body: it is found once per body, not
+once per caller (each is a scan for `messages` and a memcmp of the megabyte).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -33,6 +36,10 @@ KEEP_BYTES = 32 * 1024 * 1024
 MAX_BODY_BYTES = KEEP_BYTES // 4
 # Where the last this-many messages of a request ended: the next step may replace a few.
 KEEP_ENDS = 4
+# Bodies whose match is kept between the parse and the cut of their request (`_survey`):
+# at most this many, and only bodies up to SURVEY_BYTES (a larger one is surveyed again).
+SURVEYS = 16
+SURVEY_BYTES = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,30 @@ class _Seen:
     # What the parse validated its messages into, one per message, when the caller gave
     # them (the next step's parse reuses those its bytes repeat); read-only, shared
     validated: tuple[Any, ...] | None = None
+    # Its messages as parsed (the very values of its body), kept with `validated` when the
+    # caller says nothing will change them: the next step's parse takes those it repeats
+    parsed: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """The leading messages a body repeats, byte for byte, of its key's previous request."""
+
+    value_start: int  # where the body's (and that request's) `messages` array opens
+    end: int  # the offset just past the last repeated message
+    count: int  # how many messages are repeated
+    validated: tuple[Any, ...] | None  # what the parse made of them then (shared)
+    parsed: tuple[Any, ...] | None  # their parsed values then (shared), see `_Seen.parsed`
+
+
+@dataclass(frozen=True, slots=True)
+class _Survey:
+    """What one body repeats of one key's request: kept for the body's next caller."""
+
+    raw: bytes  # the body (its identity is the memo's key)
+    seen: _Seen | None  # the key's request it was compared with
+    value_start: int | None
+    match: tuple[int, int] | None  # (end, count) as `_longest_repeat` finds it
 
 
 class SegmentReuse:
@@ -57,6 +88,33 @@ class SegmentReuse:
         self._seen: OrderedDict[str, _Seen] = OrderedDict()
         self._held = 0
         self._lock = threading.Lock()  # a body over 2 MiB is checked in a worker thread
+        self._surveys: OrderedDict[tuple[str, int], _Survey] = OrderedDict()
+
+    def _survey(self, key: str, raw: bytes, last: bool = False) -> _Survey:
+        """Where `raw`'s messages open and what it repeats of `key`'s latest request.
+
+        Found once per body and key, and kept (`SURVEYS` bodies) until its cut (`last`):
+        the parse, the weighing and the cut of one request each asked for it, three scans
+        and three memcmps of the same megabyte. Recomputed when the key's request changed
+        meanwhile, so every caller sees what it would have found itself.
+        """
+        memo = (key, id(raw))
+        with self._lock:
+            seen = self._seen.get(key)
+            survey = self._surveys.pop(memo, None) if last else self._surveys.get(memo)
+        if survey is not None and survey.raw is raw and survey.seen is seen:
+            return survey
+        value_start = _messages_start(raw) if len(raw) >= self.min_bytes else None
+        match = None
+        if seen is not None and value_start is not None:
+            match = _longest_repeat(seen, raw, value_start)
+        survey = _Survey(raw, seen, value_start, match)
+        if not last and len(raw) <= SURVEY_BYTES:
+            with self._lock:
+                self._surveys[memo] = survey
+                while len(self._surveys) > SURVEYS:
+                    self._surveys.popitem(last=False)
+        return survey
 
     def split(
         self,
@@ -65,20 +123,23 @@ class SegmentReuse:
         body: Mapping[str, Any],
         rule: CacheRule,
         validated: Sequence[Any] | None = None,
+        keep_parsed: bool = False,
     ) -> RequestSegments:
         """`split_request(body, rule)`, reusing what `key`'s previous request cut.
 
         `body` must be `raw` parsed (its `messages` unedited); `validated`, one item per
         message, is kept for the next request's `validated_prefix` (not copied when a
-        tuple: never change what is handed in).
+        tuple: never change what is handed in). With `keep_parsed`, the body's messages
+        themselves are kept beside it, for the next request's parse (`repeated`): only
+        where nothing changes them, in this request or later.
         """
-        value_start = _messages_start(raw) if len(raw) >= self.min_bytes else None
+        if not keep_parsed:
+            self._forget_parsed(key)  # this request may change them: the next parses whole
+        survey = self._survey(key, raw, last=True)
+        seen, value_start, match = survey.seen, survey.value_start, survey.match
         messages = body.get("messages")
         if value_start is None or not isinstance(messages, list):
             return split_request(body, rule)
-        with self._lock:
-            seen = self._seen.get(key)
-        match = _longest_repeat(seen, raw, value_start) if seen is not None else None
         known = None
         if seen is not None and match is not None:
             end, count = match
@@ -100,10 +161,12 @@ class SegmentReuse:
         if ends and ends[0][1] == len(messages):
             system = len(messages) - (len(request.segments) - request.header_count)
             kept = Known(len(messages), system, request.segments[request.header_count :])
-            shared = None
+            shared = parsed = None
             if validated is not None and len(validated) == len(messages):
                 shared = validated if isinstance(validated, tuple) else tuple(validated)
-            self._keep(key, _Seen(raw, value_start, tuple(ends[:KEEP_ENDS]), kept, shared))
+                parsed = tuple(messages) if keep_parsed else None
+            last = tuple(ends[:KEEP_ENDS])
+            self._keep(key, _Seen(raw, value_start, last, kept, shared, parsed))
         return request
 
     def validated_prefix(self, key: str, raw: bytes) -> tuple[Any, ...]:
@@ -114,13 +177,29 @@ class SegmentReuse:
         A message's validated value depends on its parsed value alone, and that on its
         bytes, so these are what validating `raw`'s first messages would give.
         """
-        with self._lock:
-            seen = self._seen.get(key)
-        if seen is None or seen.validated is None or len(raw) < self.min_bytes:
+        repeat = self.repeated(key, raw)
+        if repeat is None or repeat.validated is None:
             return ()
-        value_start = _messages_start(raw)
-        match = _longest_repeat(seen, raw, value_start) if value_start is not None else None
-        return seen.validated[: match[1]] if match is not None else ()
+        return repeat.validated[: repeat.count]
+
+    def repeated(self, key: str, raw: bytes) -> Repeat | None:
+        """What `raw`'s leading messages repeat, byte for byte, of `key`'s previous request
+        (and what that request's parse made of them, as far as it was kept); None if none.
+
+        `raw` must have been parsed as JSON already, or be parsed before its values are
+        trusted: values are skipped here, not checked.
+        """
+        if len(raw) < self.min_bytes:
+            return None
+        with self._lock:
+            if key not in self._seen:
+                return None
+        survey = self._survey(key, raw)
+        if survey.seen is None or survey.value_start is None or survey.match is None:
+            return None
+        end, count = survey.match
+        seen = survey.seen
+        return Repeat(survey.value_start, end, count, seen.validated, seen.parsed)
 
     def unseen(self, key: str, raw: bytes) -> int:
         """How many bytes of `raw` follow what `key`'s previous request showed (all if none)."""
@@ -128,10 +207,20 @@ class SegmentReuse:
             seen = self._seen.get(key)
         if seen is None:
             return len(raw)
+        if len(raw) >= self.min_bytes:
+            survey = self._survey(key, raw)
+            if survey.seen is seen and survey.match is not None:
+                return len(raw) - survey.match[0]
         for end, _ in seen.ends:
             if len(raw) > end and raw.startswith(memoryview(seen.raw)[:end]):
                 return len(raw) - end
         return len(raw)
+
+    def _forget_parsed(self, key: str) -> None:
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None and seen.parsed is not None:
+                self._seen[key] = dataclasses.replace(seen, parsed=None)
 
     def _keep(self, key: str, seen: _Seen) -> None:
         with self._lock:

@@ -135,17 +135,22 @@ def test_remember_keeps_the_record_its_stored_dict_rebuilds_into() -> None:
     assert kept.fingerprints == PrefixRecord.from_dict(stored).fingerprints
 
 
-def _step(checker: PrefixChecker, raw: bytes, task: str = "t") -> RequestContext:
-    """One chat request through the parse and the prefix check, as the pipeline runs them."""
+def _step(
+    checker: PrefixChecker, raw: bytes, task: str = "t", keep_parsed: bool = True
+) -> RequestContext:
+    """One chat request through the parse and the prefix check, as the pipeline runs them
+    (`keep_parsed=False`: as on a route through litellm, which may change the messages)."""
     ctx = RequestContext(raw_body=raw, headers={"x-task-id": task})
     parse(ctx, checker.reuse)
     assert ctx.request is not None
+    assert ctx.body == orjson.loads(raw)  # whatever was reused, the body parsed whole
     checker.check(
         ctx.body,
         rule_for("openai"),
         raw=raw,
         reuse_key=f"task:{task}",
         validated=ctx.request.messages,
+        keep_parsed=keep_parsed,
     )
     return ctx
 
@@ -177,6 +182,69 @@ def test_an_agent_step_validates_only_its_new_messages() -> None:
     assert other.request is not None and other.request.messages[5] is not first.request.messages[5]
 
 
+def test_an_agent_step_parses_only_its_new_messages() -> None:
+    checker, history = PrefixChecker(), _history(400)
+    first = _step(checker, orjson.dumps({"model": "m", "messages": history}))
+    history.append({"role": "user", "content": "next"})
+    raw = orjson.dumps({"model": "m", "messages": history, "max_tokens": 9})
+    second = _step(checker, raw)
+    assert second.body == orjson.loads(raw)
+    assert second.body["messages"][5] is first.body["messages"][5]  # taken, not parsed
+    assert second.body["messages"] is not first.body["messages"]  # a list of its own
+    assert second.body["messages"][-1] == {"role": "user", "content": "next"}
+    spaced = json.dumps({"model": "m", "messages": history}, indent=1).encode()
+    third = _step(checker, spaced)  # other bytes: parsed whole
+    assert third.body["messages"][5] is not first.body["messages"][5]
+
+
+def test_messages_a_request_may_change_are_not_kept_for_the_next_parse() -> None:
+    """On a route through litellm (`keep_parsed=False`) the messages go to code that may
+    change them: the next step parses its own, and what it parsed is not kept either."""
+    checker, history = PrefixChecker(), _history(400)
+    first = _step(checker, orjson.dumps({"model": "m", "messages": history}))
+    raw = orjson.dumps({"model": "m", "messages": [*history, {"role": "user", "content": "a"}]})
+    second = _step(checker, raw, keep_parsed=False)
+    assert second.body["messages"][5] is first.body["messages"][5]  # taken before the route
+    seen = checker.reuse._seen["task:t"]
+    assert seen.parsed is None and seen.validated is not None
+    raw = orjson.dumps({"model": "m", "messages": [*history, {"role": "user", "content": "b"}]})
+    third = _step(checker, raw)
+    assert third.body["messages"][5] is not first.body["messages"][5]
+    assert third.body == orjson.loads(raw)
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b",]", b", ]", b",{]", b',{"role":"user"} ,]', b",1e999]", b',{"role":"user"}', b"]"],
+)
+def test_a_step_whose_new_part_is_not_json_is_refused_as_the_whole_parse_refuses_it(
+    tail: bytes,
+) -> None:
+    checker, history = PrefixChecker(), _history(400)
+    known = orjson.dumps({"model": "m", "messages": history})
+    _step(checker, known)
+    raw = known[: known.rindex(b"]")] + tail + b"}"
+    if tail == b"]":  # the same body again, valid: taken whole from the previous parse
+        assert _step(checker, raw).body == orjson.loads(raw)
+        return
+    with pytest.raises(InvalidRequestError) as reused:
+        _step(checker, raw)
+    with pytest.raises(InvalidRequestError) as whole:
+        _whole(raw)
+    assert str(reused.value) == str(whole.value)
+
+
+def test_a_step_nested_too_deep_in_its_new_part_is_refused() -> None:
+    checker, history = PrefixChecker(), _history(400)
+    _step(checker, orjson.dumps({"model": "m", "messages": history}))
+    deep: Any = "x"
+    for _ in range(MAX_DEPTH):
+        deep = [deep]
+    body = {"model": "m", "messages": [*history, {"role": "user", "content": "a", "x": deep}]}
+    with pytest.raises(InvalidRequestError, match="nested more than"):
+        _step(checker, orjson.dumps(body))
+
+
 def test_an_invalid_new_message_is_refused_as_the_whole_validation_refuses_it() -> None:
     checker, history = PrefixChecker(), _history(400)
     _step(checker, orjson.dumps({"model": "m", "messages": history}))
@@ -196,7 +264,7 @@ def test_an_invalid_new_message_is_refused_as_the_whole_validation_refuses_it() 
 @settings(max_examples=25, deadline=None)
 @given(
     st.lists(
-        st.sampled_from(["append", "edit", "drop", "space", "invalid", "model"]),
+        st.sampled_from(["append", "edit", "drop", "space", "invalid", "model", "comma"]),
         min_size=1,
         max_size=6,
     )
@@ -215,6 +283,8 @@ def test_any_series_of_steps_parses_as_each_body_whole(moves: list[str]) -> None
         tail = [{"role": "nobody"}] if move == "invalid" else []
         body = {"model": "" if move == "model" else "m", "messages": [*history, *tail]}
         raw = json.dumps(body, indent=1 if spaced else None).encode()
+        if move == "comma":  # a trailing comma after the history: not JSON
+            raw = raw[: raw.rindex(b"]")] + b",]}"
         try:
             whole: ChatRequest | str = _whole(raw)
         except InvalidRequestError as exc:
