@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.ledger.records import MONEY_SCALE
+from gateway.ledger.records import MONEY_SCALE, ZERO_MONEY
 
 Processor = Callable[[Any], Any]
 
@@ -88,6 +88,8 @@ SQLITE_MAX_ROWS = 500  # 47 columns a row: 23,500 parameters, under SQLite's 32,
 
 def sqlite_money(value: Decimal | None) -> int | None:
     """A quantized amount as `Money` stores it on SQLite: an integer of 1e-10 units."""
+    if value is ZERO_MONEY:  # a cost left at zero (as_money returns this one object)
+        return 0
     return None if value is None else int(value.scaleb(MONEY_SCALE))
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.ledger import store
+from gateway.ledger import batch, store
 from gateway.ledger.records import LedgerEntry
 
 # 22 data exception, 23 integrity constraint violation, 54 program limit exceeded.
@@ -113,9 +113,11 @@ async def _apply_part(engine: AsyncEngine, entries: Sequence[LedgerEntry], into:
     """Apply `entries` in one transaction; on a permanent refusal, bisect."""
     if not entries:
         return
+    # Built before the transaction, on the loop a slice at a time (gateway.ledger.batch).
+    plan = await batch.plan(engine.dialect, entries)
     try:
         async with engine.begin() as connection:
-            part = await store.apply_batch(connection, entries)
+            part = await batch.apply(connection, plan)
     except Exception as exc:  # classified below; a transient error is re-raised
         reason = refusal_reason(exc)
         if reason is None:

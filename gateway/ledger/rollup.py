@@ -21,7 +21,7 @@ verdict may be missing: in a key it is stored as '' and a present one as ':' + t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -31,9 +31,10 @@ from typing import Any
 
 from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.ledger.driver import prepare
+from gateway.ledger.driver import Prepared, prepare
 from gateway.ledger.models import (
     DailyPrefixRollupRow,
     DailyRollupRow,
@@ -133,24 +134,45 @@ class _Group:
     sums: dict[str, Any] | None = None
 
     def totals(self) -> dict[str, Any]:
-        """Sum the group's records once (column by column, each a C-level loop)."""
+        """The group's sums (summed here unless `add` was given every record)."""
+        sums = self.sums
+        if sums is None:
+            sums = self.sums = _sums(self.records)
+        return sums
+
+    def add(self, records: list[RequestRecord]) -> None:
+        """Add some of the group's records to its sums (a large group, a slice at a time)."""
+        part = _sums(records)
         if self.sums is None:
-            records = self.records
-            untasked = [record for record in records if is_untasked(record)]
-            sums: dict[str, Any] = {"request_count": len(records)}
-            for name, getter in zip(_SUMMED, _SUMMED_GETTERS, strict=True):
-                sums[name] = sum(map(getter, records))
-            sums["untasked_requests"] = sum(record.attempt == 0 for record in untasked)
-            sums["untasked_cost"] = sum(map(_cost_total, untasked), Decimal(0))
-            for name, getter in _EXTRA_GETTERS.items():
-                sums[name] = sum(value or 0 for value in map(getter, records))
-            self.sums = sums
-        return self.sums
+            self.sums = part
+        else:
+            sums = self.sums
+            for name, value in part.items():
+                sums[name] += value
+
+
+def _sums(records: list[RequestRecord]) -> dict[str, Any]:
+    """Sum records column by column, each a C-level loop."""
+    untasked = [record for record in records if is_untasked(record)]
+    sums: dict[str, Any] = {"request_count": len(records)}
+    for name, getter in zip(_SUMMED, _SUMMED_GETTERS, strict=True):
+        sums[name] = sum(map(getter, records))
+    sums["untasked_requests"] = sum(record.attempt == 0 for record in untasked)
+    sums["untasked_cost"] = sum(map(_cost_total, untasked), Decimal(0))
+    for name, getter in _EXTRA_GETTERS.items():
+        sums[name] = sum(value or 0 for value in map(getter, records))
+    return sums
 
 
 def _group(records: Iterable[RequestRecord]) -> dict[tuple[Any, ...], _Group]:
     """Group records by hour and every dimension: each rollup key is a projection of this."""
     groups: dict[tuple[Any, ...], _Group] = {}
+    group_into(groups, records)
+    return groups
+
+
+def group_into(groups: dict[tuple[Any, ...], _Group], records: Iterable[RequestRecord]) -> None:
+    """Add `records` to `groups` (a batch is grouped a slice at a time)."""
     for record in records:
         key = (hour_of(record.created_at), *_dimensions_of(record))
         group = groups.get(key)
@@ -158,7 +180,6 @@ def _group(records: Iterable[RequestRecord]) -> dict[tuple[Any, ...], _Group]:
             groups[key] = _Group([record])
         else:
             group.records.append(record)
-    return groups
 
 
 def _projection(dimensions: tuple[str, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
@@ -227,12 +248,17 @@ async def add_to_rollups(connection: AsyncConnection, written: Sequence[RequestR
     if not written:
         return
     # Group once by hour and all dimensions; each of the six rollups adds up those groups.
-    groups = _group(written)
-    dialect = connection.dialect.name
+    for prepared, rows in statements(connection.dialect, _group(written)):
+        await connection.exec_driver_sql(prepared.sql, rows)
+
+
+def statements(
+    dialect: Dialect, groups: dict[tuple[Any, ...], _Group]
+) -> Iterator[tuple[Prepared, list[tuple[Any, ...]]]]:
+    """Each rollup's upsert with its rows (as the driver takes them) for these groups."""
     for family in FAMILIES:
         for table, floor in family.grains():
             rows = _rollup_rows(groups, floor, family.dimensions, family.extra)
-            statement = _upsert(dialect, family, table)
-            await prepare(connection.dialect, statement, tuple(rows[0])).executemany(
-                connection, rows
-            )
+            statement = _upsert(dialect.name, family, table)
+            prepared = prepare(dialect, statement, tuple(rows[0]))
+            yield prepared, prepared.tuples(rows)

@@ -24,6 +24,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -94,16 +95,13 @@ def rejected_line(refusal: Refusal) -> bytes:
     return json.dumps(item, ensure_ascii=True, default=str).encode("ascii") + b"\n"
 
 
-def _encode_all(entries: list[LedgerEntry]) -> tuple[list[bytes], list[Refusal]]:
+def encode_into(entries: Sequence[LedgerEntry], lines: list[bytes], refused: list[Refusal]) -> None:
     """Encode each entry; one JSON cannot carry is refused alone, not with its batch."""
-    lines: list[bytes] = []
-    refused: list[Refusal] = []
     for entry in entries:
         try:
             lines.append(encode(entry))
         except TypeError as exc:  # orjson.JSONEncodeError: e.g. "surrogates not allowed"
             refused.append(Refusal(f"not encodable as JSON: {exc}", entry))
-    return lines, refused
 
 
 class Spool:
@@ -120,9 +118,19 @@ class Spool:
 
         Entries JSON cannot encode go to `rejected/` instead, listed in `Segment.refused`.
         """
+        lines: list[bytes] = []
+        refused: list[Refusal] = []
+        encode_into(entries, lines, refused)
+        return self.write_encoded(lines, refused)
+
+    def write_encoded(self, lines: list[bytes], refused: list[Refusal]) -> Segment:
+        """Write lines `encode_into` made as a new segment (and its refusals to `rejected/`).
+
+        The writer encodes on the event loop, a slice at a time, and hands only this to a
+        thread: file writes and fsyncs, which let go of the interpreter lock.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
         name = f"{time.time_ns():020d}-{self._token}-{next(self._counter):06d}{SEGMENT_SUFFIX}"
-        lines, refused = _encode_all(entries)
         if refused:
             self.set_aside(f"{name.removesuffix(SEGMENT_SUFFIX)}.unencodable", refused)
         final = self.directory / name

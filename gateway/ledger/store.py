@@ -293,17 +293,14 @@ async def _insert_finished_placeholder(connection: AsyncConnection, finish: Task
 
 
 async def apply_batch(connection: AsyncConnection, entries: Sequence[LedgerEntry]) -> BatchResult:
-    """Apply one batch: requests first, then their tasks' sums, then finishes, in order."""
-    requests = [entry for entry in entries if isinstance(entry, RequestRecord)]
-    written = await insert_requests(connection, requests)
-    await upsert_tasks(connection, task_deltas(written))
-    result = BatchResult(inserted=len(written), duplicates=len(requests) - len(written))
-    for entry in entries:
-        if isinstance(entry, TaskFinish):
-            finished = await finish_task(connection, entry)
-            if finished is not None:
-                result.finished.append(finished)
-    return result
+    """Apply one batch: requests first, then their tasks' sums, then finishes, in order.
+
+    The writer plans a batch before its transaction (`gateway.ledger.batch`); this plans
+    it inside the caller's.
+    """
+    from gateway.ledger import batch  # batch builds on this module
+
+    return await batch.apply(connection, await batch.plan(connection.dialect, entries))
 
 
 async def close_idle_tasks(

@@ -13,10 +13,11 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from ledger_helpers import T0, record
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.ledger import rollup
+from gateway.ledger import batch, rollup
 from gateway.ledger.driver import SQLITE_MAX_ROWS, prepare, sqlite_insert_sql
 from gateway.ledger.partitions import ensure_partitions
 from gateway.ledger.records import RequestRecord
@@ -25,6 +26,7 @@ from gateway.ledger.store import (
     _request_insert,
     _request_values,
     _task_upsert,
+    apply_batch,
     insert_requests,
     task_deltas,
     upsert_tasks,
@@ -84,7 +86,12 @@ async def _through_sqlalchemy(connection: AsyncConnection, records: list[Request
 
 
 async def _through_driver(connection: AsyncConnection, records: list[RequestRecord]) -> int:
-    """The flush's path now."""
+    """The flush's path now: the batch planned (gateway.ledger.batch), then applied."""
+    return (await apply_batch(connection, records)).inserted
+
+
+async def _through_statements(connection: AsyncConnection, records: list[RequestRecord]) -> int:
+    """The driver-level statements one by one (store.insert_requests, store.upsert_tasks)."""
     written = await insert_requests(connection, records)
     await upsert_tasks(connection, task_deltas(written))
     return len(written)
@@ -104,25 +111,34 @@ async def _clear(connection: AsyncConnection) -> None:
         await connection.exec_driver_sql(f"DELETE FROM {table}")
 
 
-async def test_driver_statements_store_what_sqlalchemy_stored(engine: AsyncEngine) -> None:
+PATHS = {"batch": _through_driver, "statements": _through_statements}
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_driver_statements_store_what_sqlalchemy_stored(
+    engine: AsyncEngine, path: str
+) -> None:
+    through = PATHS[path]
     records = _records("r", SQLITE_MAX_ROWS * 2 + 37)  # three multi-row statements on SQLite
     async with engine.begin() as connection:
         assert await _through_sqlalchemy(connection, records) == len(records)
         expected = await _dump(connection)
         await _clear(connection)
     async with engine.begin() as connection:
-        assert await _through_driver(connection, records) == len(records)
+        assert await through(connection, records) == len(records)
         assert await _dump(connection) == expected
     assert len(expected["requests"]) == len(records)
     assert all(expected[table] for table in TABLES)
     # A replay (the spool after a crash) writes nothing: not a row, not a sum.
     async with engine.begin() as connection:
-        assert await _through_driver(connection, records[::-1]) == 0
+        assert await through(connection, records[::-1]) == 0
         assert await _dump(connection) == expected
 
 
-async def test_driver_statements_add_to_existing_rows(engine: AsyncEngine) -> None:
+@pytest.mark.parametrize("path", PATHS)
+async def test_driver_statements_add_to_existing_rows(engine: AsyncEngine, path: str) -> None:
     """Two batches of the same tasks and rollup keys: the upserts add, both ways alike."""
+    through = PATHS[path]
     first, second = _records("a", 40), _records("a", 80)[40:]
     async with engine.begin() as connection:
         await _through_sqlalchemy(connection, first)
@@ -130,8 +146,44 @@ async def test_driver_statements_add_to_existing_rows(engine: AsyncEngine) -> No
         expected = await _dump(connection)
         await _clear(connection)
     async with engine.begin() as connection:
-        await _through_driver(connection, first)
-        await _through_driver(connection, second)
+        await through(connection, first)
+        await through(connection, second)
+        assert await _dump(connection) == expected
+
+
+async def test_batch_partly_stored_adds_only_the_new_rows(engine: AsyncEngine) -> None:
+    """A segment replayed after part of it was stored (a bisected half committed, or a
+    sibling worker's replay): the task and rollup sums count only the rows written now."""
+    records = _records("p", 90)
+    stored = records[10:60:3]
+    async with engine.begin() as connection:
+        await _through_sqlalchemy(connection, stored)
+        await _through_sqlalchemy(connection, [r for r in records if r not in stored])
+        expected = await _dump(connection)
+        await _clear(connection)
+    async with engine.begin() as connection:
+        assert await _through_driver(connection, stored) == len(stored)
+    async with engine.begin() as connection:
+        result = await apply_batch(connection, records + records[:5])  # and repeated ids
+        assert (result.inserted, result.duplicates) == (90 - len(stored), len(stored) + 5)
+        assert await _dump(connection) == expected
+
+
+async def test_sqlite_batch_without_aiosqlites_queue(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where aiosqlite's queue is not reachable, the same statements run one by one."""
+    if engine.dialect.name != "sqlite":
+        pytest.skip("SQLite only")
+    monkeypatch.setattr(batch, "_thread_of", lambda driver: None)
+    records = _records("f", 50)
+    async with engine.begin() as connection:
+        await _through_sqlalchemy(connection, records)
+        expected = await _dump(connection)
+        await _clear(connection)
+    async with engine.begin() as connection:
+        assert await _through_driver(connection, records) == len(records)
+        assert await _through_driver(connection, records) == 0
         assert await _dump(connection) == expected
 
 

@@ -1,0 +1,345 @@
+"""A flush's statements and parameters, built before its transaction, a slice at a time.
+
+A flush runs in the serving process beside the requests. Built in one go, a batch of a
+few hundred rows held the event loop for several milliseconds (the task rows' dicts and
+bind processors alone 5 ms for 140 rows), and a multi-row `INSERT ... VALUES` bound tens
+of thousands of parameters in one C call in aiosqlite's thread, holding the interpreter
+lock throughout (the switch interval cannot interrupt a C call): every request that woke
+meanwhile waited (bench/ledger_stall.py). Here the Python work runs on the loop
+`SLICE_ROWS` records at a time, yielding between slices, and the database gets only
+tuples: on SQLite one call into the connection's thread runs every statement with
+sqlite3's `executemany` (which lets go of the lock while SQLite steps each row); on
+PostgreSQL asyncpg sends them.
+
+The rows are built assuming every request row is new (a replayed segment is the rare
+case): if the database already holds some ids, the task and rollup rows are built again
+for the rows actually written, before anything is added.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from operator import attrgetter, itemgetter
+from typing import Any
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.ledger import rollup, store
+from gateway.ledger.driver import Prepared, prepare, sqlite_money, sqlite_time
+from gateway.ledger.partitions import ensure_partitions
+from gateway.ledger.records import (
+    COST_FIELDS,
+    OPEN,
+    TOKEN_FIELDS,
+    UNTASKED,
+    LedgerEntry,
+    RequestRecord,
+    TaskFinish,
+)
+
+SLICE_ROWS = 32
+"""Records handled between two yields to the loop: ~0.1-0.2 ms of Python here."""
+
+TASK_KEYS = (
+    "task_id", "team", "project", "status", "started_at", "last_activity_at", "finished_at",
+    "first_ttft_ms", "untasked", "request_count", *TOKEN_FIELDS, *COST_FIELDS,
+)  # fmt: skip
+"""The task upsert's parameters (the keys of `store.task_deltas`' rows)."""
+
+Encoder = Callable[[Any], Any]
+Rows = list[tuple[Any, ...]]
+
+
+async def pause() -> None:
+    """Let the loop run what is ready (requests) before the next slice."""
+    await asyncio.sleep(0)
+
+
+@dataclass(slots=True)
+class Plan:
+    """One batch: its request rows, their task and rollup rows, its finishes."""
+
+    records: list[RequestRecord]  # unique by id, in batch order
+    rows: Rows  # each record's request row: encoded on SQLite, raw values on PostgreSQL
+    requests: int  # request entries in the batch, repeated ids included
+    finishes: list[TaskFinish]
+    statements: list[tuple[Prepared, Rows]]  # the task upsert's and the rollups' rows
+    times: TimeText = field(default_factory=lambda: TimeText())
+
+
+async def plan(dialect: Dialect, entries: Sequence[LedgerEntry]) -> Plan:
+    """Split `entries`, drop repeated ids, build every statement's rows (a slice at a time)."""
+    by_id: dict[str, RequestRecord] = {}
+    finishes: list[TaskFinish] = []
+    requests = 0
+    for start in range(0, len(entries), SLICE_ROWS * 8):
+        for entry in entries[start : start + SLICE_ROWS * 8]:
+            if isinstance(entry, RequestRecord):
+                requests += 1
+                by_id.setdefault(entry.id, entry)
+            else:
+                finishes.append(entry)
+        await pause()
+    records = list(by_id.values())
+    times = TimeText()
+    rows = await _request_rows(dialect, records, times)
+    statements = await derived(dialect, records, times)
+    return Plan(records, rows, requests, finishes, statements, times)
+
+
+async def _request_rows(dialect: Dialect, records: list[RequestRecord], times: TimeText) -> Rows:
+    """The request rows: on SQLite encoded as `store._insert_sqlite` encodes them."""
+    rows: Rows = []
+    if dialect.name != "sqlite":
+        for start in range(0, len(records), SLICE_ROWS * 4):
+            rows += map(store._request_values, records[start : start + SLICE_ROWS * 4])
+            await pause()
+        return rows
+    encoders = store._sqlite_request_encoders(dialect)
+    created_at = store._REQUEST_COLUMNS.index("created_at")
+    encoders = tuple(item for item in encoders if item[0] != created_at)
+    for start in range(0, len(records), SLICE_ROWS):
+        for record in records[start : start + SLICE_ROWS]:
+            values = list(store._request_values(record))
+            for position, encode in encoders:
+                values[position] = encode(values[position])
+            values[created_at] = times[record.created_at]
+            rows.append(tuple(values))
+        await pause()
+    return rows
+
+
+async def derived(
+    dialect: Dialect, records: list[RequestRecord], times: TimeText
+) -> list[tuple[Prepared, Rows]]:
+    """The task upsert's rows and the six rollup upserts' rows for `records`."""
+    if not records:
+        return []
+    statements = [await _task_rows(dialect, records, times)]
+    groups: dict[tuple[Any, ...], rollup._Group] = {}
+    for start in range(0, len(records), SLICE_ROWS):
+        rollup.group_into(groups, records[start : start + SLICE_ROWS])
+        await pause()
+    for group in groups.values():
+        for start in range(0, len(group.records), SLICE_ROWS * 2):
+            group.add(group.records[start : start + SLICE_ROWS * 2])
+            await pause()
+    for statement in rollup.statements(dialect, groups):
+        statements.append(statement)
+        await pause()
+    return statements
+
+
+async def _task_rows(
+    dialect: Dialect, records: list[RequestRecord], times: TimeText
+) -> tuple[Prepared, Rows]:
+    """One row per task, sorted by task id; a task with one record in the batch (every
+    request without a task id) straight from the record, without a dict."""
+    prepared = prepare(dialect, store._task_upsert(dialect.name), TASK_KEYS)
+    single = _single_task_row(dialect, prepared, times)
+    counts = Counter(record.task_id for record in records)
+    rows: Rows = []
+    grouped: dict[str, list[RequestRecord]] = {}
+    for start in range(0, len(records), SLICE_ROWS):
+        for record in records[start : start + SLICE_ROWS]:
+            if counts[record.task_id] == 1:
+                rows.append(single(record))
+            else:
+                grouped.setdefault(record.task_id, []).append(record)
+        await pause()
+    if grouped:
+        rows += prepared.tuples([store._task_delta(group) for group in grouped.values()])
+    rows.sort(key=itemgetter(prepared.names.index("task_id")))
+    return prepared, rows
+
+
+def _single_task_row(
+    dialect: Dialect, prepared: Prepared, times: TimeText
+) -> Callable[[RequestRecord], tuple[Any, ...]]:
+    """Build one task row from one record, as `_task_delta` of a one-record group would.
+
+    The record's money is already quantized and in range and its time UTC (checked by
+    `RequestRecord`), so `Money` and `UTCDateTime` only encode: integer units and naive
+    text on SQLite (`sqlite_money`, `sqlite_time`), the values as they are on PostgreSQL.
+    The other columns' bind processors are SQLAlchemy's.
+    """
+    names = prepared.names
+    at = {name: position for position, name in enumerate(names)}
+    get = attrgetter(*(_TASK_ATTRIBUTES.get(name, "created_at") for name in names))
+    started, last, finished = at["started_at"], at["last_activity_at"], at["finished_at"]
+    status, count, untasked_at = at["status"], at["request_count"], at["untasked"]
+    money = [at[name] for name in COST_FIELDS]
+    encoded = {started, last, finished, *money}
+    others = [
+        (position, process) for position, process in prepared.converted if position not in encoded
+    ]
+    sqlite = dialect.name == "sqlite"
+
+    def row(record: RequestRecord) -> tuple[Any, ...]:
+        values = list(get(record))
+        untasked = rollup.is_untasked(record)
+        moment = times[record.created_at] if sqlite else record.created_at
+        values[started] = values[last] = moment
+        values[finished] = moment if untasked else None
+        values[status] = UNTASKED if untasked else OPEN
+        values[count] = 1
+        values[untasked_at] = untasked
+        if sqlite:
+            for position in money:
+                values[position] = sqlite_money(values[position])
+        for position, process in others:
+            value = values[position]
+            if value is not None:
+                values[position] = process(value)
+        return tuple(values)
+
+    return row
+
+
+_TASK_ATTRIBUTES = {
+    name: name for name in ("task_id", "team", "project", *TOKEN_FIELDS, *COST_FIELDS)
+} | {"first_ttft_ms": "ttft_ms"}
+"""A one-record task row's columns taken from the record as they are."""
+
+
+class TimeText(dict[datetime, str]):
+    """`sqlite_time` of each datetime, computed once (a record's time goes in up to four
+    columns of two tables; formatting it costs ~2 us)."""
+
+    def __missing__(self, moment: datetime) -> str:
+        text = self[moment] = sqlite_time(moment)
+        return text
+
+
+class LedgerRaceError(RuntimeError):
+    """Another writer stored some of the batch's ids meanwhile: retry the batch (transient)."""
+
+
+async def apply(connection: AsyncConnection, plan: Plan) -> store.BatchResult:
+    """Apply a planned batch in the caller's transaction: rows, tasks, rollups, finishes."""
+    written = plan.records
+    if written:
+        dialect = connection.dialect
+        if dialect.name == "sqlite":
+            written = await _apply_sqlite(connection, plan)
+        elif dialect.driver == "asyncpg":
+            written = await _apply_asyncpg(connection, plan)
+        else:  # another PostgreSQL driver: SQLAlchemy's statements
+            written = await store.insert_requests(connection, written)
+            await store.upsert_tasks(connection, store.task_deltas(written))
+    result = store.BatchResult(inserted=len(written), duplicates=plan.requests - len(written))
+    for finish in plan.finishes:
+        finished = await store.finish_task(connection, finish)
+        if finished is not None:
+            result.finished.append(finished)
+    return result
+
+
+async def _apply_asyncpg(connection: AsyncConnection, plan: Plan) -> list[RequestRecord]:
+    """The request rows as column arrays in one statement, then the task and rollup rows."""
+    records = plan.records
+    await ensure_partitions(connection, {record.created_at.date() for record in records})
+    arrays = tuple(map(list, zip(*plan.rows, strict=True)))
+    result = await connection.exec_driver_sql(store._postgresql_request_insert(), arrays)
+    written_ids = {row[0] for row in result}
+    statements = plan.statements
+    if len(written_ids) != len(records):  # a replay: add only what was written
+        records = [record for record in records if record.id in written_ids]
+        statements = await derived(connection.dialect, records, plan.times)
+    for prepared, rows in statements:
+        await connection.exec_driver_sql(prepared.sql, rows)
+    return records
+
+
+async def _apply_sqlite(connection: AsyncConnection, plan: Plan) -> list[RequestRecord]:
+    """Every statement in one call into the connection's thread (see `_sqlite_write`)."""
+    records, rows, statements = plan.records, plan.rows, plan.statements
+    while True:
+        ids = [record.id for record in records]
+        existing = await _in_sqlite_thread(connection, ids, rows, statements)
+        if not existing:
+            return records
+        # A replay: nothing was written; again with the rows the database lacks.
+        kept = [index for index, record in enumerate(records) if record.id not in existing]
+        records, rows = [records[i] for i in kept], [rows[i] for i in kept]
+        if not records:
+            return []
+        statements = await derived(connection.dialect, records, plan.times)
+
+
+async def _in_sqlite_thread(
+    connection: AsyncConnection, ids: list[str], rows: Rows, statements: list[tuple[Prepared, Rows]]
+) -> set[str]:
+    """Run `_sqlite_write` in aiosqlite's thread with one hop (its queue, as SQLAlchemy's
+    aiosqlite dialect reaches it), or statement by statement where that is not there."""
+    raw = await connection.get_raw_connection()
+    run = _thread_of(raw.driver_connection)
+    if run is not None:
+        existing: set[str] = await run(_sqlite_write, ids, rows, statements)
+        return existing
+    return await connection.run_sync(
+        lambda sync: _sqlite_write(sync.connection.dbapi_connection, ids, rows, statements)
+    )
+
+
+def _thread_of(driver: Any) -> Callable[..., Any] | None:
+    """`run(function, *args)`: `function(sqlite3_connection, *args)` in aiosqlite's thread."""
+    execute, sqlite_connection = getattr(driver, "_execute", None), getattr(driver, "_conn", None)
+    if execute is None or sqlite_connection is None:
+        return None
+    return lambda function, *args: execute(function, sqlite_connection, *args)
+
+
+def _sqlite_write(
+    dbapi: Any, ids: list[str], rows: Rows, statements: list[tuple[Prepared, Rows]]
+) -> set[str]:
+    """The ids already stored; if none, insert the rows and run the statements.
+
+    Runs in the connection's thread: C calls only. sqlite3's `executemany` binds a row
+    (holding the interpreter lock for microseconds) and lets go of it while SQLite steps.
+    `BEGIN IMMEDIATE` takes the write lock before the look-up, so the ids cannot appear
+    meanwhile; the insert's row count checks it anyway.
+    """
+    cursor = dbapi.cursor()
+    try:
+        if getattr(dbapi, "in_transaction", True) is False:
+            cursor.execute("BEGIN IMMEDIATE")
+        existing: set[str] = set()
+        for start in range(0, len(ids), SQLITE_IDS_PER_LOOKUP):
+            chunk = ids[start : start + SQLITE_IDS_PER_LOOKUP]
+            cursor.execute(_existing_sql(len(chunk)), chunk)
+            existing.update(row[0] for row in cursor.fetchall())
+        if existing:
+            return existing
+        cursor.executemany(_sqlite_insert_one(), rows)
+        if cursor.rowcount != len(rows):
+            raise LedgerRaceError(f"{len(rows) - cursor.rowcount} request ids appeared meanwhile")
+        for prepared, prepared_rows in statements:
+            cursor.executemany(prepared.sql, prepared_rows)
+        return existing
+    finally:
+        cursor.close()
+
+
+SQLITE_IDS_PER_LOOKUP = 500
+
+
+@cache
+def _existing_sql(count: int) -> str:
+    return f"SELECT id FROM requests WHERE id IN ({', '.join('?' * count)})"
+
+
+@cache
+def _sqlite_insert_one() -> str:
+    """One request row; `executemany` runs it per row (no RETURNING: ids are looked up)."""
+    columns = store._REQUEST_COLUMNS
+    return (
+        f"INSERT INTO requests ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+        " ON CONFLICT (id) DO NOTHING"
+    )
