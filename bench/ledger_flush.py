@@ -12,7 +12,8 @@ spool and the apply as the gateway runs them). Building the records is not timed
 one JSON object: the median and the best round, in microseconds per row, and the checkout
 the gateway was imported from. `--src` imports the gateway from another checkout (an A/B
 of two trees: `git worktree add /tmp/before <commit>`). PostgreSQL: a fresh database on
-127.0.0.1:5432 (trust auth), dropped at the end.
+127.0.0.1:5432 (trust auth), dropped at the end; `server_mean` is the CPU its backends
+used per row (utime+stime from /proc over all measured rounds: clock ticks, so a mean).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -63,6 +65,36 @@ async def _cpu(step: Callable[[], Awaitable[object]]) -> float:
     return time.process_time() - start
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _server_cpu(pids: list[int]) -> float:
+    """utime+stime of PostgreSQL's backends (clock ticks: sums over many rounds only)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / TICK
+
+
+async def _backends(url: str) -> list[int]:
+    """The server processes serving this database (PostgreSQL), none for SQLite."""
+    if not url.startswith("postgresql"):
+        return []
+    import asyncpg
+
+    admin = await asyncpg.connect(PG_ADMIN)
+    try:
+        name = url.rsplit("/", 1)[1]
+        rows = await admin.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", name)
+    finally:
+        await admin.close()
+    return [row["pid"] for row in rows]
+
+
 async def _rounds(url: str, spool_dir: Path, n: int, rounds: int, keys: int) -> dict[str, Any]:
     from gateway.ledger import LedgerWriter, WriterConfig, make_engine, migrate, store
     from gateway.ledger.spool import Spool
@@ -85,24 +117,34 @@ async def _rounds(url: str, spool_dir: Path, n: int, rounds: int, keys: int) -> 
         await writer.flush()
 
     times: dict[str, list[float]] = {"spool": [], "apply": [], "writer": []}
+    server: dict[str, float] = dict.fromkeys(times, 0.0)
+    pids: list[int] = []
     try:
         for warm in (True,) * 3 + (False,) * rounds:
+            if not pids:
+                pids = await _backends(url)
             for name, run in (
                 ("spool", lambda b: asyncio.to_thread(spool.write, b)),
                 ("apply", apply),
                 ("writer", flush),
             ):
                 batch = _records(n, keys)
+                before = _server_cpu(pids)
                 seconds = await _cpu(lambda: run(batch))  # noqa: B023 (awaited at once)
                 if not warm:
                     times[name].append(seconds / n * 1e6)
+                    server[name] += _server_cpu(pids) - before
     finally:
         await writer.close()
         await engine.dispose()
-    return {
+    result: dict[str, Any] = {
         name: {"median": round(statistics.median(v), 1), "best": round(min(v), 1)}
         for name, v in times.items()
     }
+    if pids:  # PostgreSQL's own CPU per row, all measured rounds together
+        for name, total in server.items():
+            result[name]["server_mean"] = round(total / (rounds * n) * 1e6, 1)
+    return result
 
 
 async def _postgres_url() -> tuple[str, str]:

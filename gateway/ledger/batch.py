@@ -27,10 +27,11 @@ from functools import cache
 from operator import attrgetter, itemgetter
 from typing import Any
 
+import orjson
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.ledger import rollup, store
+from gateway.ledger import pgjson, rollup, store
 from gateway.ledger.driver import Prepared, prepare, sqlite_money, sqlite_time
 from gateway.ledger.partitions import ensure_partitions
 from gateway.ledger.records import (
@@ -52,8 +53,9 @@ TASK_KEYS = (
 )  # fmt: skip
 """The task upsert's parameters (the keys of `store.task_deltas`' rows)."""
 
-Encoder = Callable[[Any], Any]
 Rows = list[tuple[Any, ...]]
+Statement = tuple[str, Rows]
+"""SQL run with `executemany` over the rows (driver-level parameters)."""
 
 
 async def pause() -> None:
@@ -69,8 +71,9 @@ class Plan:
     rows: Rows  # each record's request row: encoded on SQLite, raw values on PostgreSQL
     requests: int  # request entries in the batch, repeated ids included
     finishes: list[TaskFinish]
-    statements: list[tuple[Prepared, Rows]]  # the task upsert's and the rollups' rows
+    statements: list[Statement]  # the task upsert's and the rollups'
     times: TimeText = field(default_factory=lambda: TimeText())
+    json: str | None = None  # asyncpg: the request rows as one JSON text (see pgjson)
 
 
 async def plan(dialect: Dialect, entries: Sequence[LedgerEntry]) -> Plan:
@@ -90,7 +93,31 @@ async def plan(dialect: Dialect, entries: Sequence[LedgerEntry]) -> Plan:
     times = TimeText()
     rows = await _request_rows(dialect, records, times)
     statements = await derived(dialect, records, times)
-    return Plan(records, rows, requests, finishes, statements, times)
+    json = None
+    if _json_rows(dialect) and pgjson.finite(rows, _DECODE_TPS):
+        json = await _json(rows)
+    return Plan(records, rows, requests, finishes, statements, times, json)
+
+
+_DECODE_TPS = store._REQUEST_COLUMNS.index("decode_tps")
+
+
+def _json_rows(dialect: Dialect) -> bool:
+    """Whether rows go to the database as one JSON text (PostgreSQL through asyncpg)."""
+    return dialect.name == "postgresql" and dialect.driver == "asyncpg"
+
+
+async def _json(rows: Rows) -> str | None:
+    """The rows as one JSON array, encoded a slice at a time; None if JSON cannot carry
+    them (a lone surrogate: the typed parameters then meet the driver's own refusal)."""
+    parts = []
+    for start in range(0, len(rows), SLICE_ROWS * 2):
+        try:
+            parts.append(pgjson.encode_rows(rows[start : start + SLICE_ROWS * 2]))
+        except orjson.JSONEncodeError:
+            return None
+        await pause()
+    return pgjson.json_text(parts)
 
 
 async def _request_rows(dialect: Dialect, records: list[RequestRecord], times: TimeText) -> Rows:
@@ -117,7 +144,7 @@ async def _request_rows(dialect: Dialect, records: list[RequestRecord], times: T
 
 async def derived(
     dialect: Dialect, records: list[RequestRecord], times: TimeText
-) -> list[tuple[Prepared, Rows]]:
+) -> list[Statement]:
     """The task upsert's rows and the six rollup upserts' rows for `records`."""
     if not records:
         return []
@@ -130,15 +157,13 @@ async def derived(
         for start in range(0, len(group.records), SLICE_ROWS * 2):
             group.add(group.records[start : start + SLICE_ROWS * 2])
             await pause()
-    for statement in rollup.statements(dialect, groups):
-        statements.append(statement)
+    for prepared, rows in rollup.statements(dialect, groups):
+        statements.append((prepared.sql, rows))
         await pause()
     return statements
 
 
-async def _task_rows(
-    dialect: Dialect, records: list[RequestRecord], times: TimeText
-) -> tuple[Prepared, Rows]:
+async def _task_rows(dialect: Dialect, records: list[RequestRecord], times: TimeText) -> Statement:
     """One row per task, sorted by task id; a task with one record in the batch (every
     request without a task id) straight from the record, without a dict."""
     prepared = prepare(dialect, store._task_upsert(dialect.name), TASK_KEYS)
@@ -156,7 +181,12 @@ async def _task_rows(
     if grouped:
         rows += prepared.tuples([store._task_delta(group) for group in grouped.values()])
     rows.sort(key=itemgetter(prepared.names.index("task_id")))
-    return prepared, rows
+    if _json_rows(dialect):  # one JSON text, not a row of 22 parameters per task
+        json = await _json(rows)
+        if json is not None:
+            tail = pgjson.conflict_tail(prepared.sql)
+            return pgjson.insert_sql(store.TASKS, prepared.names, tail), [(json,)]
+    return prepared.sql, rows
 
 
 def _single_task_row(
@@ -245,16 +275,23 @@ async def _apply_asyncpg(connection: AsyncConnection, plan: Plan) -> list[Reques
     """The request rows as column arrays in one statement, then the task and rollup rows."""
     records = plan.records
     await ensure_partitions(connection, {record.created_at.date() for record in records})
-    arrays = tuple(map(list, zip(*plan.rows, strict=True)))
-    result = await connection.exec_driver_sql(store._postgresql_request_insert(), arrays)
+    arrays = tuple(map(list, zip(*plan.rows, strict=True))) if plan.json is None else ()
+    if plan.json is not None:
+        sql = pgjson.insert_sql(store.REQUESTS, store._REQUEST_COLUMNS, _REQUEST_TAIL)
+        result = await connection.exec_driver_sql(sql, (plan.json,))
+    else:
+        result = await connection.exec_driver_sql(store._postgresql_request_insert(), arrays)
     written_ids = {row[0] for row in result}
     statements = plan.statements
     if len(written_ids) != len(records):  # a replay: add only what was written
         records = [record for record in records if record.id in written_ids]
         statements = await derived(connection.dialect, records, plan.times)
-    for prepared, rows in statements:
-        await connection.exec_driver_sql(prepared.sql, rows)
+    for sql, rows in statements:
+        await connection.exec_driver_sql(sql, rows)
     return records
+
+
+_REQUEST_TAIL = pgjson.conflict_tail(store._postgresql_request_insert())
 
 
 async def _apply_sqlite(connection: AsyncConnection, plan: Plan) -> list[RequestRecord]:
@@ -274,7 +311,7 @@ async def _apply_sqlite(connection: AsyncConnection, plan: Plan) -> list[Request
 
 
 async def _in_sqlite_thread(
-    connection: AsyncConnection, ids: list[str], rows: Rows, statements: list[tuple[Prepared, Rows]]
+    connection: AsyncConnection, ids: list[str], rows: Rows, statements: list[Statement]
 ) -> set[str]:
     """Run `_sqlite_write` in aiosqlite's thread with one hop (its queue, as SQLAlchemy's
     aiosqlite dialect reaches it), or statement by statement where that is not there."""
@@ -296,9 +333,7 @@ def _thread_of(driver: Any) -> Callable[..., Any] | None:
     return lambda function, *args: execute(function, sqlite_connection, *args)
 
 
-def _sqlite_write(
-    dbapi: Any, ids: list[str], rows: Rows, statements: list[tuple[Prepared, Rows]]
-) -> set[str]:
+def _sqlite_write(dbapi: Any, ids: list[str], rows: Rows, statements: list[Statement]) -> set[str]:
     """The ids already stored; if none, insert the rows and run the statements.
 
     Runs in the connection's thread: C calls only. sqlite3's `executemany` binds a row
@@ -320,8 +355,8 @@ def _sqlite_write(
         cursor.executemany(_sqlite_insert_one(), rows)
         if cursor.rowcount != len(rows):
             raise LedgerRaceError(f"{len(rows) - cursor.rowcount} request ids appeared meanwhile")
-        for prepared, prepared_rows in statements:
-            cursor.executemany(prepared.sql, prepared_rows)
+        for sql, statement_rows in statements:
+            cursor.executemany(sql, statement_rows)
         return existing
     finally:
         cursor.close()

@@ -113,9 +113,9 @@ async def _apply_part(engine: AsyncEngine, entries: Sequence[LedgerEntry], into:
     """Apply `entries` in one transaction; on a permanent refusal, bisect."""
     if not entries:
         return
-    # Built before the transaction, on the loop a slice at a time (gateway.ledger.batch).
-    plan = await batch.plan(engine.dialect, entries)
     try:
+        # Built before the transaction, on the loop a slice at a time (gateway.ledger.batch).
+        plan = await batch.plan(engine.dialect, entries)
         async with engine.begin() as connection:
             part = await batch.apply(connection, plan)
     except Exception as exc:  # classified below; a transient error is re-raised

@@ -59,7 +59,7 @@ class Segment:
     refused: tuple[Refusal, ...] = ()
 
 
-def _money_text(value: object) -> str:
+def money_text(value: object) -> str:
     """orjson's fallback for what it cannot encode natively: a Decimal, as `to_json` writes it."""
     if isinstance(value, Decimal):
         return str(value)
@@ -73,7 +73,7 @@ def encode(entry: LedgerEntry) -> bytes:
     no intermediate dict is built per entry (half the spool's CPU per row).
     """
     kind = "request" if isinstance(entry, RequestRecord) else "finish"
-    return orjson.dumps({"kind": kind, "data": entry}, default=_money_text) + b"\n"
+    return orjson.dumps({"kind": kind, "data": entry}, default=money_text) + b"\n"
 
 
 def decode(line: bytes) -> LedgerEntry:

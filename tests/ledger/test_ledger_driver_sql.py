@@ -9,6 +9,7 @@ flush writes are compared, column by column; then a replay writes nothing either
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -196,3 +197,26 @@ async def test_sqlite_insert_text_is_sqlalchemys_for_one_row(engine: AsyncEngine
             assert sqlite_insert_sql("requests", _REQUEST_COLUMNS, "id", 1) == prepared.sql
         else:
             assert prepared.sql.startswith("INSERT INTO requests")
+
+
+async def test_text_and_floats_json_cannot_carry_store_as_sqlalchemy_stores(
+    engine: AsyncEngine,
+) -> None:
+    """PostgreSQL gets the rows as one JSON text (gateway.ledger.pgjson): quotes,
+    backslashes, control characters and non-ASCII text come back as they were, and a batch
+    with an infinite float (JSON has none) takes the typed statement instead."""
+    odd = 'q"uo\\te\n\ttab \u00e9\u4e2d \U0001f600 \x01'
+    records = [
+        replace(r, team=odd, project=odd[::-1], task_step=odd, dropped_params=odd)
+        for r in _records("j", 30)
+    ]
+    infinite = [replace(r, decode_tps=float("inf")) for r in _records("k", 5)]
+    for batch_records in (records, infinite):
+        async with engine.begin() as connection:
+            await _through_sqlalchemy(connection, batch_records)
+            expected = await _dump(connection)
+            await _clear(connection)
+        async with engine.begin() as connection:
+            assert await _through_driver(connection, batch_records) == len(batch_records)
+            assert await _dump(connection) == expected
+            await _clear(connection)
