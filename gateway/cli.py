@@ -157,6 +157,7 @@ def serve(
     """Start the gateway."""
     from gateway.app import create_app
     from gateway.drain import DrainingServer
+    from gateway.forked import call_forked
     from gateway.heap import freeze_imports
     from gateway.preflight import PreflightError, bind, check_ledger
     from gateway.server import server_config
@@ -182,7 +183,8 @@ def serve(
     try:
         listener = bind(settings.host, settings.port)  # before any banner: a busy port fails
         gateway_config = load_config(settings.config_path())
-        check_ledger(settings)
+        # In a child: a migration's Alembic imports never reach the serving process.
+        call_forked(lambda: check_ledger(settings), PreflightError)
     except (ConfigError, PreflightError) as exc:
         if listener is not None:
             listener.close()
