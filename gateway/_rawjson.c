@@ -33,6 +33,9 @@
  * the offset just past the container. With a `limit` it returns that many children at
  * most and where to resume (`object` 0 or 1 then says what it resumes in), so a body of
  * millions of tiny elements never needs its offsets in memory all at once.
+ *
+ * `skip_children(data, pos)` gives the same triples for data already parsed as JSON,
+ * skipping strings with memchr instead of validating them (~10x faster).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -693,6 +696,97 @@ static PyObject *children(PyObject *self, PyObject *args)
     return result;
 }
 
+/* Each child of the container at p in data already validated as JSON, as (start, value
+ * start, end) triples into t, values skipped as skip_value does; the offset past the
+ * container, or -1 (malformed: never a read past the buffer). */
+static Py_ssize_t skip_children_at(const unsigned char *s, Py_ssize_t n, Py_ssize_t p, Triples *t,
+                                   int object, int *nomem)
+{
+    if (object < 0) {
+        if (p >= n || (s[p] != '{' && s[p] != '['))
+            return -1;
+        object = s[p] == '{';
+        p = skip_ws(s, p + 1, n);
+        if (p < n && s[p] == (object ? '}' : ']'))
+            return p + 1;
+    } else { /* resumed just after a child */
+        p = skip_ws(s, p, n);
+        if (p < n && s[p] == (object ? '}' : ']'))
+            return p + 1;
+        if (p >= n || s[p] != ',')
+            return -1;
+        p = skip_ws(s, p + 1, n);
+    }
+    unsigned char closer = object ? '}' : ']';
+    for (;;) {
+        Py_ssize_t start = p, value_start = p;
+        if (object) {
+            if (p >= n || s[p] != '"')
+                return -1;
+            p = skip_string(s, n, p);
+            if (p < 0)
+                return -1;
+            p = skip_ws(s, p, n);
+            if (p >= n || s[p] != ':')
+                return -1;
+            value_start = p = skip_ws(s, p + 1, n);
+        }
+        if (p >= n || s[p] == ',' || s[p] == closer)
+            return -1;
+        Py_ssize_t end = skip_value(s, n, p);
+        if (end < 0 || end == p)
+            return -1;
+        if (add_triple(t, start, value_start, end) < 0) {
+            *nomem = 1;
+            return -1;
+        }
+        p = skip_ws(s, end, n);
+        if (p < n && s[p] == closer)
+            return p + 1;
+        if (p >= n || s[p] != ',')
+            return -1;
+        p = skip_ws(s, p + 1, n);
+    }
+}
+
+/* skip_children(data, pos, object=-1) -> (bytes of int64 triples, next): what
+ * children(data, pos, 0, object) returns, for data that was already parsed as JSON
+ * (orjson's own output, a body parsed before): strings are skipped with memchr and
+ * nothing is validated, ~10x faster than the validating walk. With object -1, pos is the
+ * container's opening bracket; with 0 (array) or 1 (object), pos is just after one of
+ * its children. Malformed data gives ValueError or wrong offsets, never a read past the
+ * buffer. Without the GIL past 64 KiB. */
+static PyObject *skip_children(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, end = -1;
+    int nomem = 0, object = -1;
+    if (!PyArg_ParseTuple(args, "y*n|i", &view, &pos, &object))
+        return NULL;
+    Triples t = {NULL, 0, 0};
+    if (pos >= 0 && pos <= view.len && object >= -1 && object <= 1) {
+        if (view.len - pos > GIL_BYTES) {
+            Py_BEGIN_ALLOW_THREADS
+            end = skip_children_at(view.buf, view.len, pos, &t, object, &nomem);
+            Py_END_ALLOW_THREADS
+        } else
+            end = skip_children_at(view.buf, view.len, pos, &t, object, &nomem);
+    }
+    PyObject *result = NULL;
+    if (end >= 0) {
+        PyObject *triples = PyBytes_FromStringAndSize((const char *)t.items, (Py_ssize_t)(t.len * sizeof(int64_t)));
+        if (triples)
+            result = Py_BuildValue("(Nn)", triples, end);
+    }
+    else if (nomem)
+        PyErr_NoMemory();
+    else
+        PyErr_Format(PyExc_ValueError, "no JSON object or array ends after offset %zd", pos);
+    PyMem_RawFree(t.items);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* The parts of splice(): spans of the original and the replacements between them. */
 typedef struct {
     const char *buf;
@@ -1046,6 +1140,8 @@ static PyMethodDef methods[] = {
      "string_value(data, start, end) -> the str of the JSON string there, or None"},
     {"children", children, METH_VARARGS,
      "children(data, pos, limit=0, object=-1) -> (int64 triples as bytes, deepest, next, done)."},
+    {"skip_children", skip_children, METH_VARARGS,
+     "skip_children(data, pos, object=-1) -> (int64 triples as bytes, next), in valid JSON."},
     {"space_end", space_end, METH_VARARGS,
      "space_end(data, pos) -> the first offset from pos that is not JSON whitespace."},
     {"splice", splice, METH_VARARGS,

@@ -279,7 +279,8 @@ def _dump_long(message: dict[str, Any]) -> bytes:
 def _dump_chunk(values: list[Any]) -> list[bytes]:
     """The canonical bytes of each value, cut out of one orjson array.
 
-    The native walker finds where each item lies (without the lock on a big array). Without
+    The native walker finds where each item lies (without the lock on a big array),
+    skipping strings: the array is orjson's own output, valid JSON. Without
     it, the array is cut at a random sentinel placed between the items, verified by count;
     `bytes.split` re-prepares a long separator for every piece (~0.3 µs each), which is why
     it is not the first choice.
@@ -289,8 +290,8 @@ def _dump_chunk(values: list[Any]) -> list[bytes]:
     except (orjson.JSONEncodeError, TypeError):
         # orjson refuses integers beyond 64 bits; the standard library does not.
         return [canonical_bytes(v) for v in values]
-    if rawjson.NATIVE:
-        spans = rawjson.children(batch, 0)[0]
+    if rawjson.NATIVE:  # orjson's own output: skipped, not validated again (~1 ms per MB)
+        spans = rawjson.trusted_children(batch, 0)[0]
         return [batch[a:b] for a, b in zip(spans[1::3], spans[2::3], strict=True)]
     return _split_at_sentinel(values)
 

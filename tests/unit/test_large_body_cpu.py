@@ -23,7 +23,7 @@ from gateway.errors import InvalidRequestError
 from gateway.pipeline import prefix as stage
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import INLINE_VALUES, OFF_LOOP_BYTES, RELEASE_BYTES, parses_inline
-from gateway.pipeline.parse import parse
+from gateway.pipeline.parse import PLAIN_MESSAGES, _validated_plain, parse
 from gateway.prefix import rule_for
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.record import PrefixRecord, chain_fingerprints
@@ -375,3 +375,61 @@ def test_commas_in_strings_do_not_keep_a_body_from_parsing_inline() -> None:
     assert rawjson.value_commas(raw) == 40 - 1 + 40 + 1  # messages, and role/content each
     assert parses_inline(raw)
     assert rawjson.value_commas(b'{"a":"no end,') == 1  # not JSON: every comma counts
+
+
+_ROLE = st.sampled_from(["system", "user", "assistant", "tool", "developer", "function"])
+_MESSAGE = st.fixed_dictionaries(
+    {"role": _ROLE | st.sampled_from(["robot", "User", "", 5]) | st.none()},
+    optional={
+        "content": st.text(max_size=5)
+        | st.none()
+        | st.integers(-(2**63), 2**63 - 1)
+        | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text()}))
+        | st.lists(st.text(max_size=3), max_size=2),
+        "tool_calls": st.lists(st.dictionaries(st.text(max_size=3), st.text(max_size=3))),
+        "name": st.text(max_size=3),
+    },
+) | st.sampled_from(["text", 5, None, [], {"content": "no role"}, {"role": ["user"]}])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_MESSAGE, max_size=4),
+    st.integers(0, 8),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "model": st.sampled_from(["m", "", 5]),
+            "max_tokens": st.sampled_from([1, 0, "5", 2.0]),
+            "stream": st.sampled_from([True, "yes"]),
+        },
+    ),
+)
+def test_plain_messages_taken_as_they_are_validate_as_pydantic_validates_them(
+    odd: list[Any], at: int, fields: dict[str, Any]
+) -> None:
+    plain = [{"role": "user", "content": f"m{i}"} for i in range(PLAIN_MESSAGES)]
+    messages = [*plain[:at], *odd, *plain[at:]]
+    body = orjson.loads(orjson.dumps({"model": "m", **fields, "messages": messages}))
+    try:
+        whole: ChatRequest | None = ChatRequest.model_validate(body)
+    except ValueError:
+        whole = None
+    taken = _validated_plain(body)
+    if taken is not None:  # only what pydantic accepts, as pydantic gives it
+        assert taken == whole
+        assert taken.messages == body["messages"]
+    if (
+        all(
+            type(m) is dict and m.get("role") in _ROLE_NAMES and type(m.get("content")) in _PLAIN
+            for m in messages
+        )
+        and whole is not None
+    ):
+        assert taken is not None  # every plain conversation takes the fast path
+    short = {**body, "messages": body["messages"][: PLAIN_MESSAGES - 1]}
+    assert _validated_plain(short) is None  # a short conversation: pydantic, as before
+
+
+_ROLE_NAMES = ("system", "user", "assistant", "tool", "developer", "function")
+_PLAIN = (str, type(None))

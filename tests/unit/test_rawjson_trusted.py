@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,3 +44,35 @@ def test_a_long_string_of_escapes_is_skipped_whole() -> None:
     raw = json.dumps({"messages": [{"content": text}], "model": "alias"}).encode()
     out = patch_object(raw, {"model": "m"}, trusted=True)
     assert json.loads(out) == {"messages": [{"content": text}], "model": "m"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(VALUES, max_size=6) | st.dictionaries(st.text(max_size=4), VALUES, max_size=6),
+    st.integers(min_value=0, max_value=len(STYLES) - 1),
+    st.integers(min_value=0, max_value=6),
+)
+def test_trusted_children_are_the_validating_walk_s(
+    container: list[Any] | dict[str, Any], style: int, resume_after: int
+) -> None:
+    """Where each child lies, from the opening bracket and resumed after any child."""
+    raw = json.dumps({"m": container}, **STYLES[style]).encode()  # type: ignore[arg-type]
+    start = rawjson.space_end(raw, raw.index(b":") + 1)
+    triples, _, end, _ = rawjson.children(raw, start)
+    trusted, trusted_end = rawjson.trusted_children(raw, start)
+    assert (list(trusted), trusted_end) == (list(triples), end)
+    if resume_after < len(triples) // 3:  # resumed just past a child, as a later call does
+        after = triples[3 * resume_after + 2]
+        inside = isinstance(container, dict)
+        rest, _, rest_end, _ = rawjson.children(raw, after, 0, inside)
+        got, got_end = rawjson.trusted_children(raw, after, inside)
+        assert (list(got), got_end) == (list(rest), rest_end)
+
+
+def test_trusted_children_refuse_what_is_not_a_container() -> None:
+    for bad in (b"[1,", b"[", b'{"a"}', b"[,]", b"[1 2]", b'{"a":}', b'["abc]', b"", b"7"):
+        with pytest.raises(rawjson.RawJsonError):
+            rawjson.trusted_children(bad, 0)
+    assert list(rawjson.trusted_children(b"[ ]", 0)[0]) == []
+    with pytest.raises(rawjson.RawJsonError):
+        rawjson.trusted_children(b"[1]", 5)
