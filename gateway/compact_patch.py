@@ -12,11 +12,20 @@ That the body *is* orjson's rendering is checked, not assumed: `orjson.dumps(par
 must equal `raw` byte for byte (which also rules out repeated keys, other whitespace,
 other escapes or number spellings). Anything else, and bodies over `MAX_BYTES` (where the
 check costs more than the scan), get `None`, and the caller splices with `patch_object`.
+
+`patch_spaced` does the same for the other rendering small bodies come in: Python's
+`json.dumps` with its defaults (`", "` and `": "`, ASCII-escaped), what `requests`'
+`json=` and many scripts send. There the splice writes each new value as orjson does
+(compact) and appends a new member as `,"key":value`; so the fast path renders the kept
+members as `json.dumps` did and takes it only where each edited value renders the same
+both ways (a string, a number, a literal, an empty container).
 """
 
 from __future__ import annotations
 
+import json.encoder
 from collections.abc import Iterable, Mapping
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import orjson
@@ -54,3 +63,53 @@ def patch_compact(
 def _plain(key: str) -> bool:
     """Whether `key` is written the same escaped or not: printable ASCII, no quote or `\\`."""
     return key.isascii() and key.isprintable() and '"' not in key and "\\" not in key
+
+
+def _unrenderable(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+# `json.dumps(value)` with its defaults (one encoder, built once: `json.dumps` builds one
+# per call); parsed JSON is never circular, so no markers. None without the C accelerator.
+_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed's stubs
+_SPACED = (
+    _MAKE_ENCODER(
+        None, _unrenderable, encode_basestring_ascii, None, ": ", ", ", False, False, True
+    )
+    if _MAKE_ENCODER is not None
+    else None
+)
+
+
+def patch_spaced(
+    raw: bytes,
+    parsed: Mapping[str, Any],
+    set_fields: Mapping[str, Any],
+    remove: Iterable[str] = (),
+) -> bytes | None:
+    """`patch_object(raw, set_fields, remove)` when `raw` is `json.dumps(parsed)`, else None.
+
+    `parsed` is `raw` parsed (the caller's object, not changed here).
+    """
+    if len(raw) > MAX_BYTES or type(raw) is not bytes or _SPACED is None:
+        return None
+    try:
+        if "".join(_SPACED(parsed, 0)).encode("ascii") != raw:
+            return None
+        removed = set(remove) - set(set_fields)
+        edited = {k: v for k, v in parsed.items() if k not in removed}
+        added: list[bytes] = []
+        for key, value in set_fields.items():
+            rendered = orjson.dumps(value)  # what the splice writes
+            if key not in edited:
+                added.append(b'"%s":%s' % (encode_basestring_ascii(key)[1:-1].encode(), rendered))
+            elif "".join(_SPACED(value, 0)).encode("ascii") == rendered:
+                edited[key] = value
+            else:
+                return None  # a value spaced apart, or escaped, in one rendering only
+        body = "".join(_SPACED(edited, 0)).encode("ascii")
+    except (TypeError, ValueError, UnicodeEncodeError):  # not JSON, or not this rendering
+        return None
+    if not added:
+        return body
+    return b"%s%s%s}" % (body[:-1], b"," if edited else b"", b",".join(added))

@@ -9,7 +9,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.compact_patch import MAX_BYTES, patch_compact
+from gateway.compact_patch import MAX_BYTES, patch_compact, patch_spaced
 from gateway.rawjson import patch_object
 
 SCALARS = st.one_of(
@@ -100,3 +100,56 @@ def test_a_compact_reply_is_patched_in_place_and_appended_to() -> None:
     assert (
         added == b'{"choices":[{"message":{"content":"hi"}}],"usage":{"total_tokens":3},"z":null}'
     )
+
+
+@settings(max_examples=500, deadline=None)
+@given(OBJECTS, SETS, REMOVES)
+def test_spaced_bodies_patch_to_the_spliced_bytes(
+    body: dict[str, Any], set_fields: dict[str, Any], remove: set[str]
+) -> None:
+    raw = json.dumps(body).encode()  # `json.dumps`' defaults, as `requests`' `json=` sends
+    fast = patch_spaced(raw, orjson.loads(raw), set_fields, remove)
+    spliced = patch_object(raw, set_fields, remove, trusted=True)
+    if fast is not None:
+        assert fast == spliced
+    plain = [v for k, v in set_fields.items() if k in body]
+    if len(raw) <= MAX_BYTES and all(
+        isinstance(v, int) or (isinstance(v, str) and v.isascii() and v.isalnum()) for v in plain
+    ):
+        assert fast == spliced  # edits every rendering writes alike: always the fast path
+
+
+@settings(max_examples=500, deadline=None)
+@given(OBJECTS, SETS, REMOVES, st.integers(min_value=0, max_value=len(STYLES) - 1))
+def test_spaced_patch_leaves_other_renderings_to_the_splice(
+    body: dict[str, Any], set_fields: dict[str, Any], remove: set[str], style: int
+) -> None:
+    raw = json.dumps(body, **STYLES[style]).encode()  # type: ignore[arg-type]
+    fast = patch_spaced(raw, orjson.loads(raw), set_fields, remove)
+    if fast is not None:  # only where the body was `json.dumps`' rendering to the byte
+        assert json.dumps(orjson.loads(raw)).encode() == raw
+        assert fast == patch_object(raw, set_fields, remove, trusted=True)
+
+
+def test_a_spaced_request_is_renamed_in_place_and_appended_to() -> None:
+    raw = b'{"model": "alias", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
+    edits = {"model": "upstream-name", "stream_options": {"include_usage": True}}
+    patched = patch_spaced(raw, orjson.loads(raw), edits)
+    assert patched == (
+        b'{"model": "upstream-name", "messages": [{"role": "user", "content": "hi"}], '
+        b'"stream": true,"stream_options":{"include_usage":true}}'
+    )
+    assert patched == patch_object(raw, edits, trusted=True)
+    dropped = patch_spaced(raw, orjson.loads(raw), {}, {"messages"})
+    assert dropped == b'{"model": "alias", "stream": true}'
+
+
+def test_a_spaced_body_whose_edit_renders_apart_is_left_to_the_splice() -> None:
+    raw = b'{"a": 1, "b": {"x": 1}}'
+    assert patch_spaced(raw, orjson.loads(raw), {"b": {"x": 1, "y": 2}}) is None  # ", " vs ","
+    assert patch_spaced(raw, orjson.loads(raw), {"a": "\u00e9"}) is None  # escaped vs UTF-8
+    assert patch_spaced(raw, orjson.loads(raw), {"a": 1.5}) == b'{"a": 1.5, "b": {"x": 1}}'
+    repeated = b'{"a": 1, "a": 2}'
+    assert patch_spaced(repeated, orjson.loads(repeated), {"a": 3}) is None
+    compact = b'{"a":1,"b":2}'
+    assert patch_spaced(compact, orjson.loads(compact), {"a": 3}) is None
