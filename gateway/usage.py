@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 MAX_TOKENS_PER_CALL = 100_000_000
@@ -70,7 +71,7 @@ class Usage:
 
     def token_counts(self) -> dict[str, Any]:
         """Return each token count by name (the ledger's token columns)."""
-        return {name: getattr(self, name) for name in TOKEN_FIELDS}
+        return dict(zip(TOKEN_FIELDS, _TOKEN_COUNTS(self), strict=True))
 
     def to_openai(self) -> dict[str, Any]:
         """Render as an OpenAI `usage` object (cache writes kept as extra fields)."""
@@ -88,6 +89,7 @@ class Usage:
 
 TOKEN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage) if f.name.endswith("_tokens"))
 """The token counts, in column order; every other list of them derives from this one."""
+_TOKEN_COUNTS = attrgetter(*TOKEN_FIELDS)
 
 
 class _Reader:
@@ -154,6 +156,61 @@ def _settle(raw: Any, reader: _Reader, counts: dict[str, int]) -> Usage:
 
 def usage_from_openai(usage: dict[str, Any]) -> Usage:
     """Read an OpenAI-shaped usage object (OpenAI, vLLM, SGLang, litellm output)."""
+    plain = _plain_openai(usage)
+    return plain if plain is not None else _read_openai(usage)
+
+
+def _count_within(value: Any, limit: int) -> int | None:
+    """`value` when it is a plain integer from 0 to `limit`, else None."""
+    return value if type(value) is int and 0 <= value <= limit else None
+
+
+def _plain_openai(usage: dict[str, Any]) -> Usage | None:
+    """`_read_openai(usage)` for the usual object, else None: totals and the cached and
+    reasoning details as plain in-range integers (or absent), no cache writes at all.
+
+    What every server sends on every reply (vLLM's `prompt_tokens_details: null`,
+    OpenAI's details objects), read without the reader's general case.
+    """
+    prompt = _count_within(usage.get("prompt_tokens"), MAX_TOKENS_PER_CALL)
+    completion = _count_within(usage.get("completion_tokens"), MAX_TOKENS_PER_CALL)
+    if prompt is None or completion is None:
+        return None
+    if (
+        usage.get("cache_creation_input_tokens") is not None
+        or usage.get("cache_creation") is not None
+        or usage.get("cache_read_input_tokens") is not None
+    ):
+        return None
+    cached: int | None = 0
+    reasoning: int | None = 0
+    details = usage.get("prompt_tokens_details")
+    if details is not None:
+        if type(details) is not dict or (
+            details.get("cache_write_tokens") is not None
+            or details.get("cache_creation_token_details") is not None
+        ):
+            return None
+        given = details.get("cached_tokens")
+        cached = 0 if given is None else _count_within(given, prompt)
+    details = usage.get("completion_tokens_details")
+    if details is not None:
+        if type(details) is not dict:
+            return None
+        given = details.get("reasoning_tokens")
+        reasoning = 0 if given is None else _count_within(given, completion)
+    if cached is None or reasoning is None:
+        return None  # a subset over its total, or not a count: the reader's case
+    return Usage(
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        completion_tokens=completion,
+        reasoning_tokens=reasoning,
+    )
+
+
+def _read_openai(usage: dict[str, Any]) -> Usage:
+    """`usage_from_openai`, every case: the reader's checks, clamps and suspicion."""
     count = _Reader()
     prompt = count.details(usage, "prompt_tokens_details")
     completion = count.details(usage, "completion_tokens_details")

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.pipeline.identifiers import identifier_problem
-from gateway.usage import MAX_REPORTED_CHARS, MAX_TOKENS_PER_CALL, usage_from_openai
+from gateway.usage import (
+    MAX_REPORTED_CHARS,
+    MAX_TOKENS_PER_CALL,
+    Usage,
+    _plain_openai,
+    _read_openai,
+    usage_from_openai,
+)
 
 FAST = settings(max_examples=400, deadline=None)
 
@@ -77,3 +84,61 @@ def test_an_accepted_identifier_is_printable_and_short(value: str, limit: int) -
         assert all(c.isprintable() or c in "\u200c\u200d" for c in value)
         assert "\x00" not in value and "\n" not in value and "\r" not in value
         value.encode("utf-8")  # no lone surrogate: every database can store it
+
+
+small_counts = st.one_of(st.none(), st.integers(min_value=-2, max_value=40), st.just(True))
+plain_details = st.one_of(
+    st.none(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "cached_tokens": small_counts,
+            "reasoning_tokens": small_counts,
+            "audio_tokens": small_counts,
+        },
+    ),
+)
+plain_usage_objects = st.fixed_dictionaries(
+    {
+        "prompt_tokens": st.one_of(st.integers(min_value=0, max_value=40), counts),
+        "completion_tokens": st.one_of(st.integers(min_value=0, max_value=40), counts),
+    },
+    optional={
+        "total_tokens": counts,
+        "prompt_tokens_details": st.one_of(plain_details, details),
+        "completion_tokens_details": st.one_of(plain_details, details),
+        "cache_read_input_tokens": st.one_of(st.none(), counts),
+    },
+)
+
+
+@FAST
+@given(st.one_of(plain_usage_objects, usage_objects))
+def test_the_usual_usage_object_is_read_as_the_general_reader_reads_it(
+    raw: dict[str, Any],
+) -> None:
+    plain = _plain_openai(raw)
+    if plain is not None:  # the short path answers only where it gives the reader's usage
+        assert plain == _read_openai(raw)
+
+
+def test_the_usual_usage_objects_take_the_short_path() -> None:
+    vllm = {
+        "prompt_tokens": 12,
+        "total_tokens": 21,
+        "completion_tokens": 9,
+        "prompt_tokens_details": None,
+    }
+    assert _plain_openai(vllm) == Usage(prompt_tokens=12, completion_tokens=9)
+    openai = {
+        "prompt_tokens": 30,
+        "completion_tokens": 20,
+        "total_tokens": 50,
+        "prompt_tokens_details": {"cached_tokens": 10, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 5, "audio_tokens": 0},
+    }
+    assert _plain_openai(openai) == Usage(
+        prompt_tokens=30, cached_tokens=10, completion_tokens=20, reasoning_tokens=5
+    )
+    assert _plain_openai({**openai, "prompt_tokens": 5}) is None  # cached over prompt: clamped
+    assert _plain_openai({**openai, "cache_read_input_tokens": 3}) is None
