@@ -65,6 +65,19 @@ class ChatFront:
         self.scopes = in_flight._scopes  # `InFlight.track` inline: no generator per request
         self.auth = auth
         self.guard = guard
+        self.scope_type: type[anyio.CancelScope] | None = None
+
+    def _cancel_scope(self) -> anyio.CancelScope:
+        """`anyio.CancelScope()`, from the running backend's class, found on the first call.
+
+        `anyio.CancelScope()` asks sniffio which library runs the loop on every call (about
+        as much again as the scope itself); the loop never changes while the app is served.
+        """
+        if self.scope_type is not None:
+            return self.scope_type()
+        made = anyio.CancelScope()
+        self.scope_type = type(made)
+        return made
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         header = (HEADER, request_id_of(scope).encode("ascii"))
@@ -79,7 +92,7 @@ class ChatFront:
                     message = {**message, "headers": [*headers, header]}
             await send(message)
 
-        cut = anyio.CancelScope()
+        cut = self._cancel_scope()
         try:
             with cut:
                 self.scopes.add(cut)

@@ -70,9 +70,17 @@ class BodyEdits:
         return bool(self.set_fields or self.remove)
 
     def copy(self) -> BodyEdits:
-        """An independent copy (what `copy.deepcopy` gives, without its cost when empty)."""
-        fields = copy.deepcopy(self.set_fields) if self.set_fields else {}
+        """An independent copy (what `copy.deepcopy` gives, without its machinery for the
+        strings and numbers most edits set: those are shared, as deepcopy shares them)."""
+        fields = {
+            name: value if type(value) in _ATOMIC else copy.deepcopy(value)
+            for name, value in self.set_fields.items()
+        }
         return BodyEdits(fields, set(self.remove))
+
+
+_ATOMIC = frozenset({str, int, float, bool, type(None)})
+"""Types `copy.deepcopy` returns as they are (immutable, holding nothing)."""
 
 
 @dataclass(slots=True)

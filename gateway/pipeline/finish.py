@@ -79,7 +79,9 @@ async def finish(
     """
     settle(ctx, meter, error, cancelled)
     assert ctx.alias is not None and ctx.task is not None
-    usage = await usage_of(ctx, meter, cancelled)
+    usage = meter.usage  # as reported: no estimate to make (a coroutine fewer)
+    if usage is None:
+        usage = await usage_of(ctx, meter, cancelled)
     if ctx.cost is None or ctx.usage is not usage:
         price_usage(ctx, usage, services.prices, services.config.price_key(ctx.alias))
     booked = booked_cost(ctx)
@@ -87,7 +89,8 @@ async def finish(
         _judge_prefix(ctx, services)
         await remember(ctx.prefix, services.state)
     services.ledger.submit(ledger_record(ctx, booked, attempt=ctx.attempt))
-    await quota.book(ctx, services, booked.total, usage.total_tokens, final)
+    if ctx.quota is not None:  # else no limit applies: nothing to book
+        await quota.book(ctx, services, booked.total, usage.total_tokens, final)
     observe_metrics(services.metrics, ctx, booked)
     if ctx.task.implicit:  # a task of this request alone: its cost is its attempts' sum
         ctx.task_cost = (ctx.task_cost or Decimal(0)) + booked.total

@@ -72,7 +72,7 @@ def identify(ctx: RequestContext) -> None:
         done=done or not task_id,
         implicit=not task_id,
     )
-    if any(key in meta for key in TASK_KEYS):
+    if meta and any(key in meta for key in TASK_KEYS):
         rest = {k: v for k, v in meta.items() if k not in TASK_KEYS}
         if rest:
             ctx.edits.set_fields["metadata"] = rest
