@@ -82,6 +82,7 @@ def parts(src: str | None, n: int) -> dict[str, float]:
     rule = rule_for("openai")
     reuses = "reuse_key" in inspect.signature(PrefixChecker.check).parameters
     keeps = "validated" in inspect.signature(PrefixChecker.check).parameters
+    keeps_parsed = "keep_parsed" in inspect.signature(PrefixChecker.check).parameters
     parse_reuses = "reuse" in inspect.signature(parse_request).parameters
     loop = asyncio.new_event_loop()
 
@@ -108,6 +109,8 @@ def parts(src: str | None, n: int) -> dict[str, float]:
         extra = {"raw": raw, "reuse_key": "task:t"} if reuses and not fresh else {}
         if keeps and not fresh and ctx.request is not None:
             extra["validated"] = ctx.request.messages
+            if keeps_parsed:  # as the pipeline does on a route not through litellm
+                extra["keep_parsed"] = True
         check = checker.check(ctx.body, rule, records, **extra)
         marks.append(time.process_time())
         outcome = stage.PrefixOutcome(check, "openai", keys)

@@ -519,6 +519,27 @@ static PyObject *commas(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(count);
 }
 
+/* depth_commas(data) -> (max_depth(data), commas(data)), in the one pass both make. */
+static PyObject *depth_commas(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t deepest, count = 0;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    if (view.len > GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        deepest = bracket_depth(view.buf, view.len, &count);
+        Py_END_ALLOW_THREADS
+    } else
+        deepest = bracket_depth(view.buf, view.len, &count);
+    PyBuffer_Release(&view);
+    if (deepest < 0) {
+        PyErr_SetString(PyExc_ValueError, "a JSON string does not end");
+        return NULL;
+    }
+    return Py_BuildValue("(nn)", deepest, count);
+}
+
 static Py_ssize_t skip_ws(const unsigned char *s, Py_ssize_t p, Py_ssize_t stop)
 {
     while (p < stop && is_ws(s[p]))
@@ -1146,6 +1167,8 @@ static PyMethodDef methods[] = {
      "space_end(data, pos) -> the first offset from pos that is not JSON whitespace."},
     {"splice", splice, METH_VARARGS,
      "splice(data, edits) -> data with each (start, end, bytes) edit applied; sorted, disjoint."},
+    {"depth_commas", depth_commas, METH_VARARGS,
+     "depth_commas(data) -> (max_depth(data), commas(data)), in one pass."},
     {"commas", commas, METH_VARARGS,
      "commas(data) -> the commas outside JSON strings in data."},
     {"max_depth", max_depth, METH_VARARGS,

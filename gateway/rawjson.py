@@ -78,6 +78,9 @@ _native_depth: Callable[[bytes], int] | None = (
 _native_commas: Callable[[bytes], int] | None = (
     getattr(_rawjson, "commas", None) if NATIVE else None
 )
+_native_depth_commas: Callable[[bytes], tuple[int, int]] | None = (
+    getattr(_rawjson, "depth_commas", None) if NATIVE else None
+)
 _native_skip_children: Callable[[bytes, int, int], tuple[bytes, int]] | None = (
     getattr(_rawjson, "skip_children", None) if NATIVE else None
 )
@@ -93,6 +96,16 @@ def value_commas(raw: bytes) -> int:
         except ValueError:
             pass
     return raw.count(b",")
+
+
+def depth_and_commas(raw: bytes) -> tuple[int | None, int]:
+    """`(bracket_depth(raw), value_commas(raw))`, natively in one pass over the bytes."""
+    if _native_depth_commas is not None and type(raw) is bytes:
+        try:
+            return _native_depth_commas(raw)
+        except ValueError:
+            return None, raw.count(b",")
+    return bracket_depth(raw), value_commas(raw)
 
 
 def bracket_depth(raw: bytes) -> int | None:

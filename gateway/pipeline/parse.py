@@ -20,7 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from gateway.errors import BodyTooLargeError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import OFF_LOOP_BYTES, RELEASE_BYTES, parses_inline
+from gateway.pipeline.offload import OFF_LOOP_BYTES, RELEASE_BYTES, inline_bound, parses_inline
 from gateway.prefix.locate import acyclic_list
 from gateway.prefix.reuse import SegmentReuse
 from gateway.rawjson import NATIVE, bracket_depth, space_end
@@ -58,8 +58,8 @@ def parse(ctx: RequestContext, reuse: SegmentReuse | None = None) -> None:
         _parse_whole(ctx, reuse)
 
 
-def _parse_whole(ctx: RequestContext, reuse: SegmentReuse | None) -> None:
-    body = load_object(ctx.raw_body)
+def _parse_whole(ctx: RequestContext, reuse: SegmentReuse | None, bound: int | None = None) -> None:
+    body = load_object(ctx.raw_body, MAX_DEPTH, bound)
     request = _validated_reusing(ctx, body, reuse) if reuse is not None else None
     if request is None:
         request = _validated_plain(body)
@@ -189,8 +189,11 @@ async def parse_request(ctx: RequestContext, reuse: SegmentReuse | None = None) 
     """
     if reuse is not None and _parse_reusing(ctx, reuse):
         return None
-    if len(ctx.raw_body) <= OFF_LOOP_BYTES or parses_inline(ctx.raw_body):
+    if len(ctx.raw_body) <= OFF_LOOP_BYTES:
         return _parse_whole(ctx, reuse)
+    inline, bound = inline_bound(ctx.raw_body)
+    if inline:
+        return _parse_whole(ctx, reuse, bound)
     if not NATIVE:
         return await asyncio.to_thread(parse, ctx)
     steps = parse_steps(ctx.raw_body)

@@ -18,8 +18,11 @@ from gateway.rawjson import bracket_depth
 MAX_DEPTH = 128
 
 
-def load_object(raw: bytes, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
-    """Parse `raw` as a JSON object nested at most `max_depth` levels, else a 400."""
+def load_object(raw: bytes, max_depth: int = MAX_DEPTH, bound: int | None = None) -> dict[str, Any]:
+    """Parse `raw` as a JSON object nested at most `max_depth` levels, else a 400.
+
+    `bound`: `bracket_depth(raw)`, when the caller has it already (`depth_and_commas`).
+    """
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -27,7 +30,8 @@ def load_object(raw: bytes, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
     # The bytes' bracket depth bounds the value's: only a body that may be too deep is walked.
-    bound = bracket_depth(raw)
+    if bound is None:
+        bound = bracket_depth(raw)
     if (bound is None or bound > max_depth) and depth_over(body, max_depth):
         raise InvalidRequestError(
             f"request body is nested more than {max_depth} levels deep; flatten it"

@@ -23,7 +23,7 @@ from gateway.errors import InvalidRequestError
 from gateway.pipeline import prefix as stage
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import INLINE_VALUES, OFF_LOOP_BYTES, RELEASE_BYTES, parses_inline
-from gateway.pipeline.parse import PLAIN_MESSAGES, _validated_plain, parse
+from gateway.pipeline.parse import PLAIN_MESSAGES, _validated_plain, parse, parse_request
 from gateway.prefix import rule_for
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.record import PrefixRecord, chain_fingerprints
@@ -433,3 +433,24 @@ def test_plain_messages_taken_as_they_are_validate_as_pydantic_validates_them(
 
 _ROLE_NAMES = ("system", "user", "assistant", "tool", "developer", "function")
 _PLAIN = (str, type(None))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_JSON | st.binary(max_size=30).map(lambda b: b.decode("latin-1")), st.booleans())
+def test_depth_and_commas_are_both_counts_in_one_pass(value: Any, spaced: bool) -> None:
+    raw = json.dumps(value, indent=1 if spaced else None).encode()
+    for data in (raw, raw[: len(raw) // 2]):  # JSON, and cut short (a string may not end)
+        assert rawjson.depth_and_commas(data) == (
+            rawjson.bracket_depth(data),
+            rawjson.value_commas(data),
+        )
+
+
+def test_a_large_body_s_depth_is_counted_once_and_still_refused() -> None:
+    deep = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)
+    pad = [{"role": "user", "content": "x" * 1000}] * 300
+    raw = orjson.dumps({"model": "m", "messages": pad})[:-1] + b',"x":' + deep + b"}"
+    assert len(raw) > OFF_LOOP_BYTES and parses_inline(raw)
+    ctx = RequestContext(raw_body=raw, headers={})
+    with pytest.raises(InvalidRequestError, match="nested more than"):
+        asyncio.run(parse_request(ctx))

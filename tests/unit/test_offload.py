@@ -17,6 +17,7 @@ from gateway.pipeline.offload import (
     RELEASE_BYTES,
     SWITCH_INTERVAL_S,
     _take_apart,
+    inline_bound,
     parses_inline,
     release,
     share_the_lock,
@@ -24,6 +25,7 @@ from gateway.pipeline.offload import (
 )
 from gateway.pipeline.prefix import MAX_REMEMBERED_SEGMENTS, check_prefix, remember
 from gateway.prefix import PrefixChecker, locate, rule_for
+from gateway.rawjson import bracket_depth
 from gateway.state.memory import MemoryState
 
 
@@ -146,3 +148,8 @@ def test_a_body_of_few_values_parses_inline_and_one_of_many_does_not() -> None:
     assert len(few) > OFF_LOOP_BYTES and parses_inline(few)
     assert not parses_inline(many)
     assert not parses_inline(b" " * (INLINE_BYTES + 1))
+    for raw in (few, many, b" " * (INLINE_BYTES + 1), b'{"a":"no end'):  # one pass, same answer
+        inline, bound = inline_bound(raw)
+        assert inline == parses_inline(raw)
+        assert bound is None or bound == bracket_depth(raw)
+    assert inline_bound(few) == (True, 3)

@@ -71,6 +71,7 @@ def tiny_slices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Slice bodies of a few bytes as the gateway slices bodies of megabytes."""
     monkeypatch.setattr(parse_module, "OFF_LOOP_BYTES", 0)
     monkeypatch.setattr(parse_module, "parses_inline", lambda raw: False)
+    monkeypatch.setattr(parse_module, "inline_bound", lambda raw: (False, None))
     monkeypatch.setattr(sliced, "SPLIT_BYTES", 4)
     monkeypatch.setattr(sliced, "SLICE_ITEMS", 2)
     monkeypatch.setattr(sliced, "SLICE_BYTES", 24)
