@@ -10,7 +10,8 @@ a plain generator would never run its clean-up and the paid call would leave no 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
 
 import anyio
 from starlette.responses import Response
@@ -27,6 +28,14 @@ class BookedStream:
     _body: AsyncGenerator[bytes, None] | None = None
     settling = False
     """Set by `_run` when its body is over and it books: a disconnect no longer cancels it."""
+    on_wait: Callable[[], None] | None = None
+    """Set by the response: called (once) before the body first waits on its upstream."""
+
+    def _will_wait(self) -> None:
+        """Before a wait on the upstream: from now on, a client who leaves stops the body."""
+        start, self.on_wait = self.on_wait, None
+        if start is not None:
+            start()
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         self._body = self._run()
@@ -54,9 +63,17 @@ class BookedStreamResponse(Response):
     `receive` for the client to leave (servers on ASGI spec 2.3, like uvicorn, drop a send
     after a disconnect without a word) and then cancels the body, unless it is already
     booking. `background` runs after the last byte, as with Starlette's.
+
+    That watcher starts when the body first waits on its upstream (`BookedStream.on_wait`),
+    not before: a stream whose upstream sent it all at once, as a fast server does a short
+    answer, is relayed without waiting and needs no watcher (a task, a `receive` and a
+    cancel per stream). Until then the body only sends, and a send to a client who left
+    returns at once, so the body comes to that wait and the watcher finds the disconnect.
     """
 
     media_type = "text/event-stream"
+    _receive: Receive
+    _task: asyncio.Task[Any]  # the request's, which sends the body
 
     def __init__(self, body: BookedStream, headers: dict[str, str]) -> None:
         self.status_code = 200
@@ -64,31 +81,42 @@ class BookedStreamResponse(Response):
         self.init_headers(headers)
         self._booked = body
         self._left = False  # the client left and the body was cancelled for it
+        self._watcher: asyncio.Task[None] | None = None  # started by the body's first wait
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         assert task is not None
-        watch = asyncio.get_running_loop().create_task(self._watch(receive, task))
+        self._receive, self._task = receive, task
+        self._booked.on_wait = self._start_watch
         try:
             start = {"type": "http.response.start", "status": self.status_code}
             await send(start | {"headers": self.raw_headers})
             async for chunk in self._booked:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            watch.cancel()  # the end of the body is not a client leaving
+            self._stop_watch()  # the end of the body is not a client leaving
             await send(_END)
         except asyncio.CancelledError:
             if not self._left:
                 raise
             task.uncancel()  # our own cancel: the client left, which is no error
         finally:
-            watch.cancel()
+            self._stop_watch()
             if not self._booked.settling:  # stopped before its end, or never started
                 with anyio.CancelScope(shield=True):
                     await self._booked.close()
         if self.background is not None:
             await self.background()
 
-    async def _watch(self, receive: Receive, body: asyncio.Task[None]) -> None:
+    def _start_watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._watcher = loop.create_task(self._watch(self._receive, self._task))
+
+    def _stop_watch(self) -> None:
+        self._booked.on_wait = None
+        if self._watcher is not None:
+            self._watcher.cancel()
+
+    async def _watch(self, receive: Receive, body: asyncio.Task[Any]) -> None:
         """Cancel the body when the client leaves (not once it is booking: that must end)."""
         try:
             while (await receive())["type"] != "http.disconnect":

@@ -141,6 +141,7 @@ class EventRelay(BookedStream):
 
     async def _take(self) -> list[Relayed]:
         """The events of the next read (one event from a plain iterator); [] at the end."""
+        self._will_wait()  # the first batch, already read, too: translated streams wait on it
         batch = getattr(self._events, "batch", None)
         if batch is not None:
             return [(event, None) for event in await batch()]

@@ -145,6 +145,7 @@ class Relay(BookedStream):
         """The events of the next read (one event from a plain iterator); [] at the end."""
         if time.perf_counter() > self._slice_end:
             await self._pause()
+        self._will_wait()
         batch = getattr(self._events, "batch", None)
         if batch is not None:
             return await batch()
@@ -189,6 +190,7 @@ class Relay(BookedStream):
     async def _continue(self) -> None:
         """Stop the upstream at the thinking budget and go on with its continuation."""
         assert self._cap is not None
+        self._will_wait()  # on the continuation's call
         self._cut_now = False
         await _close(self._events)
         await self._stream.aclose()

@@ -89,3 +89,30 @@ def test_splitter_searches_each_byte_once() -> None:
         assert splitter.feed(bytes([byte])) == []
         assert splitter._cursor == len(splitter._buffer)  # nothing left to search again
     assert splitter.feed(b"\n\n") == [b"data: " + b"x" * 5000 + b"\n\n"]
+
+
+async def test_reads_without_a_cr_split_as_the_walk_does() -> None:
+    """Reads with no CR after a complete event take `split`; the events are the walk's."""
+    rnd = random.Random(12)
+    pieces = [b"\n", b"\n\n", b"data: x", b"data: {}", b" ", b":", b"\r\n\r\n"]
+    weights = [6, 6, 6, 6, 2, 2, 1]  # mostly LF-only streams, the odd CRLF separator
+    for _ in range(3000):
+        stream = b"".join(rnd.choices(pieces, weights, k=rnd.randint(0, 30)))
+        cuts = sorted(rnd.sample(range(len(stream) + 1), min(len(stream) + 1, rnd.randint(0, 6))))
+        parts = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        splitter, events = EventSplitter(), []
+        for part in parts:
+            events += splitter.feed(part)
+            assert 0 <= splitter._cursor <= len(splitter._buffer)
+        rest = splitter.rest
+        assert events + ([rest] if rest.strip() else []) == _reference_events(stream)
+
+
+def test_a_read_over_the_cap_of_events_under_it_is_fine() -> None:
+    splitter = EventSplitter(max_event_bytes=64)
+    events = [b"data: " + bytes([65 + i]) * 40 + b"\n\n" for i in range(10)]
+    assert splitter.feed(b"".join(events) + b"data: ") == events
+    with pytest.raises(UpstreamProtocolError, match="over 64 bytes"):
+        EventSplitter(max_event_bytes=64).feed(events[0] + b"data: " + b"x" * 80 + b"\n\n")
+    with pytest.raises(UpstreamProtocolError, match="over 64 bytes"):
+        EventSplitter(max_event_bytes=64).feed(events[0] + b"data: " + b"x" * 80)
