@@ -31,7 +31,7 @@ from gateway.policy.thinking import counted_tokens, resolve_thinking, shape_thin
 from gateway.policy.tiers import choose_tier, offered_tiers, requested_tier, write_tier
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # private, never changed: not frozen, which costs a call per field
 class _Inputs:
     """What every stage reads: the request, the backend, and the rule in force."""
 
@@ -44,7 +44,7 @@ class _Inputs:
     target: Target | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Served:
     tier: Tier
     alias: str
