@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from gateway import __version__
+from gateway import serve_imports as _serve_imports  # noqa: F401  (first: before httpx)
 from gateway.config import ConfigError, load_config
 from gateway.ledger.diagnosis import shown
 from gateway.services import Services

@@ -41,3 +41,31 @@ def test_serve_help_still_answers() -> None:
         check=False,
     )
     assert done.returncode == 0 and "--workers" in done.stdout
+
+
+HTTPX_CLI = (
+    "import json, sys; sys.argv = ['farebox', *sys.argv[1:]]; import gateway.cli, httpx; "
+    "print(json.dumps([sys.modules.get('httpx._main') is not None, 'pygments' in sys.modules, "
+    "'tiktoken' in sys.modules]))"
+)
+
+
+def _httpx_cli(*argv: str) -> list[bool]:
+    done = subprocess.run(
+        [sys.executable, "-c", HTTPX_CLI, *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    loaded: list[bool] = json.loads(done.stdout)
+    return loaded
+
+
+def test_serve_loads_neither_httpx_command_line_nor_tiktoken() -> None:
+    # httpx's command line (pygments, rich's help) and tiktoken: 1.5 and 0.9 MiB a process
+    assert _httpx_cli("serve", "--port", "0") == [False, False, False]
+
+
+def test_other_command_lines_keep_httpx_as_it_is() -> None:
+    assert _httpx_cli("report")[:2] == [True, True]
