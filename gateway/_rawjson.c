@@ -519,6 +519,65 @@ static PyObject *commas(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(count);
 }
 
+static Py_ssize_t skip_ws(const unsigned char *s, Py_ssize_t p, Py_ssize_t stop);
+
+/* Whether the key whose quotes are at [q, e) (e just past the closing quote) is `name`. */
+static int key_is(const unsigned char *s, Py_ssize_t q, Py_ssize_t e, const char *name)
+{
+    size_t len = strlen(name);
+    return (size_t)(e - q - 2) == len && memcmp(s + q + 1, name, len) == 0;
+}
+
+/* 1 when data (already valid JSON) has, at any depth, a key cache_control or
+ * prompt_cache_breakpoint, or a key content whose value is an array; 0 if none; -1 when a
+ * string does not end. Strings are skipped with memchr; a string is a key when a colon
+ * follows it (whitespace allowed). */
+static int list_or_marker(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t p = 0;
+    for (;;) {
+        const unsigned char *q = memchr(s + p, '"', (size_t)(n - p));
+        if (q == NULL)
+            return 0;
+        Py_ssize_t at = q - s, end = skip_string(s, n, at);
+        if (end < 0)
+            return -1;
+        Py_ssize_t c = skip_ws(s, end, n);
+        if (c < n && s[c] == ':') {
+            if (key_is(s, at, end, "cache_control") || key_is(s, at, end, "prompt_cache_breakpoint"))
+                return 1;
+            if (key_is(s, at, end, "content")) {
+                Py_ssize_t v = skip_ws(s, c + 1, n);
+                if (v < n && s[v] == '[')
+                    return 1;
+            }
+        }
+        p = end;
+    }
+}
+
+/* list_or_marker(data) -> whether data, already valid JSON, has a cache marker key or an
+ * array-valued content key at any depth (~0.1 ms per MB). Without the GIL past 64 KiB. */
+static PyObject *list_or_marker_py(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    int found;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    if (view.len > GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        found = list_or_marker(view.buf, view.len);
+        Py_END_ALLOW_THREADS
+    } else
+        found = list_or_marker(view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (found < 0) {
+        PyErr_SetString(PyExc_ValueError, "a JSON string does not end");
+        return NULL;
+    }
+    return PyBool_FromLong(found);
+}
+
 /* depth_commas(data) -> (max_depth(data), commas(data)), in the one pass both make. */
 static PyObject *depth_commas(PyObject *self, PyObject *args)
 {
@@ -1167,6 +1226,8 @@ static PyMethodDef methods[] = {
      "space_end(data, pos) -> the first offset from pos that is not JSON whitespace."},
     {"splice", splice, METH_VARARGS,
      "splice(data, edits) -> data with each (start, end, bytes) edit applied; sorted, disjoint."},
+    {"list_or_marker", list_or_marker_py, METH_VARARGS,
+     "list_or_marker(data) -> whether valid JSON data has a cache marker or list content key."},
     {"depth_commas", depth_commas, METH_VARARGS,
      "depth_commas(data) -> (max_depth(data), commas(data)), in one pass."},
     {"commas", commas, METH_VARARGS,

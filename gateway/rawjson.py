@@ -81,6 +81,9 @@ _native_commas: Callable[[bytes], int] | None = (
 _native_depth_commas: Callable[[bytes], tuple[int, int]] | None = (
     getattr(_rawjson, "depth_commas", None) if NATIVE else None
 )
+_native_list_or_marker: Callable[[bytes], bool] | None = (
+    getattr(_rawjson, "list_or_marker", None) if NATIVE else None
+)
 _native_skip_children: Callable[[bytes, int, int], tuple[bytes, int]] | None = (
     getattr(_rawjson, "skip_children", None) if NATIVE else None
 )
@@ -106,6 +109,21 @@ def depth_and_commas(raw: bytes) -> tuple[int | None, int]:
         except ValueError:
             return None, raw.count(b",")
     return bracket_depth(raw), value_commas(raw)
+
+
+def list_or_marker(raw: bytes) -> bool:
+    """Whether `raw`, already valid JSON, has at any depth a `cache_control` or
+    `prompt_cache_breakpoint` key, or a `content` key whose value is an array.
+
+    Natively, ~0.1 ms per MB (keys are the strings a colon follows); without the native
+    module, or for data that is not JSON, True (the caller takes its careful path).
+    """
+    if _native_list_or_marker is None or type(raw) is not bytes:
+        return True
+    try:
+        return _native_list_or_marker(raw)
+    except ValueError:
+        return True
 
 
 def bracket_depth(raw: bytes) -> int | None:

@@ -7,8 +7,11 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.prefix import PrefixRecord, build_record, rule_for, split_request
+from gateway.prefix import segments as segments_module
 from gateway.prefix.record import chain_fingerprints
 from gateway.prefix.segments import dump_each
 
@@ -143,3 +146,65 @@ def test_token_estimates_are_cumulative_quarter_bytes() -> None:
     assert record.cumulative_tokens[-1] == sum((len(s.data) + 3) // 4 for s in request.segments)
     custom = build_record(request, rule, counter=len)
     assert custom.total_tokens == sum(len(s.data) for s in request.segments)
+
+
+_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["a", "cache_control", "content", "type"]), inner)
+    ),
+    max_leaves=8,
+)
+_MESSAGE = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "role": st.sampled_from(["user", "assistant", "system", "tool"]) | st.integers(0, 3),
+            "content": _VALUE,
+            "cache_control": st.just({"type": "ephemeral"}),
+            "prompt_cache_breakpoint": st.booleans(),
+            "tool_calls": _VALUE,
+        },
+    )
+    | _VALUE
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MESSAGE, max_size=12), st.booleans(), st.integers(0, 3))
+def test_plain_messages_cut_in_c_level_maps_are_the_loop_s_segments(
+    messages: list[Any], system: bool, untrack_every: int
+) -> None:
+    """Whatever the messages, the cut with the plain path allowed is the loop's cut."""
+    body = {"model": "m", "messages": ([{"role": "system", "content": "s"}] if system else [])}
+    body["messages"] += messages
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(segments_module, "UNTRACK_EVERY", untrack_every + 1)
+        fast = split_request(body, RULE_OPENAI)
+        patch.setattr(segments_module.rawjson, "list_or_marker", lambda raw: True)  # the loop
+        slow = split_request(body, RULE_OPENAI)
+    assert fast == slow
+    assert [type(s) for s in fast.segments] == [type(s) for s in slow.segments]
+
+
+def test_a_plain_conversation_takes_the_c_level_path() -> None:
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(50)]
+    calls: list[int] = []
+    plain = segments_module._plain_segments
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return plain(*args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(segments_module, "_plain_segments", counted)
+        split_request({"model": "m", "messages": messages}, RULE_OPENAI)
+        assert calls
+        marked = [*messages, {"role": "user", "content": [{"type": "text", "text": "x"}]}]
+        calls.clear()
+        split_request({"model": "m", "messages": marked}, RULE_OPENAI)
+        assert not calls
+
+
+RULE_OPENAI = rule_for("openai")
