@@ -98,11 +98,14 @@ class PrefixChecker:
         `validated` (what the parse made of each message) is kept for the next one's, with
         the parsed messages themselves when `keep_parsed` (nothing will change them).
         """
+        like: list[tuple[PrefixRecord, int]] = []
         if raw is not None and reuse_key is not None:
-            request = self.reuse.split(reuse_key, raw, body, rule, validated, keep_parsed)
+            request = self.reuse.split(reuse_key, raw, body, rule, validated, keep_parsed, like)
         else:
             request = split_request(body, rule)
-        record = build_record(request, rule, self.counter)
+        record = build_record(request, rule, self.counter, like[0] if like else None)
+        if raw is not None and reuse_key is not None:
+            self.reuse.keep_record(reuse_key, raw, record)
         comparison = compare(record, history, rule, explain_divergence=False)
         if comparison.closest is not None:  # the shared part of the chain is not hashed again
             record.share_chain(comparison.closest, comparison.matched)

@@ -209,24 +209,49 @@ def _hex_or_empty(digest: bytes) -> str:
 
 
 def build_record(
-    request: RequestSegments, rule: CacheRule, counter: TokenCounter = estimate_tokens
+    request: RequestSegments,
+    rule: CacheRule,
+    counter: TokenCounter = estimate_tokens,
+    like: tuple[PrefixRecord, int] | None = None,
 ) -> PrefixRecord:
-    """Return the digests, token estimates and breakpoints of one request."""
+    """Return the digests, token estimates and breakpoints of one request.
+
+    `like`: an earlier request's record and how many message segments, after the headers,
+    this request took from it unchanged (`SegmentReuse.split`): their names and hex
+    digests are that record's (an agent step's 1,244 repeated messages: ~0.2 ms).
+    """
     segments = request.segments
+    head, shared = request.header_count, 0
+    if like is not None and _repeats(like[0], segments, head, like[1]):
+        shared = like[1]
     # Columns by itemgetter, in C; not zip(*segments), which makes one tracked iterator per
     # segment (466,000 of them set off full garbage collections of 0.1 s).
-    names = _column(segments, itemgetter(0))
     datas = _column(segments, itemgetter(2))
     if counter is estimate_tokens:
         sizes = [(n + 3) >> 2 for n in map(len, datas)]
     else:
         sizes = [counter(data) for data in datas]
+    if shared:
+        earlier, cut = like[0] if like is not None else None, slice(head, head + shared)
+        assert earlier is not None
+
+        def column(taken: tuple[Any, ...], *steps: Callable[[Any], Any]) -> tuple[Any, ...]:
+            before = _column(segments[:head], *steps)
+            return before + taken[cut] + _column(segments[head + shared :], *steps)
+
+        names = column(earlier.segment_names, itemgetter(0))
+        digests = column(earlier.segment_digests, itemgetter(3), bytes.hex)
+        canonical = column(earlier.canonical_digests, itemgetter(5), _hex_or_empty)
+    else:
+        names = _column(segments, itemgetter(0))
+        digests = _column(segments, itemgetter(3), bytes.hex)
+        canonical = _column(segments, itemgetter(5), _hex_or_empty)
     return PrefixRecord(
         family=request.family,
         model=request.model,
         segment_names=names,
-        segment_digests=_column(segments, itemgetter(3), bytes.hex),
-        canonical_digests=_column(segments, itemgetter(5), _hex_or_empty),
+        segment_digests=digests,
+        canonical_digests=canonical,
         cumulative_tokens=_running_sums(sizes),
         stable_count=request.stable_count,
         header_count=request.header_count,
@@ -236,6 +261,22 @@ def build_record(
             for s in segments[: request.header_count]
             if s.kind is SegmentKind.SETTING and s.data != b"null"
         },
+    )
+
+
+def _repeats(earlier: PrefixRecord, segments: Sequence[Any], head: int, shared: int) -> bool:
+    """Whether `earlier` holds, from `head` on, `shared` segments of `segments` (checked at
+    both ends of the run: the caller took them from the request `earlier` was built of)."""
+    if shared <= 0 or earlier.header_count != head:
+        return False
+    last = head + shared - 1
+    if len(earlier.segment_digests) <= last or len(segments) <= last:
+        return False
+    return all(
+        earlier.segment_digests[i] == segments[i][3].hex()
+        and earlier.segment_names[i] == segments[i][0]
+        and earlier.canonical_digests[i] == _hex_or_empty(segments[i][5])
+        for i in (head, last)
     )
 
 

@@ -56,6 +56,7 @@ class _Seen:
     # Its messages as parsed (the very values of its body), kept with `validated` when the
     # caller says nothing will change them: the next step's parse takes those it repeats
     parsed: tuple[Any, ...] | None = None
+    record: Any = None  # its PrefixRecord (`keep_record`): the next one's repeated columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,7 @@ class SegmentReuse:
         rule: CacheRule,
         validated: Sequence[Any] | None = None,
         keep_parsed: bool = False,
+        like: list[tuple[Any, int]] | None = None,
     ) -> RequestSegments:
         """`split_request(body, rule)`, reusing what `key`'s previous request cut.
 
@@ -131,7 +133,9 @@ class SegmentReuse:
         message, is kept for the next request's `validated_prefix` (not copied when a
         tuple: never change what is handed in). With `keep_parsed`, the body's messages
         themselves are kept beside it, for the next request's parse (`repeated`): only
-        where nothing changes them, in this request or later.
+        where nothing changes them, in this request or later. `like`, when given, gets
+        the previous request's record (`keep_record`) and how many message segments
+        after the headers were taken from it, for `build_record`.
         """
         if not keep_parsed:
             self._forget_parsed(key)  # this request may change them: the next parses whole
@@ -146,6 +150,8 @@ class SegmentReuse:
             system = seen.known.system
             if count >= system:
                 known = Known(count, system, seen.known.segments[: count - system])
+                if like is not None and seen.record is not None:
+                    like.append((seen.record, count - system))
             ends = [(e, c) for e, c in seen.ends if e <= end]
         else:
             end, count, ends = value_start, 0, []
@@ -216,6 +222,13 @@ class SegmentReuse:
             if len(raw) > end and raw.startswith(memoryview(seen.raw)[:end]):
                 return len(raw) - end
         return len(raw)
+
+    def keep_record(self, key: str, raw: bytes, record: Any) -> None:
+        """Keep `record`, built of `raw`'s segments, beside `raw` if it is `key`'s latest."""
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None and seen.raw is raw:
+                self._seen[key] = dataclasses.replace(seen, record=record)
 
     def _forget_parsed(self, key: str) -> None:
         with self._lock:

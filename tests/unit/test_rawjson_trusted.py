@@ -76,3 +76,58 @@ def test_trusted_children_refuse_what_is_not_a_container() -> None:
     assert list(rawjson.trusted_children(b"[ ]", 0)[0]) == []
     with pytest.raises(rawjson.RawJsonError):
         rawjson.trusted_children(b"[1]", 5)
+
+
+def test_a_large_body_s_trusted_scan_is_kept_for_its_next_caller() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x" * 1000}] * 80, "n": 1}
+    raw = json.dumps(body).encode()
+    assert rawjson.MEMO_BYTES[0] <= len(raw) <= rawjson.MEMO_BYTES[1]
+    first = scan_raw(raw, trusted=True)
+    assert first == scan_raw(raw)  # what the validating walk finds
+    first[0].clear()  # a caller's list is its own
+    again = scan_raw(raw, trusted=True)
+    assert again == scan_raw(raw) and rawjson._SCANNED[0] is not None
+    other = json.dumps({**body, "n": 22}).encode()  # other bytes: scanned for themselves
+    assert scan_raw(other, trusted=True) == scan_raw(other)
+    assert patch_object(raw, {"model": "u"}, trusted=True) == patch_object(raw, {"model": "u"})
+
+
+def _has_list_or_marker(value: Any) -> bool:
+    if isinstance(value, list):
+        return any(map(_has_list_or_marker, value))
+    if not isinstance(value, dict):
+        return False
+    if "cache_control" in value or "prompt_cache_breakpoint" in value:
+        return True
+    if isinstance(value.get("content"), list):
+        return True
+    return any(map(_has_list_or_marker, value.values()))
+
+
+KEYED = st.recursive(
+    SCALARS | st.sampled_from(["cache_control", "content", '"content":[']),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                ["content", "cache_control", "prompt_cache_breakpoint", "a", "content "]
+            ),
+            inner,
+            max_size=3,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(KEYED, st.integers(min_value=0, max_value=len(STYLES) - 1))
+def test_list_or_marker_finds_exactly_those_keys(value: Any, style: int) -> None:
+    raw = json.dumps(value, **STYLES[style]).encode()  # type: ignore[arg-type]
+    assert rawjson.list_or_marker(raw) == _has_list_or_marker(value)
+
+
+def test_list_or_marker_is_careful_with_what_is_not_json() -> None:
+    assert rawjson.list_or_marker(b'{"a":"no end')  # a string that does not end: careful
+    assert not rawjson.list_or_marker(b'{"content":"x"}')
+    assert rawjson.list_or_marker(b'{"content" : [1]}')

@@ -180,3 +180,41 @@ def test_unseen_weighs_only_what_follows_the_known_messages() -> None:
     other = _raw([{"role": "user", "content": "other"}, *history])
     assert reuse.unseen("task:t", other) == len(other)
     assert reuse.unseen("task:u", step) == len(step)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    first=st.lists(MESSAGE, max_size=8),
+    steps=st.lists(st.tuples(st.integers(0, 8), st.lists(MESSAGE, max_size=3)), max_size=4),
+    system=st.integers(0, 2),
+)
+def test_a_series_of_steps_records_as_each_body_whole(
+    first: list[dict[str, Any]], steps: list[tuple[int, list[dict[str, Any]]]], system: int
+) -> None:
+    """The record of a step that took its previous request's columns is the whole one's."""
+    checker = PrefixChecker()
+    checker.reuse.min_bytes = 0
+    lead = [{"role": "system", "content": f"s{i}"} for i in range(system)]
+    messages = lead + list(first)
+    bodies = [messages]
+    for keep, added in steps:
+        messages = messages[:keep] + added
+        bodies.append(messages)
+    for messages in bodies:
+        body = {"model": "m", "messages": messages}
+        raw = orjson.dumps(body)
+        got = checker.check(orjson.loads(raw), RULE, raw=raw, reuse_key="task:t").record
+        whole = PrefixChecker().check(body, RULE).record
+        assert got == whole
+        assert got.fingerprints == whole.fingerprints
+
+
+def test_an_agent_step_takes_its_repeated_columns_from_the_previous_record() -> None:
+    checker, history = PrefixChecker(), _history(30)
+    checker.reuse.min_bytes = 0
+    first = checker.check(orjson.loads(_raw(history)), RULE, raw=_raw(history), reuse_key="k")
+    raw = _raw([*history, {"role": "user", "content": "next"}])
+    second = checker.check(orjson.loads(raw), RULE, raw=raw, reuse_key="k")
+    head = second.record.header_count
+    assert second.record.segment_digests[head + 5] is first.record.segment_digests[head + 5]
+    assert second.record == PrefixChecker().check(orjson.loads(raw), RULE).record
