@@ -88,7 +88,10 @@ class ChatFront:
             if not started and message["type"] == "http.response.start":
                 started = True
                 headers = message.get("headers", ())
-                if not any(name.lower() == HEADER for name, _ in headers):
+                # The chat reply names its id first (pipeline.chat._headers); else look.
+                if not (headers and headers[0][0] == HEADER) and not any(
+                    name.lower() == HEADER for name, _ in headers
+                ):
                     message = {**message, "headers": [*headers, header]}
             await send(message)
 
