@@ -18,10 +18,12 @@ segment is new or changed. One scan (a window or a small segment) stops after
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import compress, repeat
+from operator import is_not, itemgetter
 
 from gateway.prefix.locate import (
     NATIVE,
@@ -97,6 +99,22 @@ class ScanCache:
             except KeyError:
                 pass
         return hits
+
+    def get_many(self, keys: Sequence[bytes]) -> list[tuple[Hit, ...] | None]:
+        """`[self.get(key) for key in keys]`, in C-level maps (~0.1 µs a key, not ~0.25:
+        a first-seen 1 MB prompt looks up ~1,250), each hit refreshed in the same order."""
+        entries = self._entries
+        found = list(map(entries.get, keys))
+        hit = list(compress(keys, map(is_not, found, repeat(None))))
+        try:
+            deque(map(entries.move_to_end, hit), maxlen=0)
+        except KeyError:  # one evicted meanwhile (see `get`): the rest one at a time
+            for key in hit:
+                try:  # noqa: SIM105 - as in `get`
+                    entries.move_to_end(key)
+                except KeyError:
+                    pass
+        return found
 
     def put(self, key: bytes, hits: tuple[Hit, ...]) -> None:
         """Remember the hits for `key`, evicting the least recently used entry when full."""
@@ -243,6 +261,9 @@ def to_findings(segment: Segment, hits: Iterable[Hit]) -> list[Finding]:
     return findings
 
 
+_DIGEST = itemgetter(3)  # Segment.digest, in C
+
+
 def scan_request(
     request: RequestSegments,
     cache: ScanCache,
@@ -259,9 +280,8 @@ def scan_request(
     # One entry per segment each, out of cyclic GC (see `acyclic_list`): else the
     # collections meanwhile walk 466,000 items apiece, on the event loop's thread too.
     segments = untracked_tuple(request.segments, start, request.stable_count)
-    lookup = cache.get
     known: list[tuple[Hit, ...] | None] = acyclic_list()
-    known += (lookup(segment.digest) for segment in segments)
+    known += cache.get_many(list(map(_DIGEST, segments)))
     small: list[int] = acyclic_list()
     first_of: dict[bytes, int] = {}  # repeats within the request ("null" settings) scan once
     repeats: list[tuple[int, int]] = []

@@ -20,6 +20,7 @@ from gateway.prefix.detectors import (
     scan_segment,
     to_findings,
 )
+from gateway.prefix.patterns import Hit
 from gateway.prefix.segments import Segment, SegmentKind, digest
 
 
@@ -182,3 +183,20 @@ def test_replayed_segments_are_not_rescanned_or_reported() -> None:
     }
     two = checker.check(second, rule, [one.record])
     assert two.findings == () and two.divergence is None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_looking_many_up_at_once_is_looking_each_up(seed: int) -> None:
+    """Same answers, and the same least-recently-used order left behind (evictions)."""
+    rng = random.Random(seed)
+    stored = [bytes([i]) for i in range(12)]
+    asked = [rng.choice([*stored, b"missing", b"other"]) for _ in range(rng.randrange(30))]
+    one, many = ScanCache(max_entries=10), ScanCache(max_entries=10)
+    for cache in (one, many):
+        for key in stored:
+            cache.put(key, () if key[0] % 2 else (Hit(0, 1, "x"),))
+    assert many.get_many(asked) == [one.get(key) for key in asked]
+    assert list(many._entries) == list(one._entries)
+    one.put(b"new", ())
+    many.put(b"new", ())
+    assert list(many._entries) == list(one._entries)  # the same one evicted
