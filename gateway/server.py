@@ -133,6 +133,9 @@ class _Guard:
     # is not moved per request (a cancel and a new timer each time): when it fires, it
     # answers 408 past the deadline, waits on for a later one, or stops if there is none.
     _head_deadline: float | None = None
+    # When an idle keep-alive connection is closed (uvicorn's timeout_keep_alive), where
+    # the protocol keeps it here instead of in a timer of its own: the same one timer.
+    _idle_deadline: float | None = None
     # Provided by uvicorn's protocol classes.
     app: Any
     connections: set[Any]
@@ -154,8 +157,20 @@ class _Guard:
     def _arm_header_timer(self) -> None:
         """Start the deadline for the next request head."""
         self._head_deadline = self.loop.time() + self.limits.header_timeout_s
-        if self._header_timer is None:
-            self._header_timer = self.loop.call_at(self._head_deadline, self._header_timeout)
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        """Have the timer fire by the nearest deadline; a later one is checked when it fires."""
+        head, idle = self._head_deadline, self._idle_deadline
+        deadline = idle if head is None else head if idle is None else min(head, idle)
+        if deadline is None:
+            return
+        timer = self._header_timer
+        if timer is not None:
+            if timer.when() <= deadline:  # per request: the deadlines only move later
+                return
+            timer.cancel()
+        self._header_timer = self.loop.call_at(deadline, self._header_timeout)
 
     def _cancel_header_timer(self) -> None:
         """The head is in: no deadline until the response completes."""
@@ -163,18 +178,23 @@ class _Guard:
 
     def _stop_header_timer(self) -> None:
         """The connection is gone: stop the timer itself."""
-        self._head_deadline = None
+        self._head_deadline = self._idle_deadline = None
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
 
     def _header_timeout(self) -> None:
         self._header_timer = None
-        deadline = self._head_deadline
-        if deadline is None:  # a request is served: its response completing re-arms
+        now = self.loop.time()
+        idle = self._idle_deadline
+        if idle is not None and now >= idle:  # uvicorn's keep-alive timeout: close, no answer
+            self._stop_header_timer()
+            if not self.transport.is_closing():
+                self.transport.close()
             return
-        if self.loop.time() < deadline:  # the deadline moved on since the timer was set
-            self._header_timer = self.loop.call_at(deadline, self._header_timeout)
+        deadline = self._head_deadline
+        if deadline is None or now < deadline:  # served now, or the deadline moved on
+            self._arm_timer()  # waits on for what is left, if anything
             return
         seconds = self.limits.header_timeout_s
         self._answer_and_close(
@@ -215,6 +235,7 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self._idle_deadline = None  # not idle: uvicorn's keep-alive timeout is off
         super().data_received(data)
         if self._in_head and not self.transport.is_closing():
             self._head_bytes += len(data)
@@ -234,10 +255,21 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
-        # A pipelined request already parsed starts now: its headers are in.
-        if not self.pipeline:
-            self._arm_header_timer()  # the next request's headers
-        super().on_response_complete()
+        """uvicorn's, with its keep-alive timeout kept as a deadline of the guard's timer.
+
+        uvicorn made a keep-alive timer on every response and cancelled it on the next
+        request's first bytes: a timer made and dropped per request.
+        """
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:  # a pipelined request already parsed starts now: its head is in
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_deadline = self.loop.time() + self.timeout_keep_alive
+        self._arm_header_timer()  # the next request's headers
 
     def send_400_response(self, msg: str) -> None:
         """Answer malformed HTTP in OpenAI's error shape, then close."""

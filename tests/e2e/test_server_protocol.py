@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,3 +123,47 @@ def test_header_values_h11_accepts_reach_the_app(server: int, value: bytes) -> N
 def test_header_values_h11_refuses_are_malformed(server: int, value: bytes) -> None:
     status, error = _error(_exchange(server, b"GET / HTTP/1.1\r\nx-any: " + value + b"\r\n\r\n"))
     assert status == 400 and error["code"] == "malformed_http"
+
+
+KEEP_ALIVE_S = 0.3
+
+
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def keep_alive_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[int]:
+    """A server whose idle connections close after KEEP_ALIVE_S, long before the header
+    deadline (the httptools protocol keeps that timeout in the header timer)."""
+    settings = Settings(data_dir=Path(tmp_path_factory.mktemp("keep-alive")), header_timeout_s=30)
+    limits = ConnectionLimits(settings.header_timeout_s, settings.max_connections)
+    http = protocol_class(limits, request.param)
+    started = ServerThread(app, settings, http=http, timeout_keep_alive=KEEP_ALIVE_S).start()
+    yield started.port
+    started.stop()
+
+
+def _answer(sock: socket.socket, path: bytes) -> bytes:
+    sock.sendall(b"GET " + path + b" HTTP/1.1\r\nhost: x\r\n\r\n")
+    received = b""
+    while not received.endswith(path):
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed before the answer"
+        received += chunk
+    return received
+
+
+def test_an_idle_connection_closes_after_the_keep_alive_timeout(keep_alive_server: int) -> None:
+    with socket.create_connection(("127.0.0.1", keep_alive_server), timeout=10) as sock:
+        assert _answer(sock, b"/a").startswith(b"HTTP/1.1 200")
+        assert sock.recv(65536) == b""  # closed without a word, long before a 408 (30 s)
+
+
+def test_a_connection_in_use_outlives_the_keep_alive_timeout(keep_alive_server: int) -> None:
+    with socket.create_connection(("127.0.0.1", keep_alive_server), timeout=10) as sock:
+        for step in range(8):  # 8 gaps of a third of the timeout: longer than it in all
+            assert _answer(sock, b"/step%d" % step).startswith(b"HTTP/1.1 200")
+            time.sleep(KEEP_ALIVE_S / 3)
+        # A request that takes longer than the timeout is answered, then the wait restarts.
+        assert _answer(sock, b"/slow").startswith(b"HTTP/1.1 200")
+        assert _answer(sock, b"/b").startswith(b"HTTP/1.1 200")
+        assert sock.recv(65536) == b""
