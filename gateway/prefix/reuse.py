@@ -138,7 +138,7 @@ class SegmentReuse:
         after the headers were taken from it, for `build_record`.
         """
         if not keep_parsed:
-            self._forget_parsed(key)  # this request may change them: the next parses whole
+            self.forget_parsed(key)  # this request may change them: the next parses whole
         survey = self._survey(key, raw, last=True)
         seen, value_start, match = survey.seen, survey.value_start, survey.match
         messages = body.get("messages")
@@ -230,7 +230,9 @@ class SegmentReuse:
             if seen is not None and seen.raw is raw:
                 self._seen[key] = dataclasses.replace(seen, record=record)
 
-    def _forget_parsed(self, key: str) -> None:
+    def forget_parsed(self, key: str) -> None:
+        """Drop the parsed messages kept for `key`: a request of it sends them where they
+        may be changed (litellm), so the next step parses its own."""
         with self._lock:
             seen = self._seen.get(key)
             if seen is not None and seen.parsed is not None:
