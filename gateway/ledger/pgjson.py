@@ -24,7 +24,7 @@ import orjson
 from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql
 
-from gateway.ledger.spool import money_text
+from gateway.ledger.records import money_text
 
 Rows = list[tuple[Any, ...]]
 

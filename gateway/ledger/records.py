@@ -8,6 +8,7 @@ so a record read back from the spool equals the one written, to the last digit.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -36,6 +37,13 @@ OPEN = "open"
 ABANDONED = "abandoned"
 UNTASKED = "untasked"  # the status of a request without a task id, from its first row
 MAX_OUTCOME_LENGTH = 64
+
+
+money_text: Callable[[Decimal], str] = Decimal.__str__
+"""orjson's fallback for what it cannot encode natively: a Decimal, as `to_json` writes it.
+
+The C method itself, not a Python function calling it (six or seven calls a row): it
+raises TypeError for anything but a Decimal, which orjson reports as not serializable."""
 
 
 def utcnow() -> datetime:

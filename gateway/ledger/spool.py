@@ -24,14 +24,13 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 
 import orjson
 
-from gateway.ledger.records import LedgerEntry, RequestRecord, TaskFinish, utcnow
+from gateway.ledger.records import LedgerEntry, RequestRecord, TaskFinish, money_text, utcnow
 from gateway.ledger.refusal import Refusal
 from gateway.settings import default_data_dir
 
@@ -57,13 +56,6 @@ class Segment:
     path: Path
     entries: int
     refused: tuple[Refusal, ...] = ()
-
-
-money_text: Callable[[Decimal], str] = Decimal.__str__
-"""orjson's fallback for what it cannot encode natively: a Decimal, as `to_json` writes it.
-
-The C method itself, not a Python function calling it (six or seven calls a row): it
-raises TypeError for anything but a Decimal, which orjson reports as not serializable."""
 
 
 def encode(entry: LedgerEntry) -> bytes:
@@ -95,13 +87,22 @@ def rejected_line(refusal: Refusal) -> bytes:
     return json.dumps(item, ensure_ascii=True, default=str).encode("ascii") + b"\n"
 
 
+def encode_line(entry: LedgerEntry) -> bytes | str:
+    """The entry's spool line, or why JSON cannot carry it (it is then refused alone)."""
+    try:
+        return encode(entry)
+    except TypeError as exc:  # orjson.JSONEncodeError: e.g. "surrogates not allowed"
+        return f"not encodable as JSON: {exc}"
+
+
 def encode_into(entries: Sequence[LedgerEntry], lines: list[bytes], refused: list[Refusal]) -> None:
     """Encode each entry; one JSON cannot carry is refused alone, not with its batch."""
     for entry in entries:
-        try:
-            lines.append(encode(entry))
-        except TypeError as exc:  # orjson.JSONEncodeError: e.g. "surrogates not allowed"
-            refused.append(Refusal(f"not encodable as JSON: {exc}", entry))
+        line = encode_line(entry)
+        if isinstance(line, bytes):
+            lines.append(line)
+        else:
+            refused.append(Refusal(line, entry))
 
 
 class Spool:
@@ -124,10 +125,10 @@ class Spool:
         return self.write_encoded(lines, refused)
 
     def write_encoded(self, lines: list[bytes], refused: list[Refusal]) -> Segment:
-        """Write lines `encode_into` made as a new segment (and its refusals to `rejected/`).
+        """Write lines `encode_line` made as a new segment (and its refusals to `rejected/`).
 
-        The writer encodes on the event loop, a slice at a time, and hands only this to a
-        thread: file writes and fsyncs, which let go of the interpreter lock.
+        The writer encodes each entry when it is queued, on the event loop, and hands only
+        this to a thread: file writes and fsyncs, which let go of the interpreter lock.
         """
         self.directory.mkdir(parents=True, exist_ok=True)
         name = f"{time.time_ns():020d}-{self._token}-{next(self._counter):06d}{SEGMENT_SUFFIX}"

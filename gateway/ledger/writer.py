@@ -29,7 +29,6 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.ledger import store
-from gateway.ledger.batch import SLICE_ROWS, pause
 from gateway.ledger.records import FinishedTask, LedgerEntry, RequestRecord, TaskFinish, utcnow
 from gateway.ledger.refusal import Refusal, Salvage, apply_salvaging
 from gateway.ledger.spool import (
@@ -38,7 +37,7 @@ from gateway.ledger.spool import (
     Segment,
     Spool,
     default_spool_dir,
-    encode_into,
+    encode_line,
 )
 
 logger = logging.getLogger(__name__)
@@ -100,7 +99,9 @@ class LedgerWriter:
         self.config = config or WriterConfig()
         self.on_task_finished = on_task_finished
         self.spool = Spool(self.config.spool_dir)
-        self._pending: deque[LedgerEntry] = deque()
+        # Each entry with its spool line, encoded when it is queued (a few microseconds on
+        # the request's own time, not a burst per flush), or why JSON cannot carry it.
+        self._pending: deque[tuple[LedgerEntry, bytes | str]] = deque()
         self._segments: deque[Segment] = deque()
         # What this process wrote to each recent segment, so applying it needs no re-read
         # and decode of the file (a few per cent of a request's CPU); bounded, and dropped
@@ -171,7 +172,7 @@ class LedgerWriter:
         if len(self._pending) >= self.config.max_pending:
             self._pending.popleft()
             self.records_dropped += 1
-        self._pending.append(entry)
+        self._pending.append((entry, encode_line(entry)))
 
     async def start(self) -> None:
         """Adopt the spool a previous process left, then start the background loops."""
@@ -261,22 +262,24 @@ class LedgerWriter:
                 self._writing = 0
             self._count_refused(segment.refused)
             if not segment.refused and len(self._written) < KEPT_SEGMENTS:
-                self._written[segment.path] = batch
+                self._written[segment.path] = [entry for entry, _ in batch]
             self._segments.append(segment)
             self._spooled.set()
             return True
 
-    async def _write_segment(self, batch: list[LedgerEntry]) -> Segment:
-        """Encode on the loop a slice at a time; only the file's I/O goes to a thread.
+    async def _write_segment(self, batch: list[tuple[LedgerEntry, bytes | str]]) -> Segment:
+        """Write the lines encoded at submit; only the file's I/O goes to a thread.
 
-        Encoding in a worker thread held the interpreter lock for up to a switch interval
-        (1 ms in the server) at a time, at every wake-up of the loop meanwhile.
+        Encoding a whole batch in a worker thread held the interpreter lock for up to a
+        switch interval (1 ms in the server) at a time, at every wake-up of the loop.
         """
         lines: list[bytes] = []
         refused: list[Refusal] = []
-        for start in range(0, len(batch), SLICE_ROWS):
-            encode_into(batch[start : start + SLICE_ROWS], lines, refused)
-            await pause()
+        for entry, line in batch:
+            if isinstance(line, bytes):
+                lines.append(line)
+            else:
+                refused.append(Refusal(line, entry))
         return await asyncio.to_thread(self.spool.write_encoded, lines, refused)
 
     async def _drain_loop(self) -> None:
