@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 from starlette.responses import Response
@@ -20,6 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.errors import FareboxError
 
 _END: Message = {"type": "http.response.body", "body": b"", "more_body": False}
+_CONTENT_TYPE = (b"content-type", b"text/event-stream; charset=utf-8")  # as Starlette's
 
 
 class BookedStream:
@@ -28,8 +29,22 @@ class BookedStream:
     _body: AsyncGenerator[bytes, None] | None = None
     settling = False
     """Set by `_run` when its body is over and it books: a disconnect no longer cancels it."""
+    _scope_type: ClassVar[type[anyio.CancelScope] | None] = None
     on_wait: Callable[[], None] | None = None
     """Set by the response: called (once) before the body first waits on its upstream."""
+
+    def _shield(self) -> anyio.CancelScope:
+        """`anyio.CancelScope(shield=True)`, from the running backend's class, found once.
+
+        `anyio.CancelScope()` asks sniffio which library runs the loop on every call (about
+        as much again as the scope itself); the loop never changes while the app is served.
+        """
+        scope_type = BookedStream._scope_type
+        if scope_type is not None:
+            return scope_type(shield=True)
+        made = anyio.CancelScope(shield=True)
+        BookedStream._scope_type = type(made)
+        return made
 
     def _will_wait(self) -> None:
         """Before a wait on the upstream: from now on, a client who leaves stops the body."""
@@ -78,7 +93,11 @@ class BookedStreamResponse(Response):
     def __init__(self, body: BookedStream, headers: dict[str, str]) -> None:
         self.status_code = 200
         self.background = None
-        self.init_headers(headers)
+        # Starlette's `init_headers`, for this response: no body to measure, one media type.
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        if all(name != b"content-type" for name, _ in raw):
+            raw.append(_CONTENT_TYPE)
+        self.raw_headers = raw
         self._booked = body
         self._left = False  # the client left and the body was cancelled for it
         self._watcher: asyncio.Task[None] | None = None  # started by the body's first wait

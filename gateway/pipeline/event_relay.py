@@ -19,7 +19,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-import anyio
 import orjson
 
 from gateway.errors import FareboxError, UpstreamProtocolError, UpstreamUnreachableError
@@ -136,7 +135,7 @@ class EventRelay(BookedStream):
             # A disconnect cancels this generator's scope; the clean-up and the booking of
             # what was already spent must still run to the end.
             self.settling = True
-            with anyio.CancelScope(shield=True):
+            with self._shield():
                 await self._settle(error, cancelled)
 
     async def _take(self) -> list[Relayed]:

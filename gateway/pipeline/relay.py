@@ -20,8 +20,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
-import anyio
-
 from gateway.errors import (
     FareboxError,
     UpstreamProtocolError,
@@ -131,7 +129,7 @@ class Relay(BookedStream):
             # A disconnect cancels this generator's scope; the clean-up and the booking of
             # what was already spent must still run to the end.
             self.settling = True
-            with anyio.CancelScope(shield=True):
+            with self._shield():
                 await self._settle(error, cancelled)
 
     def _opening(self) -> list[bytes]:

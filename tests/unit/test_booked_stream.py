@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from starlette.responses import Response
+
 from gateway.errors import FareboxError
 from gateway.pipeline.booked_stream import BookedStream, BookedStreamResponse
 
@@ -104,3 +106,15 @@ async def test_a_client_who_leaves_while_the_stream_waits_stops_it_booked_once()
     assert not response.cancelled()
     assert client.body() == b"data: 1\n\n" and body.booked == [True]
     assert client.sent[-1]["more_body"] is True  # no end was sent to nobody
+
+
+def test_the_response_head_is_starlettes() -> None:
+    """Its headers are built without Starlette's `init_headers`, to the same bytes."""
+
+    class Starlette(Response):
+        media_type = "text/event-stream"
+
+    for headers in ({}, {"x-request-id": "r1", "X-Task-Id": "t é"}, {"Content-Type": "x/y"}):
+        reference = Starlette(headers=headers)
+        reference.raw_headers = [h for h in reference.raw_headers if h[0] != b"content-length"]
+        assert BookedStreamResponse(Body([]), headers).raw_headers == reference.raw_headers
