@@ -310,24 +310,35 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
         _labels(metrics, metrics.clamps, model=model, rule=rule[:64]).inc()
 
 
+def _prefix_series(metrics: Metrics, model: str, *, judged: bool) -> tuple[Any, ...]:
+    """The model's prefix-check duration child, and with `judged` its expected, actual and
+    lost children after it; one lookup (the key is built from constants, not the metrics)."""
+    children = _CHILDREN.get(metrics)
+    if children is None:
+        children = _CHILDREN.setdefault(metrics, {})
+    key = (_PREFIX_JUDGED if judged else _PREFIX_CHECKED, model)
+    found = children.get(key)
+    if found is None:
+        named = (metrics.prefix_check, metrics.prefix_expected, metrics.prefix_actual)
+        found = _by_name(metrics, model, (*named, metrics.prefix_lost) if judged else named[:1])
+        if len(children) >= MAX_CHILDREN:
+            children.clear()
+        children[key] = found
+    return found
+
+
+_PREFIX_CHECKED, _PREFIX_JUDGED = object(), object()  # keys of `_prefix_series` bundles
+
+
 def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
     outcome = ctx.prefix
     if outcome is None:
         return
     judged = outcome.verdict
     if judged is None:
-        (check,) = _by_name(metrics, model, (metrics.prefix_check,))
+        check = _prefix_series(metrics, model, judged=False)[0]
     else:  # one lookup for the four series a judged request reads
-        check, expected, actual, lost = _by_name(
-            metrics,
-            model,
-            (
-                metrics.prefix_check,
-                metrics.prefix_expected,
-                metrics.prefix_actual,
-                metrics.prefix_lost,
-            ),
-        )
+        check, expected, actual, lost = _prefix_series(metrics, model, judged=True)
     check.observe(outcome.check_seconds)
     if outcome.check.unscanned:
         _labels(metrics, metrics.prefix_unscanned, model=model).inc(len(outcome.check.unscanned))
@@ -348,6 +359,8 @@ def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
 
 def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> None:
     timings = ctx.timings
+    if timings.first_token is None and timings.first_answer_token is None:
+        return  # a whole reply: no token was seen arrive, so no latency to observe
     assert ctx.route is not None
     where = (backend_of(ctx.route), ctx.tier_served or "standard")  # as farebox_requests_total
     ttft = timings.ms_since_sent(timings.first_token)
