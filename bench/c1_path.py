@@ -25,6 +25,10 @@ alias renamed to the mock's model, SQLite ledger). Each round loads the mock dir
 - `--gc`: the cyclic collector's collections per 1,000 requests by generation and its
   longest pause (gc.callbacks installed by the launcher).
 
+`--src DIR::NAME=VALUE` runs a tree with its own environment: e.g.
+`FAREBOX_LEDGER_FLUSH_INTERVAL=1000` (no ledger flush during the run) or `C1_GC_OFF=1`
+(the cyclic collector disabled), to see what each adds to `busy_p99`.
+
 One JSON line per tree and round, then a summary.
 """
 
@@ -54,6 +58,9 @@ import sys, os
 sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '')
                     and 'editable' not in getattr(f, '__name__', '')]
 sys.path.insert(0, sys.argv.pop(1))
+if os.environ.get('C1_GC_OFF'):  # `--src DIR::C1_GC_OFF=1`: no cyclic collection at all
+    import gc
+    gc.disable()
 log = os.environ.get('C1_GC_LOG')
 if log:
     import atexit, gc, json, time
