@@ -8,6 +8,13 @@ money strings (what a reply's `usage.cost` and headers render) and a ledger row.
 request is bench/pipeline_cpu.py's (one user message, an alias renamed upstream).
 `--src` imports the gateway from another checkout (an A/B of two trees). Prints one JSON
 object of microseconds per call.
+
+`--stages` times the pipeline's stages instead, on a real request's context: it builds the
+app as bench/pipeline_inproc.py does (its lifespan, the perf floor's mock on core 0, this
+process on core 1), sends it 50 of that bench's requests (`json.dumps`' rendering, as
+loadgen sends them), keeps the last one's context, meter and reply, and calls each stage
+on them again (`identify`, `apply_policy`, `_build_call`, the meter, pricing, the ledger
+row, the metrics, `usage.cost`, the response headers, ...): best of five rounds of `n`.
 """
 
 from __future__ import annotations
@@ -48,8 +55,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", help="import the gateway from this checkout")
     parser.add_argument("-n", type=int, default=20000)
+    parser.add_argument("--stages", action="store_true", help="the stages of a real request")
     args = parser.parse_args()
     use_checkout(args.src)
+    if args.stages:
+        print(json.dumps(_stages(args.n)))
+        return
     from decimal import Decimal
 
     import gateway
@@ -84,6 +95,115 @@ def main() -> None:
     }
     result = {name: _best(call, args.n) for name, call in parts.items()}
     print(json.dumps({"gateway": gateway.__file__, "us_per_call": result}))
+
+
+def _stages(n: int) -> dict[str, Any]:
+    """Microseconds per call of each stage, on the context of a real request (see above)."""
+    import asyncio
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pipeline_inproc as inproc
+
+    floor = Path(
+        os.environ.get("FAREBOX_PERF_FLOOR") or inproc.ROOT.parent / "shared" / "perf-floor"
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    mock_cmd = [sys.executable, str(floor / "mock_upstream.py"), "--port", str(port)]
+    mock = subprocess.Popen(["taskset", "-c", "0", *mock_cmd], stdout=subprocess.DEVNULL)
+    try:
+        os.sched_setaffinity(0, {1})
+        for _ in range(400):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        return asyncio.run(_time_stages(inproc, port, n))
+    finally:
+        mock.terminate()
+        mock.wait(10)
+
+
+async def _time_stages(inproc: Any, port: int, n: int) -> dict[str, Any]:
+    import copy
+    import tempfile
+    from pathlib import Path
+
+    import gateway
+    import gateway.pipeline.chat as chat
+    from gateway.api.chat import _headers as request_headers
+    from gateway.app import create_app
+    from gateway.pipeline.context import BodyEdits, RequestContext
+    from gateway.pipeline.finish import _judge_prefix, settle
+    from gateway.pipeline.identify import identify
+    from gateway.pipeline.measure import Meter
+    from gateway.pipeline.policy import apply_policy, facts_of
+    from gateway.pipeline.price import price_usage
+    from gateway.pipeline.record import BookedCost, booked_cost, ledger_record, observe_metrics
+    from gateway.pipeline.respond import cost_headers, with_cost
+    from gateway.settings import Settings
+
+    kept: dict[str, Any] = {}
+    finish, reply_cost = chat.finish, chat.with_cost
+
+    async def keep_finish(ctx: Any, meter: Any, services: Any, **kwargs: Any) -> None:
+        await finish(ctx, meter, services, **kwargs)
+        kept.update(ctx=copy.copy(ctx), meter=meter, services=services)  # before its release
+
+    def keep_reply(payload: Any, raw: bytes, ctx: Any) -> bytes:
+        kept.update(payload=payload, raw=raw)
+        return reply_cost(payload, raw, ctx)
+
+    data = Path(tempfile.mkdtemp(prefix="farebox-stages-"))
+    (data / "config.yaml").write_text(inproc.PLAIN.format(port=port))
+    app = create_app(Settings(data_dir=data, config=data / "config.yaml", log_level="warning"))
+    async with app.router.lifespan_context(app) as given:
+        state = dict(given or {})
+        chat.finish, chat.with_cost = keep_finish, keep_reply
+        try:
+            await inproc._round(app, state, 50, 1, False)
+        finally:
+            chat.finish, chat.with_cost = finish, reply_cost
+        ctx, meter, services = kept["ctx"], kept["meter"], kept["services"]
+        payload, raw = kept["payload"], kept["raw"]
+        config, prices = services.config, services.prices
+        edits = ctx.edits
+
+        def policy() -> Any:
+            ctx.edits = BodyEdits(dict(edits.set_fields), set(edits.remove))
+            return apply_policy(ctx, config, prices)
+
+        booked = booked_cost(ctx)
+        scope = inproc._scope(state, raw)
+        stages: dict[str, Any] = {
+            "for_request": services.for_request,
+            "request_headers": lambda: request_headers(scope),
+            "context": lambda: RequestContext(raw_body=raw, headers={}, request_id="r"),
+            "identify": lambda: identify(ctx),
+            "facts_of": lambda: facts_of(ctx, ctx.alias),
+            "apply_policy": policy,
+            "edits_copy": edits.copy,
+            "build_call": lambda: chat._build_call(ctx, services),
+            "observe_reply": lambda: Meter().observe_reply(payload),
+            "settle": lambda: settle(ctx, meter, None, False),
+            "price_usage": lambda: price_usage(
+                ctx, meter.usage, prices, config.price_key(ctx.alias)
+            ),
+            "booked_cost_of": lambda: BookedCost.of(ctx.cost),
+            "judge_prefix": lambda: _judge_prefix(ctx, services),
+            "ledger_record": lambda: ledger_record(ctx, booked),
+            "observe_metrics": lambda: observe_metrics(services.metrics, ctx, booked),
+            "with_cost": lambda: with_cost(payload, raw, ctx),
+            "reply_headers": lambda: chat._headers(ctx) | cost_headers(ctx),
+        }
+        result = {name: _best(call, n) for name, call in stages.items()}
+    return {"gateway": gateway.__file__, "us_per_call": result}
 
 
 if __name__ == "__main__":
