@@ -9,6 +9,11 @@ sends it with one task id (`--task-prefix bench-agent --tasks 1`), as `bench/hot
 does: so the prefix check runs against the task's previous request. Only Farebox is loaded
 (`--with-minproxy` adds the floor).
 
+`--inproc [--mode agent|fresh] [-n 100] [--src CHECKOUT]` sends the 1 MB request through
+the real app in this process (its lifespan, every middleware, the mock upstream): CPU and
+garbage collections per request (see `inproc`). `--stages N [--mode agent|fresh|split]`
+runs the 1 MB stages N times for callgrind (see `stages`).
+
 `--parts [--src CHECKOUT] [-n 200]` times instead, in this process with
 `time.process_time` (all its threads: a hop to a worker thread counts), the stages a 1 MB
 body is heavy in (see `parts`): the parse, the history read, the prefix check of each
@@ -283,8 +288,75 @@ def inproc(src: str | None, n: int, mode: str, rounds: int = 5) -> dict[str, Any
         mock.terminate()
 
 
+def stages(src: str | None, n: int, mode: str) -> None:
+    """Run `n` requests' 1 MB stages in this process, for an instruction count.
+
+    `agent` or `fresh`: `parse_request` (with the prefix checker's reuse), the history
+    read, the prefix check (a task's, for `agent`) and `remember`, as `parts` times them;
+    `split`: `split_request` of the fresh prompt alone. Three unmeasured requests come
+    first. Under callgrind the difference between two values of `n` is what `n` requests
+    cost, start-up and imports left out:
+
+        valgrind --tool=callgrind --callgrind-out-file=/dev/null python bench/agent_step.py \
+            --stages 0 --mode agent   # then --stages 10: (second - first) / 10
+    """
+    import asyncio
+    import inspect
+
+    from checkout import use_checkout
+
+    use_checkout(src)
+    from gateway.pipeline import prefix as stage
+    from gateway.pipeline.context import RequestContext
+    from gateway.pipeline.parse import parse_request
+    from gateway.prefix import PrefixChecker, rule_for, split_request
+    from gateway.state.memory import MemoryState
+
+    history = write_history(Path(tempfile.mkdtemp(prefix="agent-stages-")) / "h.json")
+    loaded = json.loads(history.read_text())
+    messages = json.dumps(loaded, separators=(",", ":"), ensure_ascii=False).encode()[1:-1]
+
+    def body(i: int) -> bytes:
+        last = json.dumps({"role": "user", "content": f"Next step {i}: continue."}).encode()
+        mark = str(i).encode() if mode != "agent" else b"0"
+        msgs = messages.replace("§N§".encode(), mark) + b"," + last
+        return b'{"model":"bench-gpt","messages":[' + msgs + b'],"max_tokens":64}'
+
+    rule, checker, state = rule_for("openai"), PrefixChecker(), MemoryState()
+    if mode == "split":
+        parsed = json.loads(body(0))
+        for _ in range(n + 3):
+            split_request(parsed, rule)
+        return
+    loop = asyncio.new_event_loop()
+    params = inspect.signature(PrefixChecker.check).parameters
+    keys = (
+        ["task:t", "caller:anonymous:bench-gpt"]
+        if mode == "agent"
+        else ["caller:anonymous:bench-gpt"]
+    )
+    for raw in [body(i) for i in range(n + 3)]:
+        ctx = RequestContext(raw_body=raw, headers={"x-task-id": "t"} if mode == "agent" else {})
+        loop.run_until_complete(parse_request(ctx, checker.reuse))
+        records = [stage._record_of(d) for d in loop.run_until_complete(state.prefix_history(keys))]
+        extra: dict[str, Any] = {}
+        if mode == "agent" and ctx.request is not None:
+            extra = {"raw": raw, "reuse_key": "task:t", "validated": ctx.request.messages}
+            if "keep_parsed" in params:
+                extra["keep_parsed"] = True
+        check = checker.check(ctx.body, rule, records, **extra)
+        outcome = stage.PrefixOutcome(check, "openai", keys)
+        loop.run_until_complete(stage.remember(outcome, state))
+        del ctx, records, check, outcome
+
+
 def main() -> None:
     argv = sys.argv[1:]
+    if "--stages" in argv:
+        src = argv[argv.index("--src") + 1] if "--src" in argv else None
+        mode = argv[argv.index("--mode") + 1] if "--mode" in argv else "agent"
+        stages(src, int(argv[argv.index("--stages") + 1]), mode)
+        return
     if "--inproc" in argv:
         src = argv[argv.index("--src") + 1] if "--src" in argv else None
         n = int(argv[argv.index("-n") + 1]) if "-n" in argv else 100
