@@ -74,15 +74,17 @@ class Plan:
     statements: list[Statement]  # the task upsert's and the rollups'
     times: TimeText = field(default_factory=lambda: TimeText())
     json: str | None = None  # asyncpg: the request rows as one JSON text (see pgjson)
+    step: int = SLICE_ROWS  # records between two yields to the loop
 
 
-async def plan(dialect: Dialect, entries: Sequence[LedgerEntry]) -> Plan:
-    """Split `entries`, drop repeated ids, build every statement's rows (a slice at a time)."""
+async def plan(dialect: Dialect, entries: Sequence[LedgerEntry], step: int = SLICE_ROWS) -> Plan:
+    """Split `entries`, drop repeated ids, build every statement's rows, `step` records at
+    a time (a writer that has fallen behind takes larger slices, fewer turns of the loop)."""
     by_id: dict[str, RequestRecord] = {}
     finishes: list[TaskFinish] = []
     requests = 0
-    for start in range(0, len(entries), SLICE_ROWS * 8):
-        for entry in entries[start : start + SLICE_ROWS * 8]:
+    for start in range(0, len(entries), step * 8):
+        for entry in entries[start : start + step * 8]:
             if isinstance(entry, RequestRecord):
                 requests += 1
                 by_id.setdefault(entry.id, entry)
@@ -91,12 +93,12 @@ async def plan(dialect: Dialect, entries: Sequence[LedgerEntry]) -> Plan:
         await pause()
     records = list(by_id.values())
     times = TimeText()
-    rows = await _request_rows(dialect, records, times)
-    statements = await derived(dialect, records, times)
+    rows = await _request_rows(dialect, records, times, step)
+    statements = await derived(dialect, records, times, step)
     json = None
     if _json_rows(dialect) and pgjson.finite(rows, _DECODE_TPS):
-        json = await _json(rows)
-    return Plan(records, rows, requests, finishes, statements, times, json)
+        json = await _json(rows, step)
+    return Plan(records, rows, requests, finishes, statements, times, json, step)
 
 
 _DECODE_TPS = store._REQUEST_COLUMNS.index("decode_tps")
@@ -107,32 +109,34 @@ def _json_rows(dialect: Dialect) -> bool:
     return dialect.name == "postgresql" and dialect.driver == "asyncpg"
 
 
-async def _json(rows: Rows) -> str | None:
+async def _json(rows: Rows, step: int) -> str | None:
     """The rows as one JSON array, encoded a slice at a time; None if JSON cannot carry
     them (a lone surrogate: the typed parameters then meet the driver's own refusal)."""
     parts = []
-    for start in range(0, len(rows), SLICE_ROWS * 2):
+    for start in range(0, len(rows), step * 2):
         try:
-            parts.append(pgjson.encode_rows(rows[start : start + SLICE_ROWS * 2]))
+            parts.append(pgjson.encode_rows(rows[start : start + step * 2]))
         except orjson.JSONEncodeError:
             return None
         await pause()
     return pgjson.json_text(parts)
 
 
-async def _request_rows(dialect: Dialect, records: list[RequestRecord], times: TimeText) -> Rows:
+async def _request_rows(
+    dialect: Dialect, records: list[RequestRecord], times: TimeText, step: int
+) -> Rows:
     """The request rows: on SQLite encoded as `store._insert_sqlite` encodes them."""
     rows: Rows = []
     if dialect.name != "sqlite":
-        for start in range(0, len(records), SLICE_ROWS * 4):
-            rows += map(store._request_values, records[start : start + SLICE_ROWS * 4])
+        for start in range(0, len(records), step * 4):
+            rows += map(store._request_values, records[start : start + step * 4])
             await pause()
         return rows
     encoders = store._sqlite_request_encoders(dialect)
     created_at = store._REQUEST_COLUMNS.index("created_at")
     encoders = tuple(item for item in encoders if item[0] != created_at)
-    for start in range(0, len(records), SLICE_ROWS):
-        for record in records[start : start + SLICE_ROWS]:
+    for start in range(0, len(records), step):
+        for record in records[start : start + step]:
             values = list(store._request_values(record))
             for position, encode in encoders:
                 values[position] = encode(values[position])
@@ -143,19 +147,19 @@ async def _request_rows(dialect: Dialect, records: list[RequestRecord], times: T
 
 
 async def derived(
-    dialect: Dialect, records: list[RequestRecord], times: TimeText
+    dialect: Dialect, records: list[RequestRecord], times: TimeText, step: int
 ) -> list[Statement]:
     """The task upsert's rows and the six rollup upserts' rows for `records`."""
     if not records:
         return []
-    statements = [await _task_rows(dialect, records, times)]
+    statements = [await _task_rows(dialect, records, times, step)]
     groups: dict[tuple[Any, ...], rollup._Group] = {}
-    for start in range(0, len(records), SLICE_ROWS):
-        rollup.group_into(groups, records[start : start + SLICE_ROWS])
+    for start in range(0, len(records), step):
+        rollup.group_into(groups, records[start : start + step])
         await pause()
     for group in groups.values():
-        for start in range(0, len(group.records), SLICE_ROWS * 2):
-            group.add(group.records[start : start + SLICE_ROWS * 2])
+        for start in range(0, len(group.records), step * 2):
+            group.add(group.records[start : start + step * 2])
             await pause()
     for prepared, rows in rollup.statements(dialect, groups):
         statements.append((prepared.sql, rows))
@@ -163,7 +167,9 @@ async def derived(
     return statements
 
 
-async def _task_rows(dialect: Dialect, records: list[RequestRecord], times: TimeText) -> Statement:
+async def _task_rows(
+    dialect: Dialect, records: list[RequestRecord], times: TimeText, step: int
+) -> Statement:
     """One row per task, sorted by task id; a task with one record in the batch (every
     request without a task id) straight from the record, without a dict."""
     prepared = prepare(dialect, store._task_upsert(dialect.name), TASK_KEYS)
@@ -171,8 +177,8 @@ async def _task_rows(dialect: Dialect, records: list[RequestRecord], times: Time
     counts = Counter(record.task_id for record in records)
     rows: Rows = []
     grouped: dict[str, list[RequestRecord]] = {}
-    for start in range(0, len(records), SLICE_ROWS):
-        for record in records[start : start + SLICE_ROWS]:
+    for start in range(0, len(records), step):
+        for record in records[start : start + step]:
             if counts[record.task_id] == 1:
                 rows.append(single(record))
             else:
@@ -182,7 +188,7 @@ async def _task_rows(dialect: Dialect, records: list[RequestRecord], times: Time
         rows += prepared.tuples([store._task_delta(group) for group in grouped.values()])
     rows.sort(key=itemgetter(prepared.names.index("task_id")))
     if _json_rows(dialect):  # one JSON text, not a row of 22 parameters per task
-        json = await _json(rows)
+        json = await _json(rows, step)
         if json is not None:
             tail = pgjson.conflict_tail(prepared.sql)
             return pgjson.insert_sql(store.TASKS, prepared.names, tail), [(json,)]
@@ -285,7 +291,7 @@ async def _apply_asyncpg(connection: AsyncConnection, plan: Plan) -> list[Reques
     statements = plan.statements
     if len(written_ids) != len(records):  # a replay: add only what was written
         records = [record for record in records if record.id in written_ids]
-        statements = await derived(connection.dialect, records, plan.times)
+        statements = await derived(connection.dialect, records, plan.times, plan.step)
     for sql, rows in statements:
         await connection.exec_driver_sql(sql, rows)
     return records
@@ -307,7 +313,7 @@ async def _apply_sqlite(connection: AsyncConnection, plan: Plan) -> list[Request
         records, rows = [records[i] for i in kept], [rows[i] for i in kept]
         if not records:
             return []
-        statements = await derived(connection.dialect, records, plan.times)
+        statements = await derived(connection.dialect, records, plan.times, plan.step)
 
 
 async def _in_sqlite_thread(

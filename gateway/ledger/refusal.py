@@ -99,23 +99,27 @@ def refusal_reason(exc: BaseException) -> str | None:
     return None
 
 
-async def apply_salvaging(engine: AsyncEngine, entries: Sequence[LedgerEntry]) -> Salvage:
+async def apply_salvaging(
+    engine: AsyncEngine, entries: Sequence[LedgerEntry], step: int = batch.SLICE_ROWS
+) -> Salvage:
     """Apply `entries`, setting aside only those the database refuses for good.
 
     Raises the first transient error; what committed before it replays harmlessly.
     """
     salvage = Salvage()
-    await _apply_part(engine, entries, salvage)
+    await _apply_part(engine, entries, salvage, step)
     return salvage
 
 
-async def _apply_part(engine: AsyncEngine, entries: Sequence[LedgerEntry], into: Salvage) -> None:
+async def _apply_part(
+    engine: AsyncEngine, entries: Sequence[LedgerEntry], into: Salvage, step: int
+) -> None:
     """Apply `entries` in one transaction; on a permanent refusal, bisect."""
     if not entries:
         return
     try:
         # Built before the transaction, on the loop a slice at a time (gateway.ledger.batch).
-        plan = await batch.plan(engine.dialect, entries)
+        plan = await batch.plan(engine.dialect, entries, step)
         async with engine.begin() as connection:
             part = await batch.apply(connection, plan)
     except Exception as exc:  # classified below; a transient error is re-raised
@@ -126,8 +130,8 @@ async def _apply_part(engine: AsyncEngine, entries: Sequence[LedgerEntry], into:
             into.refused.append(Refusal(reason, entries[0]))
             return
         middle = len(entries) // 2
-        await _apply_part(engine, entries[:middle], into)
-        await _apply_part(engine, entries[middle:], into)
+        await _apply_part(engine, entries[:middle], into, step)
+        await _apply_part(engine, entries[middle:], into, step)
         return
     into.result.inserted += part.inserted
     into.result.duplicates += part.duplicates

@@ -29,6 +29,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.ledger import store
+from gateway.ledger.batch import SLICE_ROWS
 from gateway.ledger.records import FinishedTask, LedgerEntry, RequestRecord, TaskFinish, utcnow
 from gateway.ledger.refusal import Refusal, Salvage, apply_salvaging
 from gateway.ledger.spool import (
@@ -44,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 KEPT_SEGMENTS = 16
 """Segments whose entries stay in memory until applied (a segment is one flush interval)."""
+MAX_SLICE_FACTOR = 8
+"""A backlog of n segments plans n x `SLICE_ROWS` records between yields, up to this many."""
 
 OnTaskFinished = Callable[[str, str, Decimal], None]
 """Called as `(team, outcome, cost_total)` once per task that leaves `open`."""
@@ -340,7 +343,9 @@ class LedgerWriter:
         # The file gone means another process applied it (a sibling worker's replay).
         if kept is None or not segment.path.exists():
             entries, corrupt = await asyncio.to_thread(self.spool.load, segment)
-        salvage = await apply_salvaging(self.engine, entries)
+        # Behind (segments waiting), larger slices: fewer turns of a busy loop per row.
+        step = SLICE_ROWS * min(len(self._segments), MAX_SLICE_FACTOR)
+        salvage = await apply_salvaging(self.engine, entries, step)
         salvage.refused[:0] = corrupt
         return salvage
 
