@@ -147,13 +147,16 @@ def parts(src: str | None, n: int) -> dict[str, float]:
     return out
 
 
-def inproc(src: str | None, n: int, mode: str, rounds: int = 5) -> dict[str, Any]:
+def inproc(
+    src: str | None, n: int, mode: str, rounds: int = 5, threshold: int = 0
+) -> dict[str, Any]:
     """ms of CPU per 1 MB request through the real app in this process (no HTTP server).
 
     bench/pipeline_inproc.py's setup (the app and its lifespan, the perf floor's mock on
     core 0, this process on core 1, bench/hotpath.py's configuration), sending loadgen's
     1 MB agent step (one task id) or fresh prompt. Also counts the garbage collector's
     passes per request and the time they took (`gc.callbacks`). Median of `rounds`.
+    `threshold` (`--gc-threshold N`): the collector's gen-0 threshold once the app is up.
     """
     import asyncio
     import gc
@@ -224,6 +227,8 @@ def inproc(src: str | None, n: int, mode: str, rounds: int = 5) -> dict[str, Any
         passes: list[float] = []
         spent: list[float] = []
         async with app.router.lifespan_context(app) as given:
+            if threshold:  # what a serving process's higher gen-0 threshold would save
+                gc.set_threshold(threshold, *gc.get_threshold()[1:])
             state = dict(given or {})
             statuses: list[int] = []
             for i in range(20):
@@ -361,7 +366,8 @@ def main() -> None:
         src = argv[argv.index("--src") + 1] if "--src" in argv else None
         n = int(argv[argv.index("-n") + 1]) if "-n" in argv else 100
         mode = argv[argv.index("--mode") + 1] if "--mode" in argv else "agent"
-        print(json.dumps(inproc(src, n, mode)))
+        at = argv.index("--gc-threshold") + 1 if "--gc-threshold" in argv else 0
+        print(json.dumps(inproc(src, n, mode, threshold=int(argv[at]) if at else 0)))
         return
     if "--parts" in argv:
         src = argv[argv.index("--src") + 1] if "--src" in argv else None
