@@ -9,7 +9,7 @@ meanwhile waited (bench/ledger_stall.py). Here the Python work runs on the loop
 `SLICE_ROWS` records at a time, yielding between slices, and the database gets only
 tuples: on SQLite one call into the connection's thread runs every statement with
 sqlite3's `executemany` (which lets go of the lock while SQLite steps each row); on
-PostgreSQL asyncpg sends them.
+PostgreSQL the request and task rows go as one JSON text each (`gateway.ledger.pgjson`).
 
 The rows are built assuming every request row is new (a replayed segment is the rare
 case): if the database already holds some ids, the task and rollup rows are built again
