@@ -12,6 +12,9 @@ alias renamed to the mock's model, SQLite ledger). Each round loads the mock dir
 - added p50 / p99 (whole latency, or TTFT with `--stream`): the gateway's percentile
   minus the direct one of the same round;
 - CPU ms per request (utime+stime of the process over the requests sent);
+- the voluntary context switches per request of the loop's thread and of the others: each
+  a time the thread went to sleep and had to be woken (a proxy's loop sleeps twice per
+  request at concurrency 1: waiting for the client, then for the upstream);
 - `--perf`: context switches per request of the gateway's process (`perf stat`), each a
   time its loop (or a thread) went to sleep and had to be woken;
 - `--strace`: system calls per request by name (`strace -f -c`, a separate run: strace
@@ -35,6 +38,7 @@ One JSON line per tree and round, then a summary.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -220,6 +224,20 @@ def _phases(marks: list[list[float]]) -> dict[str, float]:
     return found
 
 
+def _switches(pid: int) -> tuple[int, int]:
+    """Voluntary context switches (a thread went to sleep): the loop's thread, the others."""
+    main = others = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            status = (task / "status").read_text()
+            count = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
+            if task.name == str(pid):
+                main = count
+            else:
+                others += count
+    return main, others
+
+
 def _written(*paths: Path | None) -> None:
     """Wait until the gateway has written each file (it replaces the empty one)."""
     for _ in range(300):
@@ -257,9 +275,14 @@ def _round(args: argparse.Namespace, spec: str, env: dict[str, str], mock_url: s
         direct = _loadgen(args.floor, mock_url, "mock-model", args.n, 100, args.stream)
         if signalled:
             os.kill(proc.pid, signal.SIGUSR1)
-        before = _cpu_s(proc.pid)
+        before, slept = _cpu_s(proc.pid), _switches(proc.pid)
         run = _loadgen(args.floor, url, "bench-gpt", args.n, 0, args.stream)
         cpu = _cpu_s(proc.pid) - before
+        woke = [after - then for after, then in zip(_switches(proc.pid), slept, strict=True)]
+        row["sleeps_per_req"] = {
+            "loop_thread": round(woke[0] / run["sent"], 2),
+            "other_threads": round(woke[1] / run["sent"], 2),
+        }
         if signalled:
             os.kill(proc.pid, signal.SIGUSR2)
             _written(gc_log, phases)
