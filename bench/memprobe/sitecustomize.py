@@ -6,9 +6,10 @@ mallinfo2 (arena: bytes in its heaps; uordblks in use; fordblks free; keepcost t
 trimmable top), SQLite's own allocator's use, and CPython's pymalloc statistics
 (`sys._debugmallocstats`: "# bytes in allocated blocks" are live small objects, "Total"
 the arenas they take), plus MEMPROBE_OUT.PID.N.xml, glibc's malloc_info (each heap).
-With MEMPROBE_TRACE=FRAMES the first signal starts tracemalloc and each later one writes
-MEMPROBE_OUT.PID.N.trace: live Python allocations made since, by line (tracemalloc's own
-tables then add to the RSS, so read RSS from a run without it).
+With MEMPROBE_GC=1 each signal first runs a full collection and writes what it freed
+(MEMPROBE_OUT.PID.N.gc). With MEMPROBE_TRACE=FRAMES the first signal starts tracemalloc
+and each later one writes MEMPROBE_OUT.PID.N.trace: live Python allocations made since, by
+line (tracemalloc's own tables then add to the RSS, so read RSS from a run without it).
 """
 
 from __future__ import annotations
@@ -86,6 +87,27 @@ def _write_trace(path: str, previous: list[Any]) -> None:
     previous[:] = [snap]
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _collect(path: str) -> None:
+    import gc
+    import tracemalloc
+
+    before, traced = _rss_mib(), tracemalloc.get_traced_memory()[0]
+    freed = gc.collect()
+    with open(path, "w") as out:
+        out.write(
+            f"gc.collect() freed {freed} objects; RSS {before:.1f} -> {_rss_mib():.1f} MiB; "
+            f"traced {traced / 2**20:.1f} -> {tracemalloc.get_traced_memory()[0] / 2**20:.1f} MiB\n"
+        )
+
+
 def _install(prefix: str) -> None:
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _MallInfo2
@@ -96,6 +118,8 @@ def _install(prefix: str) -> None:
     def dump(signum: int, frame: object) -> None:
         count[0] += 1
         path = f"{prefix}.{os.getpid()}.{count[0]}"
+        if os.environ.get("MEMPROBE_GC"):  # garbage in cycles first, and what that freed
+            _collect(path + ".gc")
         _write_stats(path, libc)
         if os.environ.get("MEMPROBE_TRACE"):
             _write_trace(path + ".trace", previous)
