@@ -14,7 +14,7 @@ from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.entitle import within_key
 from gateway.policy.decision import Decision
-from gateway.policy.facts import STEP_KIND_HEADER, RequestFacts
+from gateway.policy.facts import STEP_KIND_HEADER, RequestFacts, lowered_headers
 from gateway.policy.planner import plan_route
 from gateway.policy.recovery import Target
 from gateway.pricing import PriceBook, UnknownModelError
@@ -55,7 +55,7 @@ def facts_of(ctx: RequestContext, alias: str, task_effort: Any = None) -> Reques
     explicit = ctx.task.step if ctx.task.step in STEP_KINDS else None
     # What `RequestFacts.from_headers` and a `replace` of its team and project gave, built
     # once: names lower-cased (the last of two spellings wins), the explicit step added.
-    headers = {name.lower(): value for name, value in ctx.headers.items()}
+    headers = lowered_headers(ctx.headers)
     if explicit and STEP_KIND_HEADER not in ctx.headers:
         headers[STEP_KIND_HEADER] = explicit
     return RequestFacts(

@@ -23,6 +23,17 @@ def parse_tags(value: str | None) -> frozenset[str]:
     return frozenset(tag.strip().lower() for tag in value.split(",") if tag.strip())
 
 
+def lowered_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """A copy of `headers` with lower-case names (of two spellings, the last one's value).
+
+    Names from an ASGI server are lower-case already: then a plain copy (a C loop, not a
+    Python one calling `lower()` per name).
+    """
+    if all(map(str.islower, headers)):
+        return dict(headers)
+    return {name.lower(): value for name, value in headers.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class RequestFacts:
     """The caller, the model alias asked for, the headers, and the task's pinned effort."""
@@ -38,8 +49,7 @@ class RequestFacts:
 
     def __post_init__(self) -> None:
         # Header names are case-insensitive; matching compares lower-case names only.
-        lowered = {name.lower(): value for name, value in self.headers.items()}
-        object.__setattr__(self, "headers", lowered)
+        object.__setattr__(self, "headers", lowered_headers(self.headers))
 
     @property
     def tags(self) -> frozenset[str]:
@@ -61,7 +71,7 @@ class RequestFacts:
         task_effort: Effort | None = None,
     ) -> RequestFacts:
         """Build facts from request headers: team, project and explicit step kind included."""
-        lowered = {name.lower(): value for name, value in headers.items()}
+        lowered = lowered_headers(headers)
         return cls(
             alias=alias,
             caller=caller,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.policy import (
     CONTINUATION,
@@ -19,6 +21,7 @@ from gateway.policy import (
     select_rule,
     validate_policy,
 )
+from gateway.policy.facts import lowered_headers
 from tests.unit.policy.helpers import Planner, tool_body, user_body
 
 
@@ -127,3 +130,19 @@ def test_plan_uses_the_explicit_step_kind_header(make_plan: Planner) -> None:
     decision = make_plan(policy, tool_body(), headers={"X-Task-Step-Kind": "plan"})
     assert (decision.rule, decision.step_kind) == ("plan", "plan")
     assert make_plan(policy, tool_body()).rule == "defaults"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(alphabet="aAbB-1\u00df\u01c5", max_size=4), st.text(max_size=3), max_size=6
+    )
+)
+def test_header_names_are_lowered_as_a_dict_of_lower_names_would_be(
+    headers: dict[str, str],
+) -> None:
+    expected = {name.lower(): value for name, value in headers.items()}
+    lowered = lowered_headers(headers)
+    assert lowered == expected and list(lowered) == list(expected)
+    assert lowered is not headers  # always a copy: the facts never share the caller's dict
+    assert RequestFacts("m", headers=headers).headers == expected
