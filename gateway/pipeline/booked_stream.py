@@ -95,7 +95,7 @@ class BookedStreamResponse(Response):
         self.background = None
         # Starlette's `init_headers`, for this response: no body to measure, one media type.
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-        if all(name != b"content-type" for name, _ in raw):
+        if b"content-type" not in dict(raw):
             raw.append(_CONTENT_TYPE)
         self.raw_headers = raw
         self._booked = body
