@@ -51,7 +51,7 @@ SCRIPT = textwrap.dedent(
             out["backend_after_start"] = "anyio._backends._asyncio" in sys.modules
             ledger = sqlite3.connect(Path(tmp) / "farebox.db")
             out["rows_after_start"] = ledger.execute("select count(*) from requests").fetchone()[0]
-            loop = watch._task.get_loop()
+            loop = watch._loop
             body = bench._turns([])
             for route in ("chat/completions", "prefix/lint"):
                 out[route] = profiled(loop, f"{url}/{route}", body)
