@@ -31,6 +31,7 @@ from gateway.pipeline.context import BodyEdits, RequestContext
 from gateway.pipeline.finish import end_task, finish
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.policy import apply_policy
+from gateway.pipeline.prefix import forget_parsed_for_litellm
 from gateway.policy.decision import Decision
 from gateway.policy.recovery import Recovery, Retrier, Target, recover
 from gateway.services import Services
@@ -149,3 +150,4 @@ def _replan(ctx: RequestContext, services: Services, base_edits: BodyEdits, targ
     ctx.cost = None
     ctx.usage = None
     apply_policy(ctx, services.config, services.prices, target=target)
+    forget_parsed_for_litellm(ctx, services.prefix_checker)

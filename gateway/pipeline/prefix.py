@@ -88,6 +88,15 @@ def history_keys(ctx: RequestContext) -> list[str]:
     return [*keys, f"caller:{ctx.identity.caller or 'anonymous'}:{ctx.alias}"]
 
 
+def forget_parsed_for_litellm(ctx: RequestContext, checker: PrefixChecker) -> None:
+    """A fallback attempt routed through litellm hands it the parsed messages, which it may
+    change: the task's next step must parse its own, not take those (`check_prefix` keeps
+    them only for a route that is not litellm's; a fallback replans after it ran)."""
+    route, task = ctx.route, ctx.task
+    if route is not None and route.via_litellm and task is not None and not task.implicit:
+        checker.reuse.forget_parsed(history_keys(ctx)[0])
+
+
 async def check_prefix(
     ctx: RequestContext,
     checker: PrefixChecker,

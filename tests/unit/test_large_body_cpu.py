@@ -19,9 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import rawjson
+from gateway.config import ModelRoute
 from gateway.errors import InvalidRequestError
 from gateway.pipeline import prefix as stage
-from gateway.pipeline.context import RequestContext
+from gateway.pipeline.context import RequestContext, TaskRef
 from gateway.pipeline.offload import INLINE_VALUES, OFF_LOOP_BYTES, RELEASE_BYTES, parses_inline
 from gateway.pipeline.parse import PLAIN_MESSAGES, _validated_plain, parse, parse_request
 from gateway.prefix import rule_for
@@ -454,3 +455,19 @@ def test_a_large_body_s_depth_is_counted_once_and_still_refused() -> None:
     ctx = RequestContext(raw_body=raw, headers={})
     with pytest.raises(InvalidRequestError, match="nested more than"):
         asyncio.run(parse_request(ctx))
+
+
+@pytest.mark.parametrize(("provider", "kept"), [("anthropic", False), ("openai", True)])
+def test_a_fallback_through_litellm_drops_the_task_s_kept_messages(
+    provider: str, kept: bool
+) -> None:
+    """A fallback replans after the prefix check kept the step's parsed messages; a
+    fallback route through litellm, which may change them, must not leave them to reuse."""
+    checker, history = PrefixChecker(), _history(400)
+    ctx = _step(checker, orjson.dumps({"model": "m", "messages": history}))
+    assert checker.reuse._seen["task:t"].parsed is not None
+    ctx.task = TaskRef(task_id="t", implicit=False)
+    ctx.route = ModelRoute(provider=provider, model="m", base_url="http://127.0.0.1:1/v1")
+    stage.forget_parsed_for_litellm(ctx, checker)
+    assert (checker.reuse._seen["task:t"].parsed is not None) is kept
+    assert checker.reuse._seen["task:t"].validated is not None  # validation is not changed
