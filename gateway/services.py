@@ -76,6 +76,8 @@ class Services:
     limiter: Limiter = field(default_factory=MemoryLimiter)  # budgets and rate limits
     observers: list[Observer] = field(default_factory=list)
     sim_base_url: str | None = None
+    # The copy `for_request` last made, reused while its snapshot is the one in force
+    _pinned: Services | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def config(self) -> GatewayConfig:
@@ -91,9 +93,15 @@ class Services:
         """These services pinned to the snapshot in force now, for one request.
 
         The copy shares every client, store and writer; only its snapshot never changes,
-        so a reload mid-request cannot mix two configurations in one request.
+        so a reload mid-request cannot mix two configurations in one request. One copy
+        serves every request of a snapshot (a copy per request was ~1% of a small
+        request's CPU): nothing assigns to a request's services, and a reload makes the
+        next request pin a new one.
         """
-        return replace(self, snapshot=self.snapshot)
+        pinned = self._pinned
+        if pinned is None or pinned.snapshot is not self.snapshot:
+            pinned = self._pinned = replace(self, snapshot=self.snapshot)
+        return pinned
 
     def notify(self, ctx: RequestContext) -> None:
         """Hand a finished request to every observer."""
