@@ -37,7 +37,7 @@ from checkout import use_checkout  # bench/ is the script folder: sys.path[0]
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
-def _records(n: int, keys: int) -> list[Any]:
+def small_records(n: int, keys: int = 4) -> list[Any]:
     """`n` records of small untasked requests, like the gateway writes under load."""
     from gateway.ledger.records import RequestRecord
 
@@ -128,7 +128,7 @@ async def _rounds(url: str, spool_dir: Path, n: int, rounds: int, keys: int) -> 
                 ("apply", apply),
                 ("writer", flush),
             ):
-                batch = _records(n, keys)
+                batch = small_records(n, keys)
                 before = _server_cpu(pids)
                 seconds = await _cpu(lambda: run(batch))  # noqa: B023 (awaited at once)
                 if not warm:

@@ -33,37 +33,15 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
-from decimal import Decimal
 from functools import wraps
 from pathlib import Path
 from typing import Any
 
 from checkout import use_checkout  # bench/ is the script folder: sys.path[0]
+from ledger_flush import small_records  # stdlib imports only: the gateway comes later
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 LEDGER_TASKS = frozenset({"ledger-spool", "ledger-drain"})
-
-
-def _records(n: int, keys: int = 4) -> list[Any]:
-    from gateway.ledger.records import RequestRecord
-
-    cost = Decimal("0.0000123")
-    rows = []
-    for index in range(n):
-        token = uuid.uuid4().hex
-        rows.append(
-            RequestRecord(
-                request_id=f"req-{token}", task_id=f"task-{token}", team="bench",
-                project="default", model_alias=f"bench-gpt-{index % keys}", backend="openai",
-                provider="openai", upstream_model="mock-model", tier_requested="standard",
-                tier_served="standard", prompt_tokens=12, completion_tokens=9,
-                cost_input=cost, cost_output=cost, cost_total=cost * 2, duration_ms=3,
-                ttft_ms=2, prefix_status="fresh", expected_cached_tokens=0,
-                created_at=datetime.now(UTC),
-            )
-        )  # fmt: skip
-    return rows
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -154,11 +132,11 @@ async def _run(args: argparse.Namespace, url: str, spool_dir: Path) -> dict[str,
         engine, WriterConfig(spool_dir=spool_dir, flush_interval=args.flush_interval)
     )
     total = int(args.rate * args.seconds)
-    records = _records(total)
+    records = small_records(total)
     meter = Meter()
     await writer.start()
     # One warm-up flush: statements compiled, the connection opened.
-    for record in _records(50):
+    for record in small_records(50):
         writer.submit(record)
     await writer.flush()
     meter.install()

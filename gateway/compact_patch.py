@@ -52,12 +52,31 @@ def patch_compact(
             return None
         if not all(key in parsed or _plain(key) for key in set_fields):
             return None  # `patch_object` writes a new key ASCII-escaped, orjson does not
-        removed = set(remove) - set(set_fields)
-        edited = {k: v for k, v in parsed.items() if k not in removed}
+        edited = _kept(parsed, set_fields, remove)
         edited.update(set_fields)  # a present key keeps its place, a new one goes last
         return orjson.dumps(edited)
     except TypeError:  # a value orjson will not render (an int over 64 bits): splice
         return None
+
+
+def patch_rendered(
+    raw: bytes,
+    parsed: Mapping[str, Any],
+    set_fields: Mapping[str, Any],
+    remove: Iterable[str] = (),
+) -> bytes | None:
+    """`patch_object`'s bytes for a small body orjson (an SDK's) or `json.dumps` (`requests`,
+    scripts) rendered, by rendering it again; None for any other: splice it."""
+    fast = patch_compact(raw, parsed, set_fields, remove)
+    return fast if fast is not None else patch_spaced(raw, parsed, set_fields, remove)
+
+
+def _kept(
+    parsed: Mapping[str, Any], set_fields: Mapping[str, Any], remove: Iterable[str]
+) -> dict[str, Any]:
+    """`parsed`'s members less those removed (a key also set stays, to be overwritten)."""
+    removed = set(remove) - set(set_fields)
+    return {k: v for k, v in parsed.items() if k not in removed}
 
 
 def _plain(key: str) -> bool:
@@ -96,8 +115,7 @@ def patch_spaced(
     try:
         if "".join(_SPACED(parsed, 0)).encode("ascii") != raw:
             return None
-        removed = set(remove) - set(set_fields)
-        edited = {k: v for k, v in parsed.items() if k not in removed}
+        edited = _kept(parsed, set_fields, remove)
         added: list[bytes] = []
         for key, value in set_fields.items():
             rendered = orjson.dumps(value)  # what the splice writes

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import anyio
 from starlette.responses import Response
 
-from gateway.compact_patch import patch_compact, patch_spaced
+from gateway.compact_patch import patch_rendered
 from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
@@ -99,9 +99,7 @@ def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:
     body = ctx.raw_body
     if ctx.edits:
         edits = ctx.edits
-        fast = patch_compact(body, ctx.body, edits.set_fields, edits.remove)  # an SDK's body
-        if fast is None:  # `json.dumps`' rendering (`requests`, scripts), else the splice
-            fast = patch_spaced(body, ctx.body, edits.set_fields, edits.remove)
+        fast = patch_rendered(body, ctx.body, edits.set_fields, edits.remove)
         body = fast or patch_object(body, edits.set_fields, edits.remove, trusted=True)
     parsed = ctx.forwarded_body()
     call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gateway.compact_patch import patch_compact, patch_spaced
+from gateway.compact_patch import patch_rendered
 from gateway.http_headers import safe_headers
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.record import booked_cost
@@ -45,9 +45,7 @@ def with_cost(payload: dict[str, Any], raw: bytes, ctx: RequestContext) -> bytes
     if not isinstance(usage, dict):
         return raw
     edit = {"usage": {**usage, "cost": cost_object(ctx)}}
-    fast = patch_compact(raw, payload, edit)  # the same bytes, without the member scan
-    if fast is None:
-        fast = patch_spaced(raw, payload, edit)  # a reply written by Python's `json`
+    fast = patch_rendered(raw, payload, edit)  # the same bytes, without the member scan
     if fast is not None:
         return fast
     try:
