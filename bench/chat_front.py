@@ -17,7 +17,11 @@ FastAPI's route). Variants, each in the same process and run:
   default): the whole path before issue 12;
 - `bare`: a plain ASGI app that reads the body and sends the same reply: the floor.
 
-  .venv/bin/python bench/chat_front.py [--requests 4000] [--rounds 5]
+  .venv/bin/python bench/chat_front.py [--requests 4000] [--rounds 5] [--src CHECKOUT]
+      [--only front,bare] [--uvloop]
+
+`--src` imports the gateway from another checkout (an A/B of two trees, run alternately),
+`--only` keeps the named variants, `--uvloop` runs on uvloop (what `farebox serve` runs).
 
 Prints a Markdown table: the best and the median round, microseconds of CPU per request.
 """
@@ -27,20 +31,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from checkout import use_checkout  # bench/ is the script folder: sys.path[0]
 from starlette.middleware import Middleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-import gateway.api.chat as chat
-import gateway.app as gateway_app
-from gateway.app import create_app
-from gateway.settings import Settings
+
+def _early_src(argv: list[str]) -> str | None:
+    """`--src`, read before `gateway` is imported (argparse reads it again for --help)."""
+    for at, arg in enumerate(argv):
+        if arg == "--src" and at + 1 < len(argv):
+            return argv[at + 1]
+        if arg.startswith("--src="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+if __name__ == "__main__":
+    use_checkout(_early_src(sys.argv))
+
+import gateway  # noqa: E402
+import gateway.api.chat as chat  # noqa: E402
+import gateway.app as gateway_app  # noqa: E402
+from gateway.app import create_app  # noqa: E402
+from gateway.settings import Settings  # noqa: E402
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
 REPLY = b'{"id":"chatcmpl-1","object":"chat.completion","choices":[]}'
@@ -139,10 +160,10 @@ def _apps(settings: Settings) -> dict[str, Any]:
     }
 
 
-async def _measure(requests: int, rounds: int) -> dict[str, list[float]]:
+async def _measure(requests: int, rounds: int, only: set[str]) -> dict[str, list[float]]:
     settings = Settings(data_dir=Path(tempfile.mkdtemp(prefix="farebox-front-")))
     template = _scope(settings)
-    apps = _apps(settings)
+    apps = {name: app for name, app in _apps(settings).items() if not only or name in only}
     results: dict[str, list[float]] = {name: [] for name in apps}
     for app in apps.values():
         await _round(app, template, min(requests, 300))  # warm-up
@@ -156,8 +177,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--src", help="import the gateway from this checkout")
+    parser.add_argument("--only", default="", help="comma-separated variants to run")
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     args = parser.parse_args()
-    results = asyncio.run(_measure(args.requests, args.rounds))
+    only = {name for name in args.only.split(",") if name}
+    measure = _measure(args.requests, args.rounds, only)
+    if args.uvloop:
+        import uvloop
+
+        results = uvloop.run(measure)
+    else:
+        results = asyncio.run(measure)
+    print(f"gateway: {gateway.__file__}")
     print("| stack in front of handle_chat | best us/req | median us/req |")
     print("| --- | --- | --- |")
     for name, spent in results.items():

@@ -7,6 +7,11 @@ is refused with 413 (at once when Content-Length says so), a body not received w
 FAREBOX_BODY_TIMEOUT_S with 408; both close the connection, so the rest of an upload is
 never read. The route then reads the buffered body as usual.
 
+The deadline is one timer for every read in progress (`ReadDeadlines`), not a timer made
+and cancelled per request as `asyncio.timeout` does: the reads share one length, so
+their deadlines fall in the order they started, and only the oldest one still reading
+needs a timer.
+
 A body over `JOIN_OFF_LOOP_BYTES` is joined in a worker thread: copying 32 MiB into a
 fresh allocation (page faults included) takes 10-30 ms, and `bytes.join` drops the
 interpreter lock while it copies, so the loop goes on meanwhile.
@@ -15,6 +20,7 @@ interpreter lock while it copies, so the loop goes on meanwhile.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -25,13 +31,96 @@ from gateway.errors import BodyTooLargeError, FareboxError, RequestTimeoutError,
 # Routes that take whole prompts (and conversations of them).
 JOIN_OFF_LOOP_BYTES = 1024 * 1024  # where CPython's bytes.join releases the lock
 PROMPT_ROUTES = frozenset(
-    {"/v1/chat/completions", "/v1/prefix/lint", "/v1/messages", "/v1/messages/count_tokens",
-     "/v1/responses", "/v1/completions", "/v1/embeddings"}
+    {
+        "/v1/chat/completions",
+        "/v1/prefix/lint",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/responses",
+        "/v1/completions",
+        "/v1/embeddings",
+    }
 )
 
 
 class ClientGoneError(Exception):
     """The client disconnected before its body arrived (internal: nobody is left to answer)."""
+
+
+class _Deadline:
+    """One read's deadline: the task reading (None once it is done), and whether it expired."""
+
+    __slots__ = ("cancelling", "expired", "task", "when")
+
+    def __init__(self, when: float, task: asyncio.Task[object], cancelling: int) -> None:
+        self.when = when
+        self.task: asyncio.Task[object] | None = task
+        self.cancelling = cancelling  # the task's cancel requests when its read started
+        self.expired = False
+
+
+class ReadDeadlines:
+    """Deadlines of one length on one loop, kept by one timer instead of a timer each.
+
+    `start` queues the current task's deadline (`timeout_s` from now); the reader sets
+    its `task` to None when it is done. Deadlines are queued in the order they fall, so
+    the timer waits for the oldest read still going: when it fires, it cancels the reads
+    past their deadline (`expired` says it was this, as `asyncio.timeout` does) and waits
+    for the next. Finished reads leave the queue's front as later ones start, so it holds
+    about the reads in progress (and those behind a slow one). `start` answers None on a
+    loop other than the one it serves while that one still runs (a second thread's loop):
+    the caller then uses `asyncio.timeout`.
+    """
+
+    __slots__ = ("_loop", "_queue", "_timer", "timeout_s")
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: deque[_Deadline] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> _Deadline | None:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            other = self._loop
+            if other is not None and other.is_running():
+                return None
+            self._loop, self._queue, self._timer = loop, deque(), None
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - a read always runs in a task
+            return None
+        queue = self._queue
+        while queue and queue[0].task is None:  # reads done since: off the front
+            queue.popleft()
+        deadline = _Deadline(loop.time() + self.timeout_s, task, task.cancelling())
+        queue.append(deadline)
+        if self._timer is None:
+            self._timer = loop.call_at(deadline.when, self._fire)
+        return deadline
+
+    def _fire(self) -> None:
+        self._timer = None
+        loop, queue = self._loop, self._queue
+        assert loop is not None
+        now = loop.time()
+        while queue:
+            deadline = queue[0]
+            task = deadline.task
+            if task is None:
+                queue.popleft()
+            elif deadline.when > now:
+                self._timer = loop.call_at(deadline.when, self._fire)
+                return
+            else:
+                queue.popleft()
+                deadline.task = None
+                deadline.expired = True
+                task.cancel()
+
+    def reading(self) -> int:
+        """How many reads are still waiting on their deadline."""
+        return sum(1 for deadline in self._queue if deadline.task is not None)
 
 
 class BodyGuard:
@@ -51,6 +140,7 @@ class BodyGuard:
         self.api_limit = api_limit
         self.timeout_s = timeout_s
         self.prompt_routes = prompt_routes
+        self.deadlines = ReadDeadlines(timeout_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -68,8 +158,20 @@ class BodyGuard:
         limit, setting = self._limit(scope["path"])
         try:
             _check_declared(scope, limit, setting)
-            async with asyncio.timeout(self.timeout_s):
+            deadline = self.deadlines.start()
+            if deadline is None:  # another thread's loop holds the shared timer
+                async with asyncio.timeout(self.timeout_s):
+                    return await _read(receive, limit, setting)
+            try:
                 return await _read(receive, limit, setting)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                # Cut by the deadline alone (not also by someone else): a timeout.
+                if deadline.expired and task is not None and task.uncancel() <= deadline.cancelling:
+                    raise TimeoutError from None
+                raise
+            finally:
+                deadline.task = None
         except TimeoutError:
             error = RequestTimeoutError(
                 f"request body not received within {self.timeout_s:g} s (FAREBOX_BODY_TIMEOUT_S)"
