@@ -15,6 +15,9 @@ process on core 1), sends it 50 of that bench's requests (`json.dumps`' renderin
 loadgen sends them), keeps the last one's context, meter and reply, and calls each stage
 on them again (`identify`, `apply_policy`, `_build_call`, the meter, pricing, the ledger
 row, the metrics, `usage.cost`, the response headers, ...): best of five rounds of `n`.
+`--config hot` sends bench/hotpath.py's configuration's request instead (a max_tokens
+default, two rules, family openai: what bench/RESULTS.md measures); `--cprofile STAGE`
+prints cProfile's top functions over `n` calls of that stage after the timings.
 """
 
 from __future__ import annotations
@@ -56,10 +59,12 @@ def main() -> None:
     parser.add_argument("--src", help="import the gateway from this checkout")
     parser.add_argument("-n", type=int, default=20000)
     parser.add_argument("--stages", action="store_true", help="the stages of a real request")
+    parser.add_argument("--config", choices=("plain", "hot"), default="plain")
+    parser.add_argument("--cprofile", help="with --stages: profile this stage")
     args = parser.parse_args()
     use_checkout(args.src)
     if args.stages:
-        print(json.dumps(_stages(args.n)))
+        print(json.dumps(_stages(args.n, args.config, args.cprofile)))
         return
     from decimal import Decimal
 
@@ -97,7 +102,7 @@ def main() -> None:
     print(json.dumps({"gateway": gateway.__file__, "us_per_call": result}))
 
 
-def _stages(n: int) -> dict[str, Any]:
+def _stages(n: int, config: str = "plain", profile: str | None = None) -> dict[str, Any]:
     """Microseconds per call of each stage, on the context of a real request (see above)."""
     import asyncio
     import os
@@ -124,13 +129,15 @@ def _stages(n: int) -> dict[str, Any]:
                 break
             except OSError:
                 time.sleep(0.05)
-        return asyncio.run(_time_stages(inproc, port, n))
+        return asyncio.run(_time_stages(inproc, port, n, config, profile))
     finally:
         mock.terminate()
         mock.wait(10)
 
 
-async def _time_stages(inproc: Any, port: int, n: int) -> dict[str, Any]:
+async def _time_stages(
+    inproc: Any, port: int, n: int, config_name: str, profile: str | None
+) -> dict[str, Any]:
     import copy
     import tempfile
     from pathlib import Path
@@ -161,7 +168,11 @@ async def _time_stages(inproc: Any, port: int, n: int) -> dict[str, Any]:
         return reply_cost(payload, raw, ctx)
 
     data = Path(tempfile.mkdtemp(prefix="farebox-stages-"))
-    (data / "config.yaml").write_text(inproc.PLAIN.format(port=port))
+    base = f"http://127.0.0.1:{port}/v1"
+    hot = inproc.FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
+    (data / "config.yaml").write_text(
+        hot if config_name == "hot" else inproc.PLAIN.format(port=port)
+    )
     app = create_app(Settings(data_dir=data, config=data / "config.yaml", log_level="warning"))
     async with app.router.lifespan_context(app) as given:
         state = dict(given or {})
@@ -203,7 +214,23 @@ async def _time_stages(inproc: Any, port: int, n: int) -> dict[str, Any]:
             "reply_headers": lambda: chat._headers(ctx) | cost_headers(ctx),
         }
         result = {name: _best(call, n) for name, call in stages.items()}
-    return {"gateway": gateway.__file__, "us_per_call": result}
+        if profile is not None:
+            _profile(stages[profile], n)
+    return {"gateway": gateway.__file__, "config": config_name, "us_per_call": result}
+
+
+def _profile(call: Callable[[], Any], n: int) -> None:
+    """cProfile's top functions (internal time) over `n` calls, to stderr."""
+    import cProfile
+    import pstats
+    import sys
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(n):
+        call()
+    profiler.disable()
+    pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(30)
 
 
 if __name__ == "__main__":

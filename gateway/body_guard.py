@@ -7,7 +7,7 @@ is refused with 413 (at once when Content-Length says so), a body not received w
 FAREBOX_BODY_TIMEOUT_S with 408; both close the connection, so the rest of an upload is
 never read. The route then reads the buffered body as usual.
 
-The deadline is one timer for every read in progress (`ReadDeadlines`), not a timer made
+The deadline is one timer for every read in progress (`SharedDeadlines`), not a timer made
 and cancelled per request as `asyncio.timeout` does: the reads share one length, so
 their deadlines fall in the order they started, and only the oldest one still reading
 needs a timer.
@@ -47,29 +47,44 @@ class ClientGoneError(Exception):
     """The client disconnected before its body arrived (internal: nobody is left to answer)."""
 
 
-class _Deadline:
-    """One read's deadline: the task reading (None once it is done), and whether it expired."""
+class Deadline:
+    """One wait's deadline: the task waiting (None once done), and whether it expired."""
 
     __slots__ = ("cancelling", "expired", "task", "when")
 
     def __init__(self, when: float, task: asyncio.Task[object], cancelling: int) -> None:
         self.when = when
         self.task: asyncio.Task[object] | None = task
-        self.cancelling = cancelling  # the task's cancel requests when its read started
+        self.cancelling = cancelling  # the task's cancel requests when its wait started
         self.expired = False
 
+    def done(self) -> None:
+        """The wait is over (in time or not): the timer leaves the task alone."""
+        self.task = None
 
-class ReadDeadlines:
+    def cut_it(self) -> bool:
+        """Whether the CancelledError being handled was the deadline's alone (a timeout).
+
+        As `asyncio.timeout`: the deadline's cancel request is withdrawn, and the error is
+        a timeout unless someone else asked the task to cancel too.
+        """
+        if not self.expired:
+            return False
+        task = asyncio.current_task()
+        return task is not None and task.uncancel() <= self.cancelling
+
+
+class SharedDeadlines:
     """Deadlines of one length on one loop, kept by one timer instead of a timer each.
 
-    `start` queues the current task's deadline (`timeout_s` from now); the reader sets
-    its `task` to None when it is done. Deadlines are queued in the order they fall, so
-    the timer waits for the oldest read still going: when it fires, it cancels the reads
-    past their deadline (`expired` says it was this, as `asyncio.timeout` does) and waits
-    for the next. Finished reads leave the queue's front as later ones start, so it holds
-    about the reads in progress (and those behind a slow one). `start` answers None on a
-    loop other than the one it serves while that one still runs (a second thread's loop):
-    the caller then uses `asyncio.timeout`.
+    `start` queues the current task's deadline (`timeout_s` from now); the waiter calls
+    its `done` when the wait is over, and `cut_it` on a CancelledError. Deadlines are
+    queued in the order they fall, so the timer waits for the oldest wait still going:
+    when it fires, it cancels the waits past their deadline (`expired` says it was this,
+    as `asyncio.timeout` does) and waits for the next. Finished waits leave the queue's
+    front as later ones start, so it holds about the waits in progress (and those behind
+    a slow one). `start` answers None on a loop other than the one it serves while that
+    one still runs (a second thread's loop): the caller then uses `asyncio.timeout`.
     """
 
     __slots__ = ("_loop", "_queue", "_timer", "timeout_s")
@@ -77,10 +92,10 @@ class ReadDeadlines:
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: deque[_Deadline] = deque()
+        self._queue: deque[Deadline] = deque()
         self._timer: asyncio.TimerHandle | None = None
 
-    def start(self) -> _Deadline | None:
+    def start(self) -> Deadline | None:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             other = self._loop
@@ -88,20 +103,22 @@ class ReadDeadlines:
                 return None
             self._loop, self._queue, self._timer = loop, deque(), None
         task = asyncio.current_task()
-        if task is None:  # pragma: no cover - a read always runs in a task
+        if task is None:  # pragma: no cover - a wait always runs in a task
             return None
         queue = self._queue
-        while queue and queue[0].task is None:  # reads done since: off the front
+        while queue and queue[0].task is None:  # waits done since: off the front
             queue.popleft()
-        deadline = _Deadline(loop.time() + self.timeout_s, task, task.cancelling())
+        deadline = Deadline(loop.time() + self.timeout_s, task, task.cancelling())
         queue.append(deadline)
         if self._timer is None:
-            self._timer = loop.call_at(deadline.when, self._fire)
+            self._timer = loop.call_at(deadline.when, self._fire, queue)
         return deadline
 
-    def _fire(self) -> None:
+    def _fire(self, queue: deque[Deadline]) -> None:
+        if queue is not self._queue:  # a timer of a loop since replaced: not ours now
+            return
         self._timer = None
-        loop, queue = self._loop, self._queue
+        loop = self._loop
         assert loop is not None
         now = loop.time()
         while queue:
@@ -110,7 +127,7 @@ class ReadDeadlines:
             if task is None:
                 queue.popleft()
             elif deadline.when > now:
-                self._timer = loop.call_at(deadline.when, self._fire)
+                self._timer = loop.call_at(deadline.when, self._fire, queue)
                 return
             else:
                 queue.popleft()
@@ -118,8 +135,8 @@ class ReadDeadlines:
                 deadline.expired = True
                 task.cancel()
 
-    def reading(self) -> int:
-        """How many reads are still waiting on their deadline."""
+    def waiting(self) -> int:
+        """How many waits are still under their deadline."""
         return sum(1 for deadline in self._queue if deadline.task is not None)
 
 
@@ -140,7 +157,7 @@ class BodyGuard:
         self.api_limit = api_limit
         self.timeout_s = timeout_s
         self.prompt_routes = prompt_routes
-        self.deadlines = ReadDeadlines(timeout_s)
+        self.deadlines = SharedDeadlines(timeout_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -165,13 +182,11 @@ class BodyGuard:
             try:
                 return await _read(receive, limit, setting)
             except asyncio.CancelledError:
-                task = asyncio.current_task()
-                # Cut by the deadline alone (not also by someone else): a timeout.
-                if deadline.expired and task is not None and task.uncancel() <= deadline.cancelling:
+                if deadline.cut_it():
                     raise TimeoutError from None
                 raise
             finally:
-                deadline.task = None
+                deadline.done()
         except TimeoutError:
             error = RequestTimeoutError(
                 f"request body not received within {self.timeout_s:g} s (FAREBOX_BODY_TIMEOUT_S)"

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 import anyio
 from starlette.responses import Response
 
+from gateway.body_guard import SharedDeadlines
 from gateway.compact_patch import patch_rendered
 from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from gateway.http_headers import safe_headers
@@ -157,12 +158,35 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     return RelayResponse(body, headers=_headers(ctx) | notice_headers(ctx.dropped_params))
 
 
+# The first-event deadline of each length in use: one timer for every stream waiting.
+_FIRST_EVENT: dict[float, SharedDeadlines] = {}
+
+
+def _first_event_deadlines(seconds: float) -> SharedDeadlines:
+    deadlines = _FIRST_EVENT.get(seconds)
+    if deadlines is None:
+        deadlines = _FIRST_EVENT.setdefault(seconds, SharedDeadlines(seconds))
+    return deadlines
+
+
 async def first_event(
     stream: UpstreamStream, events: AsyncIterator[bytes], call: UpstreamCall
 ) -> bytes:
+    """The stream's first event, within the route's first-token limit (one shared timer)."""
+    seconds = call.timeouts.first_token
     try:
-        async with asyncio.timeout(call.timeouts.first_token):
+        deadline = _first_event_deadlines(seconds).start()
+        if deadline is None:  # another thread's loop holds the shared timer
+            async with asyncio.timeout(seconds):
+                return await anext(events)
+        try:
             return await anext(events)
+        except asyncio.CancelledError:
+            if deadline.cut_it():
+                raise TimeoutError from None
+            raise
+        finally:
+            deadline.done()
     except TimeoutError:
         await stream.aclose()
         raise UpstreamTimeoutError(

@@ -67,7 +67,7 @@ async def test_a_body_in_time_is_read_and_a_stalled_one_gets_408() -> None:
     assert stalled.status() == 408
     error = stalled.error()
     assert "FAREBOX_BODY_TIMEOUT_S" in error["message"] and "0.2 s" in error["message"]
-    assert guard.deadlines.reading() == 0
+    assert guard.deadlines.waiting() == 0
 
 
 async def test_each_read_has_its_own_deadline() -> None:
@@ -114,7 +114,7 @@ async def test_a_cancel_from_outside_stays_a_cancel() -> None:
     else:  # pragma: no cover
         raise AssertionError("the read was not cancelled")
     assert client.sent == []  # no 408 for a cancel that was not the deadline's
-    assert guard.deadlines.reading() == 0
+    assert guard.deadlines.waiting() == 0
 
 
 async def test_finished_reads_leave_the_queue() -> None:
@@ -124,7 +124,7 @@ async def test_finished_reads_leave_the_queue() -> None:
         client.ready.set()
         assert await guard.read(_scope(), client.receive, client.send) == b'{"a": 1}'
     assert len(guard.deadlines._queue) <= 1
-    assert guard.deadlines.reading() == 0
+    assert guard.deadlines.waiting() == 0
 
 
 async def test_a_loop_in_another_thread_still_gets_its_deadline() -> None:
