@@ -137,7 +137,38 @@ async def _complete(ctx: RequestContext, services: Services) -> Response:
     await finish(ctx, meter, services)
     body = with_cost(reply_json, reply.body, ctx)
     headers = _headers(ctx) | cost_headers(ctx) | notice_headers(ctx.dropped_params)
-    return Response(body, status_code=reply.status, media_type="application/json", headers=headers)
+    return json_response(body, reply.status, headers)
+
+
+def json_response(body: bytes, status: int, headers: dict[str, str]) -> Response:
+    """`Response(body, status, headers, media_type="application/json")`, its head built here.
+
+    The same status, body and raw headers in the same order (each name lower-cased, then
+    content-length and content-type, unless `headers` has them), without Starlette's
+    generic path: `render`, a list of the names and the text/ charset check per reply.
+    """
+    if (
+        "content-length" in headers
+        or "content-type" in headers
+        or status < 200
+        or status in (204, 304)
+    ):
+        return Response(body, status_code=status, media_type="application/json", headers=headers)
+    raw = [
+        (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
+    ]
+    raw.append((b"content-length", str(len(body)).encode("latin-1")))
+    raw.append(_JSON_TYPE)
+    response = Response.__new__(Response)
+    response.status_code = status
+    response.media_type = "application/json"
+    response.background = None
+    response.body = body
+    response.raw_headers = raw
+    return response
+
+
+_JSON_TYPE = (b"content-type", b"application/json")
 
 
 async def _stream(ctx: RequestContext, services: Services) -> Response:
