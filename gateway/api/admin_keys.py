@@ -24,7 +24,7 @@ from gateway.auth.principal import principal_of
 from gateway.errors import FareboxError, InvalidRequestError, LedgerUnavailableError
 from gateway.keys.model import KeyAttributes, KeyRecord
 from gateway.keys.store import KeyNotActive, NewKey
-from gateway.ledger.reads import LEDGER_DOWN
+from gateway.ledger.reads import ledger_down
 from gateway.schemas.body import invalid_field
 from gateway.services import Services
 
@@ -223,7 +223,7 @@ def _ledger() -> Iterator[None]:
     """A database outage is a 503 that says so, not a 500."""
     try:
         yield
-    except LEDGER_DOWN as exc:
+    except ledger_down() as exc:
         raise LedgerUnavailableError(
             "the ledger database, where keys are kept, is unreachable; retry shortly "
             "(keys already issued keep working)"

@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.errors import LedgerUnavailableError
-from gateway.ledger.reads import LEDGER_DOWN, catch_up
+from gateway.ledger.reads import catch_up, ledger_down
 from gateway.services import Services
 
 log = logging.getLogger("farebox")
@@ -38,7 +38,7 @@ async def ledger_engine(services: ServicesDep) -> AsyncIterator[AsyncEngine]:
     try:
         await catch_up(services.ledger, services.engine)
         yield services.engine
-    except LEDGER_DOWN as exc:
+    except ledger_down() as exc:
         log.warning("ledger read failed, answering 503: %s: %s", type(exc).__name__, exc)
         raise LedgerUnavailableError(
             "the ledger database is unreachable; requests are still served and recorded "

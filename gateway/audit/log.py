@@ -18,7 +18,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.ledger.models import AuditRow
-from gateway.ledger.reads import LEDGER_DOWN
+from gateway.ledger.reads import ledger_down
 
 log = logging.getLogger("farebox.audit")
 
@@ -92,7 +92,7 @@ class AuditLog:
         try:
             async with self._engine.begin() as connection:
                 await insert_entry(connection, entry)
-        except LEDGER_DOWN as exc:
+        except ledger_down() as exc:
             log.error("audit entry not written (%s: %s): %s", type(exc).__name__, exc, entry.row())
 
     async def read(self, query: AuditQuery | None = None) -> list[AuditEntry]:

@@ -28,14 +28,19 @@ from gateway.commands.tables import Column, money, percent, print_table
 from gateway.ledger import SpendRow, TaskCostStats, spend, task_cost_stats
 from gateway.ledger.diagnosis import FAILURES, explain, missing_ledger
 from gateway.ledger.queries import TaskOutcomes, task_outcomes
-from gateway.ledger.reads import LEDGER_DOWN, bounded_engine
+from gateway.ledger.reads import bounded_engine, ledger_down
 from gateway.ledger.records import ABANDONED, OPEN
 from gateway.ledger.scope import ReadScope
 from gateway.settings import Settings
 
 err = Console(stderr=True)
+
+
+def _read_failures() -> tuple[type[BaseException], ...]:
+    return (SQLAlchemyError, *ledger_down(), *FAILURES)
+
+
 GROUPS = ("team", "project", "model", "backend", "tier", "step", "step_kind")
-_READ_FAILURES: tuple[type[BaseException], ...] = (SQLAlchemyError, *LEDGER_DOWN, *FAILURES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +240,7 @@ def _from_database(
             return asyncio.run(
                 _read(settings, group_by, since, until, statuses, include_abandoned, scope)
             )
-        except _READ_FAILURES as exc:
+        except _read_failures() as exc:
             problem = f"cannot read the ledger: {explain(exc, url, setting)}"
     err.print(f"farebox report: {problem}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(2)

@@ -20,7 +20,7 @@ from types import TracebackType
 from gateway.keys.model import KeyRecord
 from gateway.keys.secrets import hash_secret
 from gateway.keys.store import Fingerprint, KeyStore
-from gateway.ledger.reads import LEDGER_DOWN
+from gateway.ledger.reads import ledger_down
 
 log = logging.getLogger("farebox.keys")
 
@@ -110,7 +110,7 @@ class KeyCache:
                     self._recovered()
                     return False
                 records = await self.store.all()
-            except LEDGER_DOWN as exc:
+            except ledger_down() as exc:
                 self._failed(exc)
                 return False
             self._recovered()

@@ -297,7 +297,7 @@ async def _apply_asyncpg(connection: AsyncConnection, plan: Plan) -> list[Reques
     return records
 
 
-_REQUEST_TAIL = pgjson.conflict_tail(store._postgresql_request_insert())
+_REQUEST_TAIL = store.REQUEST_CONFLICT  # conflict_tail(store._postgresql_request_insert())
 
 
 async def _apply_sqlite(connection: AsyncConnection, plan: Plan) -> list[RequestRecord]:

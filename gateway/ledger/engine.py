@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # Alembic (and Mako, Pygments) is imported only to migrate: 1
 def default_db_url() -> str:
     """A SQLite file in the per-user data folder (read when used: importing never fails)."""
     return f"sqlite+aiosqlite:///{default_data_dir() / 'farebox.db'}"
+
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Any constant works; it only has to be the same in every Farebox process.
 _MIGRATION_LOCK_KEY = 0x4641_5245_424F_58  # "FAREBOX"
@@ -75,6 +77,9 @@ def make_engine(url: str | URL | None = None, **kwargs: Any) -> AsyncEngine:
         if path is not None:
             event.listen(engine.sync_engine, "connect", _set_sqlite_pragmas)
         return engine
+    from gateway.ledger.models import with_postgresql_options
+
+    with_postgresql_options()  # the dialect is loaded for this engine anyway
     kwargs.setdefault("pool_pre_ping", True)
     # Fail fast when PostgreSQL is down, so the writer can retry instead of hanging.
     kwargs.setdefault("connect_args", {"timeout": 10})

@@ -22,7 +22,6 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Table
-from sqlalchemy.dialects import postgresql
 
 from gateway.ledger.records import money_text
 
@@ -48,6 +47,8 @@ def finite(rows: Rows, position: int) -> bool:
 def insert_sql(table: Table, names: tuple[str, ...], tail: str) -> str:
     """`INSERT INTO t (names) SELECT (e->>0)::type0, ... FROM jsonb_array_elements($1) e`
     followed by `tail` (the ON CONFLICT clause and RETURNING of the statement it replaces)."""
+    from sqlalchemy.dialects import postgresql  # here: a SQLite ledger never loads it
+
     dialect = postgresql.asyncpg.dialect()
     casts = ", ".join(
         f"(e->>{position})::{table.c[name].type.compile(dialect)}"

@@ -2,15 +2,16 @@
 
 A read answers within a bounded time whether or not the database does: on PostgreSQL its
 engine connects within `connect_s` and runs each statement within `statement_s` (a SQLite
-file has no network to wait on). `LEDGER_DOWN` lists what an unreachable database raises,
+file has no network to wait on). `ledger_down()` lists what an unreachable database raises,
 for the one place that turns it into a 503 (`gateway.api.deps.ledger_engine`).
 """
 
 from __future__ import annotations
 
+import sys
+from functools import cache
 from typing import Any
 
-import asyncpg
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
@@ -20,17 +21,38 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.ledger.engine import async_url, make_engine
 from gateway.ledger.writer import LedgerWriter
 
-LEDGER_DOWN: tuple[type[BaseException], ...] = (
+_DOWN: tuple[type[BaseException], ...] = (
     OSError,  # refused, reset, or timed out (TimeoutError is an OSError), raised unwrapped
     OperationalError,  # SQLAlchemy's wrapping of a lost connection; SQLite's "locked"
     InterfaceError,
     DisconnectionError,
     PoolTimeoutError,  # no pooled connection came free in time
-    asyncpg.PostgresConnectionError,  # SQLSTATE 08
-    asyncpg.InsufficientResourcesError,  # 53: too many connections, disk full
-    asyncpg.OperatorInterventionError,  # 57: shutting down, starting up
-    asyncpg.InterfaceError,  # the connection closed under a query
 )
+
+
+def ledger_down() -> tuple[type[BaseException], ...]:
+    """What an unreachable database raises, for `except ledger_down() as exc:`.
+
+    asyncpg's own classes are in it once asyncpg is loaded: no asyncpg exception can be
+    raised before, and a SQLite ledger never loads it (2.5 MiB and its import time in every
+    process). An `except` clause evaluates this only when something was raised.
+    """
+    if "asyncpg" in sys.modules:
+        return _with_asyncpg()
+    return _DOWN
+
+
+@cache
+def _with_asyncpg() -> tuple[type[BaseException], ...]:
+    import asyncpg
+
+    return (
+        *_DOWN,
+        asyncpg.PostgresConnectionError,  # SQLSTATE 08
+        asyncpg.InsufficientResourcesError,  # 53: too many connections, disk full
+        asyncpg.OperatorInterventionError,  # 57: shutting down, starting up
+        asyncpg.InterfaceError,  # the connection closed under a query
+    )
 
 
 def bounded_engine(

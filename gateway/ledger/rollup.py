@@ -30,7 +30,7 @@ from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import Table
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -236,7 +236,12 @@ def _upsert(dialect: str, family: Family, table: Table) -> Any:
     Built per flush it cost more CPU than the rows it carried (the `excluded` columns,
     the SET clause, and SQLAlchemy's cache key of a new statement object each time).
     """
-    statement = (postgresql if dialect == "postgresql" else sqlite).insert(table)
+    if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql  # here: a SQLite ledger never loads it
+
+        statement: Any = postgresql.insert(table)
+    else:
+        statement = sqlite.insert(table)
     changes = {name: table.c[name] + statement.excluded[name] for name in family.measures()}
     return statement.on_conflict_do_update(
         index_elements=["bucket", *family.dimensions], set_=changes

@@ -19,7 +19,7 @@ from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import Table, case, func, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -69,6 +69,8 @@ def _insert(dialect: AsyncConnection | str, table: Table) -> Any:
     """Return the dialect's INSERT, the one that knows ON CONFLICT."""
     name = dialect if isinstance(dialect, str) else dialect.dialect.name
     if name == "postgresql":
+        from sqlalchemy.dialects import postgresql  # here: a SQLite ledger never loads it
+
         return postgresql.insert(table)
     if name == "sqlite":
         return sqlite.insert(table)
@@ -148,6 +150,11 @@ def _sqlite_request_encoders(dialect: Dialect) -> tuple[tuple[int, Callable[[Any
     return encoders
 
 
+# The request rows' conflict clause on PostgreSQL, known without compiling the statement
+# (which loads SQLAlchemy's PostgreSQL dialect: a SQLite ledger never does).
+REQUEST_CONFLICT = "ON CONFLICT (id, created_at) DO NOTHING RETURNING id"
+
+
 @cache
 def _postgresql_request_insert() -> str:
     """`INSERT ... SELECT * FROM unnest($1::type[], ...)`: a column's values as one array.
@@ -156,12 +163,14 @@ def _postgresql_request_insert() -> str:
     ...), so PostgreSQL stores what a row-by-row insert would; the records' money is
     already quantized and their times UTC, which is all `Money` and `UTCDateTime` do here.
     """
+    from sqlalchemy.dialects import postgresql  # here: a SQLite ledger never loads it
+
     dialect = postgresql.asyncpg.dialect()
     types = [column.type.compile(dialect) for column in REQUESTS.columns]
     arrays = ", ".join(f"${n}::{name}[]" for n, name in enumerate(types, 1))
     return (
         f"INSERT INTO requests ({', '.join(_REQUEST_COLUMNS)}) SELECT * FROM unnest({arrays})"
-        " ON CONFLICT (id, created_at) DO NOTHING RETURNING id"
+        f" {REQUEST_CONFLICT}"
     )
 
 

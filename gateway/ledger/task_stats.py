@@ -12,7 +12,6 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 from sqlalchemy import ColumnElement, Numeric, Select, func, literal_column, select, type_coerce
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Row
 
 from gateway.ledger.records import MONEY_QUANTUM
@@ -23,6 +22,8 @@ SHARE_QUANTUM = Decimal("0.001")
 
 def sql_stats(group: ColumnElement[Any], covered: ColumnElement[bool]) -> Select[Any]:
     """One row per group: tasks, total, p50 and p95 (one sort), max, component sums."""
+    from sqlalchemy.dialects.postgresql import ARRAY  # here: SQLite never runs this
+
     cost = TASKS.c.cost_total
     fractions: ColumnElement[Any] = literal_column("ARRAY[0.5, 0.95]::float8[]")
     spread = func.percentile_disc(fractions).within_group(cost)

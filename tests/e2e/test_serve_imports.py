@@ -1,0 +1,97 @@
+"""What a `farebox serve` process on a SQLite ledger has imported after serving.
+
+asyncpg (2.5-3 MiB) and SQLAlchemy's PostgreSQL dialect (with all its drivers' modules,
+2 MiB) serve only a PostgreSQL ledger: a gateway on SQLite that has answered a chat
+request, a ledger read and a failed key lookup never loads them. The process is a real
+`farebox serve`; a `sitecustomize` on its path writes its `sys.modules` on SIGUSR2.
+The PostgreSQL side (the ledger's engine loads the dialect, and a read of a stopped
+database is still a 503) is tests/api's and tests/ledger's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.sim.app import create_sim_app
+from gateway.sim.config import SimConfig
+from tests.servers import ServerThread, free_port, running, wait_ready
+
+DUMP_ON_SIGNAL = """\
+import os, signal, sys
+
+def _dump(*_, path=os.environ["SERVE_MODULES_OUT"]):
+    with open(path + ".part", "w", encoding="utf-8") as out:
+        out.write("\\n".join(sorted(sys.modules)))
+    os.replace(path + ".part", path)
+
+signal.signal(signal.SIGUSR2, _dump)
+"""
+
+
+@pytest.fixture
+def sim() -> Iterator[ServerThread]:
+    with running(create_sim_app(SimConfig())) as server:
+        yield server
+
+
+def _modules_after_serving(tmp_path: Path, sim_url: str) -> tuple[set[str], list[int]]:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(DUMP_ON_SIGNAL)
+    config = tmp_path / "farebox.yaml"
+    config.write_text(
+        f"models:\n  chat:\n    provider: openai\n    model: sim-chat\n    base_url: {sim_url}/v1\n"
+    )
+    out = tmp_path / "modules.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
+    env.update(
+        FAREBOX_CONFIG=str(config),
+        FAREBOX_DATA_DIR=str(tmp_path / "data"),  # the SQLite ledger: data/farebox.db
+        PYTHONPATH=os.pathsep.join([str(probe), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        SERVE_MODULES_OUT=str(out),
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_ready(port, process)
+        base = f"http://127.0.0.1:{port}"
+        body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+        statuses = [
+            httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30).status_code,
+            httpx.get(f"{base}/v1/spend", timeout=30).status_code,  # a ledger read
+            httpx.get(f"{base}/v1/tasks/no-such-task", timeout=30).status_code,
+        ]
+        process.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    return set(out.read_text(encoding="utf-8").split()), statuses
+
+
+def test_a_sqlite_gateway_never_imports_asyncpg_or_the_postgresql_dialect(
+    tmp_path: Path, sim: ServerThread
+) -> None:
+    modules, statuses = _modules_after_serving(tmp_path, sim.url)
+    assert statuses == [200, 200, 404]
+    assert "gateway.app" in modules and "aiosqlite" in modules  # it served, on SQLite
+    assert "sqlalchemy.dialects.sqlite" in modules
+    assert not {m for m in modules if m == "asyncpg" or m.startswith("asyncpg.")}
+    assert not {m for m in modules if m.startswith("sqlalchemy.dialects.postgresql")}
