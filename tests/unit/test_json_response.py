@@ -12,6 +12,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.responses import Response
+from starlette.types import Message
 
 from gateway.pipeline.chat import json_response
 
@@ -25,11 +26,11 @@ _VALUES = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0xFF)
 async def _sent(response: Response) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
 
-    async def receive() -> dict[str, Any]:  # pragma: no cover - never called
+    async def receive() -> Message:  # pragma: no cover - never called
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
-        messages.append(message)
+    async def send(message: Message) -> None:
+        messages.append(dict(message))
 
     await response({"type": "http"}, receive, send)
     return messages
