@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+from starlette.types import Message
+
 from gateway.body_guard import BodyGuard
 
 PATH = "/v1/chat/completions"
@@ -36,22 +38,23 @@ class Client:
     def __init__(self, body: bytes = b'{"a": 1}') -> None:
         self.body = body
         self.ready = asyncio.Event()
-        self.sent: list[dict[str, Any]] = []
+        self.sent: list[Message] = []
 
-    async def receive(self) -> dict[str, Any]:
+    async def receive(self) -> Message:
         await self.ready.wait()
         return {"type": "http.request", "body": self.body, "more_body": False}
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: Message) -> None:
         self.sent.append(message)
 
     def status(self) -> int | None:
         starts = [m for m in self.sent if m["type"] == "http.response.start"]
-        return starts[0]["status"] if starts else None
+        return int(starts[0]["status"]) if starts else None
 
     def error(self) -> dict[str, Any]:
         body = b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
-        return json.loads(body)["error"]  # type: ignore[no-any-return]
+        error: dict[str, Any] = json.loads(body)["error"]
+        return error
 
 
 async def test_a_body_in_time_is_read_and_a_stalled_one_gets_408() -> None:
