@@ -1213,7 +1213,66 @@ static PyObject *json_string(PyObject *self, PyObject *text)
     return result;
 }
 
+/* plain_messages(messages, roles) -> whether `messages` is a list of chat messages that
+ * validate as themselves (gateway/pipeline/parse.py, `Message`): each an exact dict whose
+ * "role" is an exact str in the set `roles` and whose "content" is absent, None, an exact
+ * str or an exact list of exact dicts. Other keys are anything. One C loop over values
+ * orjson made (~20 ns a message, against ~0.3 us in Python); no object is created. */
+static PyObject *plain_messages(PyObject *self, PyObject *args)
+{
+    static PyObject *role_key = NULL, *content_key = NULL;
+    PyObject *messages, *roles;
+    if (!PyArg_ParseTuple(args, "OO", &messages, &roles))
+        return NULL;
+    if (!PyAnySet_Check(roles)) {
+        PyErr_SetString(PyExc_TypeError, "plain_messages: roles must be a set or frozenset");
+        return NULL;
+    }
+    if (role_key == NULL) {
+        role_key = PyUnicode_InternFromString("role");
+        content_key = PyUnicode_InternFromString("content");
+        if (role_key == NULL || content_key == NULL)
+            return NULL;
+    }
+    if (!PyList_CheckExact(messages))
+        Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(messages); i++) {
+        PyObject *message = PyList_GET_ITEM(messages, i);
+        if (!PyDict_CheckExact(message))
+            Py_RETURN_FALSE;
+        PyObject *role = PyDict_GetItemWithError(message, role_key); /* borrowed */
+        if (role == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_FALSE;
+        }
+        if (!PyUnicode_CheckExact(role))
+            Py_RETURN_FALSE;
+        int known = PySet_Contains(roles, role);
+        if (known < 0)
+            return NULL;
+        if (!known)
+            Py_RETURN_FALSE;
+        PyObject *content = PyDict_GetItemWithError(message, content_key);
+        if (content == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            continue;
+        }
+        if (content == Py_None || PyUnicode_CheckExact(content))
+            continue;
+        if (!PyList_CheckExact(content))
+            Py_RETURN_FALSE;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(content); j++)
+            if (!PyDict_CheckExact(PyList_GET_ITEM(content, j)))
+                Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
+    {"plain_messages", plain_messages, METH_VARARGS,
+     "plain_messages(messages, roles) -> whether each message validates as itself."},
     {"json_string", json_string, METH_O,
      "json_string(text) -> the bytes orjson.dumps(text) gives, or None (a surrogate)"},
     {"string_value", string_value, METH_VARARGS,

@@ -87,6 +87,32 @@ _native_list_or_marker: Callable[[bytes], bool] | None = (
 _native_skip_children: Callable[[bytes, int, int], tuple[bytes, int]] | None = (
     getattr(_rawjson, "skip_children", None) if NATIVE else None
 )
+_native_plain: Callable[[Any, frozenset[str]], bool] | None = (
+    getattr(_rawjson, "plain_messages", None) if NATIVE else None  # absent from an older build
+)
+
+
+def plain_messages(messages: Any, roles: frozenset[str]) -> bool:
+    """Whether `messages` is a list of dicts whose `role` is an exact str in `roles` and
+    whose `content` is absent, None, an exact str or an exact list of exact dicts (values
+    as orjson makes them); other keys may hold anything. Natively, one C loop (~20 ns a
+    message); in Python without the native module (~0.3 us a message)."""
+    if _native_plain is not None:
+        return _native_plain(messages, roles)
+    if type(messages) is not list:
+        return False
+    for message in messages:
+        if type(message) is not dict:
+            return False
+        role = message.get("role")
+        if type(role) is not str or role not in roles:
+            return False
+        content = message.get("content")
+        if content is None or type(content) is str:
+            continue
+        if type(content) is not list or any(type(part) is not dict for part in content):
+            return False
+    return True
 
 
 def value_commas(raw: bytes) -> int:
