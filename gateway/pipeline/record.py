@@ -17,7 +17,7 @@ from weakref import WeakKeyDictionary
 
 from gateway.config import ModelRoute
 from gateway.ledger import RequestRecord
-from gateway.ledger.records import MONEY_LIMIT, MONEY_QUANTUM, as_money
+from gateway.ledger.records import MONEY_LIMIT, MONEY_QUANTUM, RoundedRecord, as_money
 from gateway.metrics import Metrics
 from gateway.pipeline.context import RequestContext
 from gateway.pricing import COMPONENTS, CostBreakdown
@@ -37,6 +37,9 @@ class BookedCost:
 
     components: dict[str, Decimal]
     total: Decimal = field(init=False)
+    # Built by `of`: every component is what `as_money` returns and the total, their sum,
+    # is too (under MONEY_LIMIT, ten places), so a ledger row need not round them again.
+    rounded: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "total", sum(self.components.values(), ZERO))
@@ -44,9 +47,10 @@ class BookedCost:
     @classmethod
     def of(cls, cost: CostBreakdown | None) -> BookedCost:
         if cost is None:
-            return cls({name: as_money(ZERO, name) for name in COMPONENTS})
+            return cls({name: as_money(ZERO, name) for name in COMPONENTS}, rounded=True)
         values = _COMPONENT_VALUES(cost)  # `cost.components()`, without a dict of getattrs
-        return cls(dict(zip(COMPONENTS, map(_bounded, values, COMPONENTS), strict=True)))
+        bounded = map(_bounded, values, COMPONENTS)
+        return cls(dict(zip(COMPONENTS, bounded, strict=True)), rounded=True)
 
 
 _COMPONENT_VALUES = attrgetter(*COMPONENTS)
@@ -134,7 +138,9 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
     finished = timings.finished or timings.received
     # The usage goes in with the rest: `with_usage` would build and check the row twice.
     usage = _usage_fields(ctx.usage) if ctx.usage is not None else {}
-    return RequestRecord(
+    # Costs from `BookedCost.of` are rounded already: the record need not round them again.
+    make = RoundedRecord if booked.rounded else RequestRecord
+    return make(
         request_id=ctx.request_id,
         attempt=attempt,
         task_id=ctx.task.task_id,
