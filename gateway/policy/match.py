@@ -13,7 +13,32 @@ DEFAULTS_LABEL = "defaults"
 
 
 def _any(value: str | None, patterns: Iterable[str]) -> bool:
-    return value is not None and any(fnmatchcase(value, pattern) for pattern in patterns)
+    if value is None:
+        return False
+    for pattern in patterns:
+        literal = _LITERAL.get(pattern)
+        if literal is None:
+            literal = _literal(pattern)
+        if value == pattern if literal else fnmatchcase(value, pattern):
+            return True
+    return False
+
+
+def _literal(pattern: str) -> bool:
+    """Whether `pattern` has no wildcard: `fnmatchcase` then matches only the same string.
+
+    Most rules name a step, model or team outright; `fnmatchcase` hashes the pattern into
+    its compiled-pattern cache and runs a regex for each, where `==` gives the same answer.
+    """
+    literal = not any(char in pattern for char in "*?[")
+    if len(_LITERAL) >= MAX_LITERAL:  # patterns come from the config: a reload adds more
+        _LITERAL.clear()
+    _LITERAL[pattern] = literal
+    return literal
+
+
+_LITERAL: dict[str, bool] = {}
+MAX_LITERAL = 4096
 
 
 def _headers_match(match: Match, facts: RequestFacts) -> bool:
