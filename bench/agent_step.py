@@ -9,6 +9,9 @@ sends it with one task id (`--task-prefix bench-agent --tasks 1`), as `bench/hot
 does: so the prefix check runs against the task's previous request. Only Farebox is loaded
 (`--with-minproxy` adds the floor).
 
+`--check-stages N [--mode fresh|small]` runs the prefix check alone N times, for callgrind
+(see `check_stages`).
+
 `--inproc [--mode agent|fresh] [-n 100] [--src CHECKOUT]` sends the 1 MB request through
 the real app in this process (its lifespan, every middleware, the mock upstream): CPU and
 garbage collections per request (see `inproc`). `--stages N [--mode agent|fresh|split]`
@@ -355,8 +358,58 @@ def stages(src: str | None, n: int, mode: str) -> None:
         del ctx, records, check, outcome
 
 
+def check_stages(src: str | None, n: int, mode: str) -> None:
+    """Run `n` prefix checks alone (no parse, no pipeline), for an instruction count.
+
+    `fresh`: the 1 MB fresh prompt (`write_history`, its system prompt's mark changed each
+    time); `small`: bench/pipeline_cpu.py's one-message request ("request i"). Each body is
+    parsed (orjson) before the counted part, for as many as the larger run sends, and
+    checked against the caller's last four records, then made ready for the store
+    (`to_dict`), as `remember` does. Under callgrind, (I(n2) - I(n1)) / (n2 - n1) is what
+    one check costs:
+
+        valgrind --tool=callgrind --callgrind-out-file=/dev/null python bench/agent_step.py \
+            --check-stages 1 --mode fresh   # then 6; small: 10, then 1010 (--src CHECKOUT)
+    """
+    from checkout import use_checkout
+
+    use_checkout(src)
+    import orjson
+
+    from gateway.prefix import PrefixChecker, rule_for
+
+    if mode == "fresh":
+        history = write_history(Path(tempfile.mkdtemp(prefix="agent-check-")) / "h.json")
+        raw = orjson.dumps(orjson.loads(history.read_bytes()))[1:-1]
+
+        def body(i: int) -> bytes:
+            last = b'{"role":"user","content":"Next step %d: continue."}' % i
+            msgs = raw.replace("§N§".encode(), str(i).encode()) + b"," + last
+            return b'{"model":"bench-gpt","messages":[' + msgs + b'],"max_tokens":64}'
+
+        rule, total = rule_for("openai"), 15
+    else:
+
+        def body(i: int) -> bytes:
+            content = b'"Say hello (request %d)."' % i
+            return b'{"model":"bench-gpt","messages":[{"role":"user","content":%s}]}' % content
+
+        rule, total = rule_for("vllm"), 2010
+    bodies = [orjson.loads(body(i)) for i in range(max(total, n + 3))][: n + 3]
+    checker, records = PrefixChecker(), []
+    for parsed in bodies:
+        check = checker.check(parsed, rule, records)
+        check.record.to_dict()
+        records = [*records, check.record][-4:]
+
+
 def main() -> None:
     argv = sys.argv[1:]
+    if "--check-stages" in argv:
+        src = argv[argv.index("--src") + 1] if "--src" in argv else None
+        mode = argv[argv.index("--mode") + 1] if "--mode" in argv else "fresh"
+        check_stages(src, int(argv[argv.index("--check-stages") + 1]), mode)
+        return
     if "--stages" in argv:
         src = argv[argv.index("--src") + 1] if "--src" in argv else None
         mode = argv[argv.index("--mode") + 1] if "--mode" in argv else "agent"

@@ -133,7 +133,7 @@ def _check(
     if "normalize" in actions:
         _apply(ctx, normalize(ctx.forwarded_body()))
     started = time.perf_counter()
-    history = [_record_of(item) for item in raw_history]
+    history = records_of(raw_history)
     body = ctx.forwarded_body()
     # A task's next step repeats its messages: reuse their segments (the client's bytes).
     explicit = ctx.task is not None and not ctx.task.implicit
@@ -189,6 +189,34 @@ def _record_of(item: dict[str, Any]) -> PrefixRecord:
     record = PrefixRecord.from_dict(item)
     _keep_record(item, record)
     return record
+
+
+def records_of(items: list[dict[str, Any]]) -> list[PrefixRecord]:
+    """`[_record_of(item) for item in items]`, the kept ones found under one lock.
+
+    A small request's history is four dicts, each a lock and two lookups apart; those
+    not kept are rebuilt and kept as `_record_of` does.
+    """
+    found: list[PrefixRecord | None] = []
+    with _PARSED_LOCK:
+        for item in items:
+            key = id(item)
+            kept = _PARSED
+            entry = kept.get(key)
+            if entry is None or entry[0] is not item:
+                kept = _PARSED_LARGE
+                entry = kept.get(key)
+            if entry is not None and entry[0] is item:
+                kept.move_to_end(key)
+                found.append(entry[1])
+            else:
+                found.append(None)
+    if None not in found:
+        return found  # type: ignore[return-value]
+    return [
+        _record_of(item) if record is None else record
+        for item, record in zip(items, found, strict=True)
+    ]
 
 
 def _apply(ctx: RequestContext, result: tuple[dict[str, Any], list[str]]) -> None:

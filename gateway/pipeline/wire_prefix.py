@@ -25,11 +25,16 @@ from typing import Any
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import sized
-from gateway.pipeline.prefix import PrefixOutcome, check_prefix, history_keys, prefix_headers
+from gateway.pipeline.prefix import (
+    PrefixOutcome,
+    check_prefix,
+    history_keys,
+    prefix_headers,
+    records_of,
+)
 from gateway.prefix.cache_rules import CacheRule
 from gateway.prefix.cacheability import uncacheable
 from gateway.prefix.checker import PrefixChecker
-from gateway.prefix.record import PrefixRecord
 from gateway.prefix.strict import strict_error_message, strict_violations
 from gateway.state import SharedState
 
@@ -77,7 +82,7 @@ def _observe(
 ) -> PrefixOutcome:
     assert ctx.route is not None
     started = time.perf_counter()
-    history = [PrefixRecord.from_dict(item) for item in raw_history]
+    history = records_of(raw_history)  # the stored dicts' records, rebuilt once each
     check = checker.check(view(ctx.forwarded_body()), rule, history)
     check_seconds = time.perf_counter() - started
     if "strict" in ctx.route.prefix:

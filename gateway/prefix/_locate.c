@@ -16,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define DIGIT 1
@@ -603,6 +604,313 @@ static PyObject *py_take_items(PyObject *self, PyObject *args)
     return moved;
 }
 
+/* ---- The segment cut and the fingerprint chain (gateway/prefix/segments.py, record.py) ---- */
+
+#define CHAIN_YIELD 8192
+
+static int hex_value(Py_UCS4 c)
+{
+    if (c >= '0' && c <= '9')
+        return (int)(c - '0');
+    if (c >= 'a' && c <= 'f')
+        return (int)(c - 'a' + 10);
+    if (c >= 'A' && c <= 'F')
+        return (int)(c - 'A' + 10);
+    return -1;
+}
+
+/* 16 bytes from a str of exactly 32 hex digits; 0 when it is anything else. */
+static int hex16(PyObject *text, unsigned char *out)
+{
+    if (!PyUnicode_CheckExact(text) || PyUnicode_READY(text) < 0 ||
+        PyUnicode_GET_LENGTH(text) != 32 || PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND)
+        return 0;
+    const Py_UCS1 *s = PyUnicode_1BYTE_DATA(text);
+    for (int i = 0; i < 16; i++) {
+        int hi = hex_value(s[2 * i]), lo = hex_value(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return 0;
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return 1;
+}
+
+static PyObject *hex_of(const unsigned char *data, Py_ssize_t size)
+{
+    static const char digits[] = "0123456789abcdef";
+    PyObject *text = PyUnicode_New(2 * size, 127);
+    if (text == NULL)
+        return NULL;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(text);
+    for (Py_ssize_t i = 0; i < size; i++) {
+        out[2 * i] = (Py_UCS1)digits[data[i] >> 4];
+        out[2 * i + 1] = (Py_UCS1)digits[data[i] & 15];
+    }
+    return text;
+}
+
+/* chain_hex(hasher, previous, digests) -> tuple of hex str, or None.
+ *
+ * fingerprint i = hasher(fingerprint i-1 + bytes.fromhex(digests[i]))[:16], as hex, from
+ * `previous` (16 bytes): `record.chain_fingerprints`' loop, ~0.15 us a link where the
+ * Python loop took ~0.6. The hasher is called (xxhash's own function), so the links are
+ * its. None, to take the Python loop, when a digest is not 32 hex digits or a hash is not
+ * 16 bytes or more. The lock is offered every CHAIN_YIELD links. */
+static const char chain_hex_doc[] =
+    "chain_hex(hasher, previous, digests) -> tuple of hex fingerprints, or None where the "
+    "Python loop must decide.";
+
+static PyObject *py_chain_hex(PyObject *self, PyObject *args)
+{
+    PyObject *hasher, *digests;
+    const char *start;
+    Py_ssize_t start_size;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oy#O:chain_hex", &hasher, &start, &start_size, &digests))
+        return NULL;
+    if (start_size != 16) {
+        PyErr_SetString(PyExc_ValueError, "chain_hex: previous must be 16 bytes");
+        return NULL;
+    }
+    if (!PyList_CheckExact(digests) && !PyTuple_CheckExact(digests)) {
+        PyErr_SetString(PyExc_TypeError, "chain_hex expects a list or a tuple");
+        return NULL;
+    }
+    Py_ssize_t size = Py_SIZE(digests);
+    PyObject *result = PyTuple_New(size);
+    if (result == NULL)
+        return NULL;
+    PyObject_GC_UnTrack(result); /* strings only, filled while the lock may change hands */
+    unsigned char link[32];
+    memcpy(link, start, 16);
+    for (Py_ssize_t i = 0; i < size; i++) {
+        if (i % CHAIN_YIELD == CHAIN_YIELD - 1) {
+            yield_lock();
+            if (Py_SIZE(digests) != size) {
+                Py_DECREF(result);
+                PyErr_SetString(PyExc_RuntimeError, "chain_hex: the digests changed size");
+                return NULL;
+            }
+        }
+        PyObject *item = PyList_CheckExact(digests) ? PyList_GET_ITEM(digests, i)
+                                                    : PyTuple_GET_ITEM(digests, i);
+        if (!hex16(item, link + 16)) {
+            Py_DECREF(result);
+            Py_RETURN_NONE;
+        }
+        PyObject *data = PyBytes_FromStringAndSize((const char *)link, 32);
+        if (data == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyObject *hashed = PyObject_CallOneArg(hasher, data);
+        Py_DECREF(data);
+        if (hashed == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        if (!PyBytes_CheckExact(hashed) || PyBytes_GET_SIZE(hashed) < 16) {
+            Py_DECREF(hashed);
+            Py_DECREF(result);
+            Py_RETURN_NONE;
+        }
+        memcpy(link, PyBytes_AS_STRING(hashed), 16);
+        Py_DECREF(hashed);
+        PyObject *text = hex_of(link, 16);
+        if (text == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(result, i, text);
+    }
+    return result;
+}
+
+/* array_items(batch) -> list of bytes: the items of a compact JSON array, each cut out.
+ *
+ * For orjson's own output (no whitespace, valid): `_dump_chunk`'s walk and slices in one
+ * call. Items are what lies between the commas at depth one, strings skipped by their
+ * escapes; the walk runs without the lock for a large array. ValueError when the array is
+ * not so shaped (the caller falls back). */
+static const char array_items_doc[] =
+    "array_items(batch) -> list of the items of a compact JSON array, as bytes.";
+
+typedef struct {
+    Py_ssize_t *ends;
+    Py_ssize_t count, allocated;
+} Ends;
+
+/* Appends an offset; 0 when out of memory (no exception set: the lock may be released). */
+static int add_end(Ends *e, Py_ssize_t at)
+{
+    if (e->count == e->allocated) {
+        Py_ssize_t grown = e->allocated * 2;
+        Py_ssize_t *more = realloc(e->ends, sizeof(Py_ssize_t) * (size_t)grown);
+        if (more == NULL)
+            return 0;
+        e->ends = more;
+        e->allocated = grown;
+    }
+    e->ends[e->count++] = at;
+    return 1;
+}
+
+/* Fills `e` with the offset past each item; 1, or 0 when not so shaped, -1 out of memory. */
+static int walk_items(const unsigned char *s, Py_ssize_t n, Ends *e)
+{
+    Py_ssize_t depth = 0;
+    if (n < 2 || s[0] != '[' || s[n - 1] != ']')
+        return 0;
+    if (n == 2)
+        return 1;
+    const unsigned char *end = s + n - 1;
+    for (const unsigned char *p = s + 1; p < end; p++) {
+        unsigned char c = *p;
+        if (c == '"') {
+            for (;;) {
+                const unsigned char *q = memchr(p + 1, '"', (size_t)(end - p - 1));
+                if (q == NULL)
+                    return 0;
+                /* escaped when an odd run of backslashes precedes it */
+                const unsigned char *b = q;
+                while (b > p + 1 && b[-1] == '\\')
+                    b--;
+                p = q;
+                if (((q - b) & 1) == 0)
+                    break;
+            }
+        } else if (c == '[' || c == '{') {
+            depth++;
+        } else if (c == ']' || c == '}') {
+            if (--depth < 0)
+                return 0;
+        } else if (c == ',' && depth == 0) {
+            if (!add_end(e, p - s))
+                return -1;
+        } else if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+            return 0; /* not compact: not orjson's */
+        }
+    }
+    if (depth != 0)
+        return 0;
+    return add_end(e, n - 1) ? 1 : -1;
+}
+
+static PyObject *py_array_items(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyBytes_CheckExact(arg)) {
+        PyErr_SetString(PyExc_TypeError, "array_items expects bytes");
+        return NULL;
+    }
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg);
+    Ends e = {malloc(sizeof(Py_ssize_t) * 1024), 0, 1024};
+    if (e.ends == NULL)
+        return PyErr_NoMemory();
+    int shaped;
+    if (n >= RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS /* `arg` is bytes, held by the caller: it cannot change */
+        shaped = walk_items(s, n, &e);
+        Py_END_ALLOW_THREADS
+    } else {
+        shaped = walk_items(s, n, &e);
+    }
+    if (shaped <= 0) {
+        free(e.ends);
+        if (shaped < 0)
+            return PyErr_NoMemory();
+        PyErr_SetString(PyExc_ValueError, "array_items: not a compact JSON array");
+        return NULL;
+    }
+    PyObject *items = PyList_New(e.count);
+    if (items == NULL) {
+        free(e.ends);
+        return NULL;
+    }
+    PyObject_GC_UnTrack(items); /* bytes only: never in a cycle */
+    Py_ssize_t from = 1;
+    for (Py_ssize_t k = 0; k < e.count; k++) {
+        PyObject *piece = PyBytes_FromStringAndSize((const char *)s + from, e.ends[k] - from);
+        if (piece == NULL) {
+            free(e.ends);
+            Py_DECREF(items);
+            return NULL;
+        }
+        PyList_SET_ITEM(items, k, piece);
+        from = e.ends[k] + 1;
+    }
+    free(e.ends);
+    return items;
+}
+
+/* first_long(values, limit) -> the index of the first dict whose "content" is a str of
+ * more than `limit` characters, or None: `segments._first_long` without its loop. Exact
+ * types, as there (`type(v) is dict`, `type(c) is str`). */
+static const char first_long_doc[] =
+    "first_long(values, limit) -> index of the first message with a str content over limit "
+    "characters, or None.";
+
+static PyObject *content_key, *role_key, *empty_str;
+
+static PyObject *py_first_long(PyObject *self, PyObject *args)
+{
+    PyObject *values;
+    Py_ssize_t limit;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!n:first_long", &PyList_Type, &values, &limit))
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+        PyObject *value = PyList_GET_ITEM(values, i);
+        if (!PyDict_CheckExact(value))
+            continue;
+        PyObject *content = PyDict_GetItemWithError(value, content_key);
+        if (content == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            continue;
+        }
+        if (PyUnicode_CheckExact(content) && PyUnicode_GET_LENGTH(content) > limit)
+            return PyLong_FromSsize_t(i);
+    }
+    Py_RETURN_NONE;
+}
+
+/* roles(values, start, stop) -> [the str "role" of each dict of values[start:stop], or ""]:
+ * `segments._plain_segments`' list without its loop (exact types, as there). */
+static const char roles_doc[] =
+    "roles(values, start, stop) -> list of each message's str role, or \"\".";
+
+static PyObject *py_roles(PyObject *self, PyObject *args)
+{
+    PyObject *values;
+    Py_ssize_t start, stop;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!nn:roles", &PyList_Type, &values, &start, &stop))
+        return NULL;
+    Py_ssize_t size = PyList_GET_SIZE(values);
+    start = start < 0 ? 0 : start > size ? size : start;
+    stop = stop > size ? size : stop < start ? start : stop;
+    PyObject *roles = PyList_New(stop - start);
+    if (roles == NULL)
+        return NULL;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *value = PyList_GET_ITEM(values, i), *role = NULL;
+        if (PyDict_CheckExact(value)) {
+            role = PyDict_GetItemWithError(value, role_key);
+            if (role == NULL && PyErr_Occurred()) {
+                Py_DECREF(roles);
+                return NULL;
+            }
+        }
+        if (role == NULL || !PyUnicode_CheckExact(role))
+            role = empty_str;
+        Py_INCREF(role);
+        PyList_SET_ITEM(roles, i - start, role);
+    }
+    return roles;
+}
+
 static PyMethodDef methods[] = {
     {"next_candidate", py_next_candidate, METH_VARARGS, next_candidate_doc},
     {"flag_candidates", py_flag_candidates, METH_O, flag_candidates_doc},
@@ -611,6 +919,10 @@ static PyMethodDef methods[] = {
     {"untracked_tuple", py_untracked_tuple, METH_VARARGS, untracked_tuple_doc},
     {"moved_tuple", py_moved_tuple, METH_VARARGS, moved_tuple_doc},
     {"take_items", py_take_items, METH_VARARGS, take_items_doc},
+    {"chain_hex", py_chain_hex, METH_VARARGS, chain_hex_doc},
+    {"array_items", py_array_items, METH_O, array_items_doc},
+    {"first_long", py_first_long, METH_VARARGS, first_long_doc},
+    {"roles", py_roles, METH_VARARGS, roles_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -623,5 +935,10 @@ PyMODINIT_FUNC PyInit__locate(void)
 {
     init_classes();
     init_time_first();
+    content_key = PyUnicode_InternFromString("content");
+    role_key = PyUnicode_InternFromString("role");
+    empty_str = PyUnicode_InternFromString("");
+    if (content_key == NULL || role_key == NULL || empty_str == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -12,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import compress, count
+from operator import ne
 
 from gateway.prefix.cache_rules import CacheExpectation, CacheRule, expect, invalidated_by
 from gateway.prefix.detectors import Finding
 from gateway.prefix.record import PrefixRecord
 
 _SHIFT_LOOKAHEAD = 8
+# Up to this many segments a common prefix is found by one pass (`common_prefix`): the
+# binary search's slices cost more than the compares they save.
+_LINEAR_UP_TO = 64
 
 
 class Reason(StrEnum):
@@ -79,9 +84,11 @@ def common_prefix(current: PrefixRecord, earlier: PrefixRecord) -> int:
     if current.model != earlier.model or current.family != earlier.family:
         return 0
     a, b = current.segment_digests, earlier.segment_digests
+    low, high = 0, min(len(a), len(b))
+    if high <= _LINEAR_UP_TO:  # a small request: the first unequal pair, found in C
+        return next(compress(count(), map(ne, a, b)), high)
     # Binary search on prefix equality (monotone): tuple slices compare in C, ~20x faster
     # than a Python loop over a few hundred digests, and a request compares with several.
-    low, high = 0, min(len(a), len(b))
     while low < high:
         middle = (low + high + 1) // 2
         if a[low:middle] == b[low:middle]:
@@ -122,7 +129,8 @@ def compare(
         if closest is None or shared >= matched:
             closest, matched = record, shared
         # A boundary an earlier request wrote is readable when all of it is repeated.
-        written.extend(p for p in record.breakpoints if p < shared)
+        if record.breakpoints:
+            written.extend(p for p in record.breakpoints if p < shared)
     expectation = expect(rule, current.cumulative_tokens, matched, current.breakpoints, written)
     divergence = None
     if closest is not None and explain_divergence:

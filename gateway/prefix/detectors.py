@@ -22,8 +22,8 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import compress, repeat
-from operator import is_not, itemgetter
+from itertools import compress, count, repeat
+from operator import is_, is_not, itemgetter
 
 from gateway.prefix.locate import (
     NATIVE,
@@ -282,12 +282,15 @@ def scan_request(
     segments = untracked_tuple(request.segments, start, request.stable_count)
     known: list[tuple[Hit, ...] | None] = acyclic_list()
     known += cache.get_many(list(map(_DIGEST, segments)))
+    if None not in known and not any(known):  # all seen, none holds anything: most requests
+        return [], acyclic_list()
     small: list[int] = acyclic_list()
     first_of: dict[bytes, int] = {}  # repeats within the request ("null" settings) scan once
     repeats: list[tuple[int, int]] = []
-    for index, segment in enumerate(segments):
-        if known[index] is not None:
-            continue
+    # Only the segments the cache did not know (a first-seen prompt's system prompt, say),
+    # found in C: a Python pass over a 1 MB prompt's 1,245 segments took ~0.1 ms.
+    for index in list(compress(count(), map(is_, known, repeat(None)))):
+        segment = segments[index]
         if segment.digest in first_of:
             repeats.append((index, first_of[segment.digest]))
         elif len(segment.data) > WINDOW_BYTES:
@@ -300,12 +303,10 @@ def scan_request(
     for index, first in repeats:
         known[index] = known[first]
     findings: list[Finding] = []
+    for index in compress(count(), known):  # those with hits, in order
+        findings.extend(to_findings(segments[index], known[index]))  # type: ignore[arg-type]
     unscanned: list[str] = acyclic_list()
-    for segment, hits in zip(segments, known, strict=True):
-        if hits is None:
-            unscanned.append(segment.name)
-        elif hits:
-            findings.extend(to_findings(segment, hits))
+    unscanned += (segments[i].name for i in compress(count(), map(is_, known, repeat(None))))
     return findings, unscanned
 
 

@@ -54,6 +54,18 @@ else:
 NATIVE: bool = _native is not None
 
 
+def native_step(name: str) -> Callable[..., Any] | None:
+    """The `_locate` function `name` of the segment cut or the fingerprint chain, or None
+    when the module is not built, was built before it was added, or is turned off
+    (`FAREBOX_PREFIX_NATIVE=0`): the callers then run their Python loops, same results."""
+    if _untrack is None:
+        return None
+    from gateway.prefix import _locate  # type: ignore[attr-defined]
+
+    found: Callable[..., Any] | None = getattr(_locate, name, None)
+    return found
+
+
 def flag_candidates(buffers: Sequence[bytes]) -> list[int]:
     """The indices of the buffers in which the pattern may match (all, without the locator)."""
     return list(range(len(buffers))) if _flag is None else _flag(buffers)
