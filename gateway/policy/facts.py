@@ -23,15 +23,25 @@ def parse_tags(value: str | None) -> frozenset[str]:
     return frozenset(tag.strip().lower() for tag in value.split(",") if tag.strip())
 
 
-def lowered_headers(headers: Mapping[str, str]) -> dict[str, str]:
+class LoweredHeaders(dict[str, str]):
+    """A fresh copy of headers whose names are lower-case: `RequestFacts` keeps it as it is.
+
+    `facts_of` and `from_headers` lower the names and then built the facts, whose
+    `__post_init__` copied and checked them all again.
+    """
+
+    __slots__ = ()
+
+
+def lowered_headers(headers: Mapping[str, str]) -> LoweredHeaders:
     """A copy of `headers` with lower-case names (of two spellings, the last one's value).
 
     Names from an ASGI server are lower-case already: then a plain copy (a C loop, not a
     Python one calling `lower()` per name).
     """
     if all(map(str.islower, headers)):
-        return dict(headers)
-    return {name.lower(): value for name, value in headers.items()}
+        return LoweredHeaders(headers)
+    return LoweredHeaders({name.lower(): value for name, value in headers.items()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +59,8 @@ class RequestFacts:
 
     def __post_init__(self) -> None:
         # Header names are case-insensitive; matching compares lower-case names only.
-        object.__setattr__(self, "headers", lowered_headers(self.headers))
+        if type(self.headers) is not LoweredHeaders:  # else lowered and copied already
+            object.__setattr__(self, "headers", lowered_headers(self.headers))
 
     @property
     def tags(self) -> frozenset[str]:
