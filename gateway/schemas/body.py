@@ -30,6 +30,9 @@ def load_object(raw: bytes, max_depth: int = MAX_DEPTH, bound: int | None = None
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
     # The bytes' bracket depth bounds the value's: only a body that may be too deep is walked.
+    # A value nested d levels takes 2d bracket bytes: a short body needs no count at all.
+    if len(raw) < 2 * (max_depth + 1):
+        return body
     if bound is None:
         bound = bracket_depth(raw)
     if (bound is None or bound > max_depth) and depth_over(body, max_depth):

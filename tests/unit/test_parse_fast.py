@@ -20,7 +20,7 @@ from gateway.pipeline import parse as stage
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.parse import BUILDS, _validated_plain, parse
 from gateway.prefix.checker import PrefixChecker
-from gateway.schemas.body import invalid_field
+from gateway.schemas.body import invalid_field, load_object
 from gateway.schemas.chat import ChatRequest, StreamOptions
 
 _ROLES = ["system", "developer", "user", "assistant", "tool", "function"]
@@ -259,3 +259,17 @@ def _rule() -> Any:
     from gateway.prefix import rule_for
 
     return rule_for("openai")
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 128])
+def test_a_short_body_is_held_to_the_depth_limit_too(limit: int) -> None:
+    """A body shorter than 2 * (limit + 1) bytes cannot nest deeper than `limit` (each
+    level takes two bracket bytes), so it is not counted; the shortest that can, is."""
+    for depth in (limit, limit + 1):
+        inner = b"[" * (depth - 1) + b"]" * (depth - 1)
+        raw = b"{}" if depth == 1 else b'{"a":' + inner + b"}"
+        if depth <= limit:
+            assert load_object(raw, limit) == orjson.loads(raw)
+        else:
+            with pytest.raises(InvalidRequestError, match="nested more than"):
+                load_object(raw, limit)
