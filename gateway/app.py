@@ -49,7 +49,6 @@ from gateway.otel import open_tracing
 from gateway.pipeline.offload import share_the_lock
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.detectors import HOT_PATH_SCAN_BUDGET
-from gateway.pricing.serving import trim_for_serving
 from gateway.reloader import ConfigReloader
 from gateway.request_id import RequestIdMiddleware
 from gateway.route_hint import missing_v1_hint
@@ -69,13 +68,6 @@ _OFF = {"tracing": False, "metrics": False, "logs": False}
 NO_FASTAPI_TELEMETRY: dict[str, Any] = (
     {"telemetry": _OFF} if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 )
-
-
-def _serving_snapshot(config: GatewayConfig) -> Snapshot:
-    """The configuration priced, with only the map entries it reads kept (5.7 MiB less)."""
-    snapshot = Snapshot.build(config)
-    trim_for_serving(snapshot.prices, config)
-    return snapshot
 
 
 def create_app(
@@ -197,7 +189,7 @@ async def _build_services(
         settings.redis_url, limits=settings.redis_limits, hold_s=settings.budget_hold_s
     )
     stack.push_async_callback(limiter.aclose)
-    snapshot = await asyncio.to_thread(_serving_snapshot, config)
+    snapshot = await asyncio.to_thread(Snapshot.build, config)
     keys = KeyCache(KeyStore(engine), settings.keys_refresh_s)
     await stack.enter_async_context(keys)  # loaded now, then polled until shutdown
     return Services(

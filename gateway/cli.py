@@ -15,7 +15,7 @@ from rich.console import Console
 
 from gateway import __version__
 from gateway import serve_imports as _serve_imports  # noqa: F401  (first: before httpx)
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.config import ConfigError, load_config
 from gateway.ledger.diagnosis import shown
 from gateway.services import Services
 from gateway.settings import DEFAULT_CONFIG, NoDataDirError, Settings
@@ -186,7 +186,6 @@ def serve(
         gateway_config = load_config(settings.config_path())
         # In a child: a migration's Alembic imports never reach the serving process.
         call_forked(lambda: check_ledger(settings), PreflightError)
-        _price_map_digest(gateway_config)
     except (ConfigError, PreflightError) as exc:
         if listener is not None:
             listener.close()
@@ -200,20 +199,6 @@ def serve(
     DrainingServer(server, application.state.in_flight, settings.shutdown_grace_s).run(
         sockets=[listener]
     )
-
-
-def _price_map_digest(config: GatewayConfig) -> None:
-    """Read litellm's price map in a forked child: this process keeps only what it serves.
-
-    On any failure the app reads the map itself, as it always did (and says what is wrong).
-    """
-    from gateway.forked import ForkedStepError, fetch_forked
-    from gateway.pricing.serving import install_serving_digest, serving_digest
-
-    try:
-        install_serving_digest(fetch_forked(lambda: serving_digest(config)))
-    except ForkedStepError as exc:
-        logging.getLogger("farebox").debug("price map read in this process: %s", exc)
 
 
 def _register_commands() -> None:
