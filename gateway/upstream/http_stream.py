@@ -1,10 +1,12 @@
 """What every native HTTP upstream shares: one pooled client, a bounded whole reply, an SSE stream.
 
 The chat (`openai_compat`) and Messages (`anthropic_messages`) upstreams send through one
-aiohttp session: with it the gateway's CPU per request fell from 6.2-6.6 ms to 2.2-3.0 ms,
-same tree, same run as minproxy (httpcore's pool bookkeeping and its socket poll per pooled
-connection per request were 39% of the gateway's CPU; docs/performance.md). litellm keeps
-its httpx client.
+pooled client: `http://` origins through `h1` (an asyncio.Protocol with httptools' parser,
+which replaced aiohttp's client there: see its docstring and docs/performance.md),
+`https://` origins through one aiohttp session (its TLS and connector). With aiohttp
+instead of httpx the gateway's CPU per request had fallen from 6.2-6.6 ms to 2.2-3.0 ms
+(httpcore's pool bookkeeping and its socket poll per pooled connection per request were
+39% of the gateway's CPU). litellm keeps its httpx client.
 
 A connection goes back to the pool only when its reply was read to the end; a reply
 left part-read (a client gone mid-stream, a refused reply) closes its connection, which
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from gateway.errors import UpstreamProtocolError
-from gateway.upstream import failures
+from gateway.upstream import failures, h1
 from gateway.upstream.sse import DONE, EventSplitter, event_data
 
 POOL_SIZE = 1000
@@ -51,16 +53,28 @@ def client_timeout(connect: float, read: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
 
 
-class HttpClient:
-    """The pooled client of the native upstreams; its session is made on first use.
+Response = h1.Reply | aiohttp.ClientResponse
+"""A reply being read: `h1`'s for http:// origins, aiohttp's for https://."""
+Content = h1.Reply | aiohttp.StreamReader
+"""What a body is read from: `readany()` until b''."""
 
-    An aiohttp session belongs to the loop it was made on, so it is made lazily by the
-    first request (inside the serving loop), never at construction.
+
+class HttpClient:
+    """The pooled client of the native upstreams; its pools are made on first use.
+
+    Both belong to the loop they were made on, so they are made lazily by the first
+    request (inside the serving loop), never at construction. `pool_size` bounds each.
     """
 
     def __init__(self, pool_size: int = POOL_SIZE, keepalive_s: float = KEEPALIVE_S) -> None:
         self._pool_size, self._keepalive_s = pool_size, keepalive_s
         self._session: aiohttp.ClientSession | None = None
+        self._h1: h1.Pool | None = None
+
+    def pool(self) -> h1.Pool:
+        if self._h1 is None or self._h1.closed:
+            self._h1 = h1.Pool(self._pool_size, self._keepalive_s)
+        return self._h1
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -75,9 +89,14 @@ class HttpClient:
             )
         return self._session
 
-    async def send(self, request: HttpRequest, where: str) -> aiohttp.ClientResponse:
+    async def send(self, request: HttpRequest, where: str) -> Response:
         """Send `request`; a transport failure is raised as the gateway's upstream error."""
         try:
+            if request.url.startswith("http://"):
+                pool = self._h1 if self._h1 is not None and not self._h1.closed else self.pool()
+                return await pool.request(
+                    request.url, request.body, request.headers, request.timeout
+                )
             return await self.session().post(
                 request.url,
                 data=request.body,
@@ -89,24 +108,28 @@ class HttpClient:
             raise failures.from_client_error(exc, where) from exc
 
     async def aclose(self) -> None:
+        if self._h1 is not None:
+            await self._h1.aclose()
         if self._session is not None:
             await self._session.close()
 
 
-def response_headers(response: aiohttp.ClientResponse) -> dict[str, str]:
+def response_headers(response: Response) -> dict[str, str]:
     """The reply's headers, names in lower case, repeated ones joined as HTTP allows."""
     headers: dict[str, str] = {}
-    for name, value in response.headers.items():
+    items = response.header_items() if isinstance(response, h1.Reply) else response.headers.items()
+    for name, value in items:
         key = name.lower()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
     return headers
 
 
-async def read_at_most(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+async def read_at_most(response: Response, limit: int) -> tuple[bytes, bool]:
     """The decoded body, and whether it was whole: reading stops past `limit` bytes."""
     parts: list[bytes] = []
     size = 0
-    async for part in response.content.iter_any():
+    content = response.content
+    while part := await content.readany():
         parts.append(part)
         size += len(part)
         if size > limit:
@@ -116,7 +139,7 @@ async def read_at_most(response: aiohttp.ClientResponse, limit: int) -> tuple[by
 
 async def whole_reply(
     client: HttpClient, request: HttpRequest, where: str, limits: tuple[int, int]
-) -> tuple[aiohttp.ClientResponse, bytes]:
+) -> tuple[Response, bytes]:
     """Send `request` and read its whole body, at most `limits` (reply, error) bytes.
 
     A transport failure, an error status or a reply over its limit raises the upstream
@@ -142,7 +165,7 @@ async def whole_reply(
 
 async def open_reply(
     client: HttpClient, request: HttpRequest, where: str, error_limit: int
-) -> aiohttp.ClientResponse:
+) -> Response:
     """Send a streamed request; an error status is read (at most `error_limit`) and raised."""
     response = await client.send(request, where)
     if response.status < 400:
@@ -177,7 +200,7 @@ def _is_final(event: bytes | None) -> bool:
     return data.strip() == DONE or any(kind in head for kind in _FINAL_TYPES)
 
 
-async def _read_to_end(content: aiohttp.StreamReader) -> bool:
+async def _read_to_end(content: Content) -> bool:
     """Read what follows the last event to the body's end; False if it takes too long."""
     drained = 0
     try:
@@ -203,7 +226,7 @@ class SseEvents:
 
     __slots__ = ("_content", "_done", "_index", "_ready", "_splitter", "_taken", "_where")
 
-    def __init__(self, content: aiohttp.StreamReader, where: str) -> None:
+    def __init__(self, content: Content, where: str) -> None:
         self._content, self._where = content, where
         self._splitter = EventSplitter(where=where)
         self._ready: list[bytes] = []  # complete events read, from `_index` on not taken
@@ -278,7 +301,7 @@ class SseStream:
     connections in tests/e2e/test_upstream_reuse.py).
     """
 
-    def __init__(self, response: aiohttp.ClientResponse, where: str):
+    def __init__(self, response: Response, where: str):
         self._response = response
         self._where = where
         self._events: SseEvents | None = None

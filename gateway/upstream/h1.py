@@ -1,0 +1,586 @@
+"""A lean HTTP/1.1 client for plain-`http://` upstreams: an asyncio.Protocol with httptools.
+
+What aiohttp's client did per request, less its per-chunk machinery (a StreamReader whose
+flow control resumed the transport on every chunk, a timer rescheduled on every
+`data_received`, a response object of many fields): one protocol per connection parses the
+reply with httptools' `HttpResponseParser` and keeps the body's pieces in a list; a reader
+waits on one future, with one timer only while it waits.
+
+It keeps the aiohttp client's behaviour where the gateway sees it:
+- a pool per origin, `limit` connections at most over all origins, an idle connection
+  closed after `keepalive_s` (and never reused past it);
+- a connection goes back to the pool only when its reply was read to its end, it was
+  framed (Content-Length or chunked) and the server keeps it alive; anything else (an
+  error, a cancelled wait, a reply left part-read) closes it;
+- `sock_connect` bounds the TCP handshake, `sock_read` each wait for bytes;
+- gzip and deflate bodies are decoded as they are read (`accept-encoding: gzip, deflate`
+  is sent unless the caller set its own), at most `DECODE_STEP` bytes per read;
+- failures are raised as the aiohttp exceptions `failures.from_client_error` maps, so a
+  timeout, a refused connection, a cut body or an undecodable one read the same.
+
+`https://` origins stay on aiohttp (its TLS and connector), see `http_stream.HttpClient`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import httptools
+from aiohttp.client_reqrep import ConnectionKey
+from aiohttp.http_exceptions import ContentEncodingError, TransferEncodingError
+
+DECODE_STEP = 1024 * 1024
+"""Bytes decoded from a compressed body per read at most (a gzip bomb is read in steps)."""
+PAUSE_BYTES = 1024 * 1024
+"""Body bytes buffered and not read yet past which the socket is paused (a slow reader)."""
+DEFAULT_HEADERS = (
+    ("accept", b"Accept: */*\r\n"),
+    ("accept-encoding", b"Accept-Encoding: gzip, deflate\r\n"),
+)
+USER_AGENT = f"User-Agent: Python/3 aiohttp/{aiohttp.__version__}\r\n".encode()
+
+
+class Origin:
+    """A URL split once: the pool key, the address, the Host header and the request line."""
+
+    __slots__ = ("authority", "host", "key", "port", "start")
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"not a plain http:// URL: {url!r}")
+        host, port = parts.hostname, parts.port or 80
+        self.host, self.port, self.key = host, port, (host, port)
+        name = f"[{host}]" if ":" in host else host
+        authority = name if port == 80 else f"{name}:{port}"
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.start = f"POST {target} HTTP/1.1\r\n".encode("latin-1")
+        self.authority = f"Host: {authority}\r\n".encode("latin-1")
+
+
+@lru_cache(maxsize=256)
+def origin(url: str) -> Origin:
+    """A handful of upstream URLs: each split once."""
+    return Origin(url)
+
+
+def _head(where: Origin, headers: dict[str, str], length: int | None) -> bytes:
+    """The request's head; a newline in a header is refused, as aiohttp refuses it."""
+    lines = [where.start]
+    seen = set()
+    for name, value in headers.items():
+        if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
+            raise ValueError(
+                "Newline or carriage return detected in headers. Potential header injection attack."
+            )
+        low = name.lower()
+        seen.add(low)
+        if low in ("content-length", "transfer-encoding"):
+            continue  # framed below from the body
+        lines.append(f"{name}: {value}\r\n".encode("latin-1", "strict"))
+    for name, line in DEFAULT_HEADERS:
+        if name not in seen:
+            lines.append(line)
+    if "user-agent" not in seen:
+        lines.append(USER_AGENT)
+    if "host" not in seen:
+        lines.append(where.authority)
+    if length is None:
+        lines.append(b"Transfer-Encoding: chunked\r\n\r\n")
+    else:
+        lines.append(b"Content-Length: %d\r\n\r\n" % length)
+    return b"".join(lines)
+
+
+def _declared_length(headers: dict[str, str]) -> int | None:
+    for name, value in headers.items():
+        if name.lower() == "content-length":
+            return int(value)
+    return None
+
+
+class _Decoder:
+    """gzip or deflate, decoded as read, as aiohttp's `ZLibDecompressor` does."""
+
+    __slots__ = ("_encoding", "_z")
+
+    def __init__(self, encoding: str) -> None:
+        self._encoding = encoding
+        self._z: Any = None
+
+    def decode(self, data: bytes) -> bytes:
+        if self._z is None:
+            if self._encoding == "deflate":  # zlib-wrapped, or raw deflate as some send
+                wbits = zlib.MAX_WBITS if data and data[0] & 0x0F == 8 else -zlib.MAX_WBITS
+            else:
+                wbits = 16 + zlib.MAX_WBITS
+            self._z = zlib.decompressobj(wbits=wbits)
+        try:
+            return bytes(self._z.decompress(data, DECODE_STEP))
+        except zlib.error:
+            error = _decode_error(self._encoding)
+            raise error from error.__cause__  # the cause failures.py reads: the encoding
+
+    def tail(self) -> bytes:
+        """What the last `decode` left undecoded (past DECODE_STEP)."""
+        return b"" if self._z is None else bytes(self._z.unconsumed_tail)
+
+    def finish(self) -> None:
+        """The body ended: a stream cut inside its compressed data did not decode."""
+        if self._z is not None and not self._z.eof:
+            raise _decode_error(self._encoding)
+
+
+def _decode_error(encoding: str) -> aiohttp.ClientPayloadError:
+    error = aiohttp.ClientPayloadError(f"Can not decode content-encoding: {encoding}")
+    error.__cause__ = ContentEncodingError(encoding)
+    return error
+
+
+def _cut() -> aiohttp.ClientPayloadError:
+    error = aiohttp.ClientPayloadError("Response payload is not completed")
+    error.__cause__ = TransferEncodingError("the connection closed before the body's end")
+    return error
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection: parses one reply at a time into its body pieces."""
+
+    __slots__ = (
+        "_drain",
+        "_framed",
+        "_headers",
+        "_parser",
+        "_paused",
+        "_pool",
+        "_timer",
+        "_waiter",
+        "body",
+        "buffered",
+        "busy",
+        "complete",
+        "error",
+        "headers_done",
+        "idle_since",
+        "key",
+        "lost",
+        "reusable",
+        "status",
+        "transport",
+    )
+
+    def __init__(self, pool: Pool, key: tuple[str, int]) -> None:
+        self._pool, self.key = pool, key
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._drain: asyncio.Future[None] | None = None
+        self._paused = False
+        self.lost = False
+        self.busy = True  # a request is on it (False while idle in the pool)
+        self.idle_since = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._framed = False
+        self.headers_done = False
+        self.body: list[bytes] = []
+        self.buffered = 0
+        self.complete = False
+        self.reusable = False
+        self.error: BaseException | None = None
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.busy:  # bytes on an idle connection: no reply is due, never reuse it
+            self.close()
+            return
+        if self.complete or self.error is not None:
+            self.reusable = False  # bytes no request asked for: never reuse
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.error = aiohttp.ClientPayloadError(f"the reply is not HTTP/1.1: {exc}")
+            self.error.__cause__ = TransferEncodingError(str(exc))
+            self.reusable = False
+        if self.buffered > PAUSE_BYTES and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.reusable = False
+        if self.headers_done and not self.complete and not self._framed and self.error is None:
+            self.complete = True  # a body read until the connection closed
+        elif not self.complete and self.error is None:
+            if self.headers_done:
+                self.error = _cut()
+            else:
+                self.error = aiohttp.ServerDisconnectedError()
+        self._pool.forget(self)
+        self._wake()
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(aiohttp.ServerDisconnectedError())
+
+    def pause_writing(self) -> None:
+        if self._drain is None or self._drain.done():
+            self._drain = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        self._drain = None
+
+    # httptools callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # an interim reply (100 Continue): the real one follows
+            self._headers = []
+            return
+        self.status = status
+        self.headers_done = True
+        for name, value in self._headers:
+            low = name.lower()
+            if low == b"content-length" or (
+                low == b"transfer-encoding" and b"chunked" in value.lower()
+            ):
+                self._framed = True
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+        self.buffered += len(body)
+
+    def on_message_complete(self) -> None:
+        if not self.headers_done:
+            return  # the end of an interim reply
+        self.complete = True
+        self.reusable = self._parser.should_keep_alive()
+
+    # used by Reply
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+
+    async def wait(self, read_timeout: float | None) -> None:
+        """Until more bytes (or the end, or an error) arrive, at most `read_timeout`."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        if read_timeout is not None:
+            self._timer = loop.call_later(read_timeout, self._timed_out)
+        try:
+            await waiter
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._waiter = None
+
+    def take(self) -> list[bytes]:
+        """The body's pieces not read yet; resumes a socket paused for a slow reader."""
+        parts = self.body
+        self.body, self.buffered = [], 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return parts
+
+    async def send(self, head: bytes, body: bytes | AsyncIterator[bytes], chunked: bool) -> None:
+        transport = self.transport
+        assert transport is not None
+        if isinstance(body, bytes):
+            transport.write(head + body if len(body) < 16384 else head)
+            if len(body) >= 16384:
+                transport.write(body)
+            return
+        transport.write(head)
+        async for piece in body:
+            if self.lost:
+                raise aiohttp.ServerDisconnectedError()
+            if chunked:
+                if piece:
+                    transport.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            else:
+                transport.write(piece)
+            if self._drain is not None:
+                await self._drain
+        if chunked:
+            transport.write(b"0\r\n\r\n")
+
+    def close(self) -> None:
+        self.reusable = False
+        if self.transport is not None and not self.lost:
+            self.transport.close()
+        self._pool.forget(self)
+
+    def reuse(self) -> bool:
+        """Ready for the next request: the last reply ended and the server keeps it open."""
+        if not (self.reusable and self.complete) or self.lost or self.body:
+            return False
+        self._reset()  # the parser, after a whole keep-alive reply, reads the next
+        return True
+
+
+class Reply:
+    """One reply, read as aiohttp's response is by http_stream: `readany` until b''."""
+
+    __slots__ = ("_conn", "_decoder", "_ended", "_raw", "_read_timeout", "status")
+
+    def __init__(self, conn: Connection, read_timeout: float | None) -> None:
+        self._conn: Connection | None = conn
+        self._raw = conn._headers  # the connection's next reply gets a list of its own
+        self._read_timeout = read_timeout
+        self.status = conn.status
+        self._ended = False
+        self._decoder: _Decoder | None = None
+        for name, value in conn._headers:
+            if name.lower() == b"content-encoding":
+                encoding = value.decode("latin-1").strip().lower()
+                if encoding in ("gzip", "x-gzip", "deflate"):
+                    self._decoder = _Decoder("deflate" if encoding == "deflate" else "gzip")
+                elif encoding in ("br", "zstd"):  # aiohttp here has neither decoder
+                    self._decoder = _Decoder(encoding)
+
+    @property
+    def content(self) -> Reply:
+        return self
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    def header_items(self) -> list[tuple[str, str]]:
+        return [(n.decode("latin-1"), v.decode("latin-1")) for n, v in self._raw]
+
+    def is_eof(self) -> bool:
+        return self._ended
+
+    def exception(self) -> BaseException | None:
+        return None
+
+    async def readany(self) -> bytes:
+        """The decoded bytes that arrived (waiting for some); b'' at the body's end."""
+        conn = self._conn
+        if conn is None or self._ended:
+            return b""
+        decoder = self._decoder
+        if decoder is not None and decoder._encoding in ("br", "zstd"):
+            raise _decode_error(decoder._encoding)
+        if decoder is not None:
+            tail = decoder.tail()
+            if tail:
+                return decoder.decode(tail)
+        while True:
+            if conn.body:
+                parts = conn.take()
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                if decoder is None:
+                    return data
+                decoded = decoder.decode(data)
+                if decoded:
+                    return decoded
+                continue
+            if conn.error is not None:
+                raise conn.error
+            if conn.complete:
+                if decoder is not None:
+                    decoder.finish()
+                self._ended = True
+                return b""
+            try:
+                await conn.wait(self._read_timeout)
+            except BaseException:
+                self.close()
+                raise
+
+    def release(self) -> None:
+        """Back to the pool when read to its end, else closed (as aiohttp's `release`)."""
+        conn = self._conn
+        if conn is None:
+            return
+        self._conn = None
+        if self._ended and conn.reuse():
+            conn._pool.put(conn)
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+class Pool:
+    """Keep-alive connections per origin; `limit` open at most, all origins together."""
+
+    def __init__(self, limit: int, keepalive_s: float) -> None:
+        self._limit, self._keepalive_s = limit, keepalive_s
+        self._idle: dict[tuple[str, int], list[Connection]] = {}
+        self._open: set[Connection] = set()
+        self._waiters: list[asyncio.Future[None]] = []
+        self._sweep: asyncio.TimerHandle | None = None
+        self.closed = False
+
+    def forget(self, conn: Connection) -> None:
+        if conn in self._open:
+            self._open.discard(conn)
+            idle = self._idle.get(conn.key)
+            if idle and conn in idle:
+                idle.remove(conn)
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def put(self, conn: Connection) -> None:
+        if self.closed:
+            conn.close()
+            return
+        loop = asyncio.get_running_loop()
+        conn.idle_since, conn.busy = loop.time(), False
+        self._idle.setdefault(conn.key, []).append(conn)
+        if self._sweep is None:
+            self._sweep = loop.call_at(conn.idle_since + self._keepalive_s, self._expire)
+        self._wake_one()
+
+    def _expire(self) -> None:
+        """Close the connections idle for `keepalive_s`; come back for the next to expire."""
+        self._sweep = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() - self._keepalive_s
+        oldest: float | None = None
+        for conns in list(self._idle.values()):
+            for conn in list(conns):
+                if conn.idle_since <= deadline:
+                    conn.close()
+                elif oldest is None or conn.idle_since < oldest:
+                    oldest = conn.idle_since
+        if oldest is not None:
+            self._sweep = loop.call_at(oldest + self._keepalive_s, self._expire)
+
+    def _take_idle(self, key: tuple[str, int], now: float) -> Connection | None:
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()  # the most recently used: the least likely to be closing
+            if conn.lost or now - conn.idle_since >= self._keepalive_s:
+                conn.close()
+                continue
+            conn.busy = True
+            return conn
+        return None
+
+    async def acquire(self, where: Origin, connect_timeout: float | None) -> Connection:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn = self._take_idle(where.key, loop.time())
+            if conn is not None:
+                return conn
+            if len(self._open) < self._limit:
+                break
+            if not self._close_other_idle():
+                waiter = loop.create_future()
+                self._waiters.append(waiter)
+                try:
+                    await waiter
+                except BaseException:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+                    raise
+        conn = Connection(self, where.key)
+        self._open.add(conn)
+        try:
+            async with asyncio.timeout(connect_timeout):
+                await loop.create_connection(lambda: conn, where.host, where.port)
+        except TimeoutError as exc:
+            self.forget(conn)
+            raise aiohttp.ConnectionTimeoutError(
+                f"Connection timeout to host http://{where.host}:{where.port}"
+            ) from exc
+        except OSError as exc:
+            self.forget(conn)
+            key = ConnectionKey(where.host, where.port, False, True, None, None, None)
+            raise aiohttp.ClientConnectorError(key, exc) from exc
+        except BaseException:
+            self.forget(conn)
+            if conn.transport is not None:
+                conn.transport.close()
+            raise
+        return conn
+
+    def _close_other_idle(self) -> bool:
+        """At the limit, an idle connection to another origin makes room."""
+        for conns in self._idle.values():
+            if conns:
+                conns[0].close()
+                return True
+        return False
+
+    async def request(
+        self,
+        url: str,
+        body: bytes | AsyncIterator[bytes],
+        headers: dict[str, str],
+        timeout: aiohttp.ClientTimeout,
+    ) -> Reply:
+        """POST `body` to `url` and wait for the reply's head; raises aiohttp's errors."""
+        where = origin(url)
+        if isinstance(body, bytes):
+            length: int | None = len(body)
+        else:
+            length = _declared_length(headers)
+        head = _head(where, headers, length)
+        conn = await self.acquire(where, timeout.sock_connect)
+        try:
+            await conn.send(head, body, length is None)
+            while not conn.headers_done:
+                if conn.error is not None:
+                    raise conn.error
+                await conn.wait(timeout.sock_read)
+        except BaseException:
+            conn.close()
+            raise
+        return Reply(conn, timeout.sock_read)
+
+    async def aclose(self) -> None:
+        self.closed = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        for conn in list(self._open):
+            conn.close()
+        self._idle.clear()
