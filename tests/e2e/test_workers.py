@@ -61,6 +61,15 @@ def _requests_total(text: str) -> float:
     )
 
 
+def _settled_total(url: str, want: float) -> None:
+    """Scrape `url` until farebox_requests_total reaches `want` (at most 10 s), never past it."""
+    deadline = time.monotonic() + 10
+    while (total := _requests_total(httpx.get(url, timeout=10).text)) < want:
+        assert time.monotonic() < deadline, f"/metrics counted {total} requests, not {want}"
+        time.sleep(0.05)
+    assert total == want
+
+
 def _calls(port: int, whole: int, streamed: int) -> None:
     """`whole` and `streamed` chat calls on one new connection, through the openai SDK."""
     with openai.OpenAI(
@@ -138,6 +147,9 @@ def test_two_workers_serve_sum_their_metrics_and_drain_on_sigterm(tmp_path: Path
             _calls(port, whole=3, streamed=1)
         with _only(workers[1], workers):
             _calls(port, whole=2, streamed=1)
+        # The last stream is counted when its worker books it, which may come just after
+        # the client has its usage chunk (and that worker was stopped for the next block).
+        _settled_total(f"http://127.0.0.1:{port}/metrics", 7)
         for _ in range(4):  # whichever worker answers, and the supervisor's metrics port
             scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
             assert _requests_total(scraped) == 7
