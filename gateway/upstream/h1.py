@@ -496,7 +496,10 @@ class Pool:
     def _take_idle(self, key: tuple[str, int], now: float) -> Connection | None:
         idle = self._idle.get(key)
         while idle:
-            conn = idle.pop()  # the most recently used: the least likely to be closing
+            # The longest idle first, as aiohttp's connector takes them: at a low rate every
+            # pooled connection keeps being used, so a burst after a quiet spell finds them
+            # open instead of handshaking again (the expiry above bounds their age).
+            conn = idle.pop(0)
             if conn.lost or now - conn.idle_since >= self._keepalive_s:
                 conn.close()
                 continue

@@ -251,3 +251,25 @@ async def test_a_cancelled_wait_closes_the_connection() -> None:
         await hs.whole_reply(client, request(server.url), WHERE, LIMITS)
         assert server.connections == 2
     await client.aclose()
+
+
+async def test_a_quiet_spell_keeps_every_pooled_connection_warm_for_the_next_burst() -> None:
+    # Sequential requests take the longest idle connection first (as aiohttp's connector
+    # did), so over a spell longer than the keep-alive all 4 stay in use and a burst after
+    # it opens none; taking the most recent one would let 3 expire and reopen them.
+    client = hs.HttpClient(keepalive_s=2.0)
+
+    async def burst() -> None:
+        await asyncio.gather(
+            *(hs.whole_reply(client, request(server.url), WHERE, LIMITS) for _ in range(4))
+        )
+
+    async with Server(lambda n: whole(b"{}")) as server:
+        await burst()
+        assert server.connections == 4
+        for _ in range(16):  # 2.4 s in all; each connection used every ~0.6 s
+            await hs.whole_reply(client, request(server.url), WHERE, LIMITS)
+            await asyncio.sleep(0.15)
+        await burst()
+        assert server.connections == 4 and len(server.requests) == 24
+    await client.aclose()
