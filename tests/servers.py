@@ -85,10 +85,13 @@ def free_port() -> int:
 def wait_ready(
     port: int,
     process: subprocess.Popen[Any],
-    timeout: float = 60,
+    timeout: float = 120,
     headers: dict[str, str] | None = None,
 ) -> None:
     """Wait until a `farebox serve` subprocess answers /readyz with 200; fail if it exits.
+
+    120 s: a gateway whose default config loads litellm took 35 s to be ready on a box at
+    load 15 (60 s was missed twice there); a ready one answers in well under a second.
 
     `headers`: the key a gateway with FAREBOX_ADMIN_KEY wants on /readyz.
     """
