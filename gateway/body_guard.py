@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Awaitable, Collection
+from typing import TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.anthropic_errors import anthropic_error_bytes, is_messages_path
 from gateway.errors import BodyTooLargeError, FareboxError, RequestTimeoutError, send_error
+
+T = TypeVar("T")
 
 # Routes that take whole prompts (and conversations of them).
 JOIN_OFF_LOOP_BYTES = 1024 * 1024  # where CPython's bytes.join releases the lock
@@ -114,6 +117,21 @@ class SharedDeadlines:
             self._timer = loop.call_at(deadline.when, self._fire, queue)
         return deadline
 
+    async def within(self, wait: Awaitable[T]) -> T:
+        """Await `wait`; past `timeout_s` it is cancelled and TimeoutError raised."""
+        deadline = self.start()
+        if deadline is None:  # another thread's loop holds the shared timer
+            async with asyncio.timeout(self.timeout_s):
+                return await wait
+        try:
+            return await wait
+        except asyncio.CancelledError:
+            if deadline.cut_it():
+                raise TimeoutError from None
+            raise
+        finally:
+            deadline.done()
+
     def _fire(self, queue: deque[Deadline]) -> None:
         if queue is not self._queue:  # a timer of a loop since replaced: not ours now
             return
@@ -175,18 +193,7 @@ class BodyGuard:
         limit, setting = self._limit(scope["path"])
         try:
             _check_declared(scope, limit, setting)
-            deadline = self.deadlines.start()
-            if deadline is None:  # another thread's loop holds the shared timer
-                async with asyncio.timeout(self.timeout_s):
-                    return await _read(receive, limit, setting)
-            try:
-                return await _read(receive, limit, setting)
-            except asyncio.CancelledError:
-                if deadline.cut_it():
-                    raise TimeoutError from None
-                raise
-            finally:
-                deadline.done()
+            return await self.deadlines.within(_read(receive, limit, setting))
         except TimeoutError:
             error = RequestTimeoutError(
                 f"request body not received within {self.timeout_s:g} s (FAREBOX_BODY_TIMEOUT_S)"

@@ -206,18 +206,7 @@ async def first_event(
     """The stream's first event, within the route's first-token limit (one shared timer)."""
     seconds = call.timeouts.first_token
     try:
-        deadline = _first_event_deadlines(seconds).start()
-        if deadline is None:  # another thread's loop holds the shared timer
-            async with asyncio.timeout(seconds):
-                return await anext(events)
-        try:
-            return await anext(events)
-        except asyncio.CancelledError:
-            if deadline.cut_it():
-                raise TimeoutError from None
-            raise
-        finally:
-            deadline.done()
+        return await _first_event_deadlines(seconds).within(anext(events))
     except TimeoutError:
         await stream.aclose()
         raise UpstreamTimeoutError(
