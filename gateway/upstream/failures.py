@@ -80,6 +80,16 @@ def from_client_error(exc: BaseException, where: str) -> UpstreamError:
         return UpstreamTimeoutError(f"upstream {where} timed out while connecting")
     if isinstance(exc, TimeoutError):  # aiohttp's read timeouts are subclasses
         return UpstreamTimeoutError(f"upstream {where} timed out while waiting for a reply")
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return UpstreamUnreachableError(
+            f"upstream {where} is unreachable: its TLS certificate did not verify "
+            f"({_tls_reason(exc)}); the gateway trusts the system's CA "
+            "store, or the CA bundle that SSL_CERT_FILE names"
+        )
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return UpstreamUnreachableError(
+            f"upstream {where} is unreachable: the TLS handshake failed ({_tls_reason(exc)})"
+        )
     if isinstance(exc, aiohttp.ClientConnectorError):
         return UpstreamUnreachableError(f"upstream {where} is unreachable (connection failed)")
     if isinstance(exc, aiohttp.ClientPayloadError) and isinstance(
@@ -96,6 +106,13 @@ def from_client_error(exc: BaseException, where: str) -> UpstreamError:
     return UpstreamUnreachableError(
         f"upstream {where} failed: {type(exc).__name__} before a complete reply"
     )
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """OpenSSL's reason, short ("unable to get local issuer certificate"), never a path."""
+    inner = getattr(exc, "certificate_error", None) or getattr(exc, "os_error", None) or exc
+    reason = getattr(inner, "verify_message", None) or getattr(inner, "reason", None)
+    return str(reason or type(inner).__name__)
 
 
 def from_status(

@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 client for plain-`http://` upstreams: an asyncio.Protocol with httptools.
+"""A lean HTTP/1.1 client for `http://` and `https://` upstreams: asyncio.Protocol + httptools.
 
 What aiohttp's client did per request, less its per-chunk machinery (a StreamReader whose
 flow control resumed the transport on every chunk, a timer rescheduled on every
@@ -18,18 +18,27 @@ It keeps the aiohttp client's behaviour where the gateway sees it:
 - failures are raised as the aiohttp exceptions `failures.from_client_error` maps, so a
   timeout, a refused connection, a cut body or an undecodable one read the same.
 
-`https://` origins stay on aiohttp (its TLS and connector), see `http_stream.HttpClient`.
+TLS (`https://`) is the loop's own (`create_connection(ssl=...)`), set up as aiohttp's
+connector sets it up: `ssl.create_default_context()` (certificates and host names verified
+against the system's CA store, or the bundle in `SSL_CERT_FILE` / `SSL_CERT_DIR`), ALPN
+`http/1.1`, SNI with the URL's host (a trailing dot stripped); the address is resolved and
+tried as aiohttp does (happy eyeballs, 0.25 s before the next address). A URL that carries
+credentials (`https://user:pass@host`, sent by aiohttp as Basic auth) is not served here:
+`serves` says so and `http_stream.HttpClient` keeps aiohttp for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import zlib
 from collections.abc import AsyncIterator
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohappyeyeballs
 import aiohttp
 import httptools
 from aiohttp.client_reqrep import ConnectionKey
@@ -44,21 +53,52 @@ DEFAULT_HEADERS = (
     ("accept-encoding", b"Accept-Encoding: gzip, deflate\r\n"),
 )
 USER_AGENT = f"User-Agent: Python/3 aiohttp/{aiohttp.__version__}\r\n".encode()
+HAPPY_EYEBALLS_DELAY_S = 0.25
+"""aiohttp's: how long one address may take to connect before the next is tried too."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+Key = tuple[str, str, int]
+"""A pool's key: scheme, host, port."""
+
+
+def tls_context() -> ssl.SSLContext:
+    """The context aiohttp's connector verifies with: the system's CAs (or SSL_CERT_FILE).
+
+    Loading the CA store reads files (tens of ms for a full bundle), so a pool makes it
+    once, on its first `https://` connection, never for a gateway with plain-http routes.
+    """
+    context = ssl.create_default_context()  # CERT_REQUIRED, check_hostname, TLS 1.2+
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+@lru_cache(maxsize=256)
+def serves(url: str) -> bool:
+    """Whether this client takes `url`: http(s) with a host and no credentials in it."""
+    parts = urlsplit(url)
+    return (
+        parts.scheme in DEFAULT_PORTS
+        and bool(parts.hostname)
+        and parts.username is None
+        and parts.password is None
+    )
 
 
 class Origin:
     """A URL split once: the pool key, the address, the Host header and the request line."""
 
-    __slots__ = ("authority", "host", "key", "port", "start")
+    __slots__ = ("authority", "host", "key", "port", "start", "tls")
 
     def __init__(self, url: str) -> None:
+        if not serves(url):
+            raise ValueError(f"not an http:// or https:// URL without credentials: {url!r}")
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"not a plain http:// URL: {url!r}")
-        host, port = parts.hostname, parts.port or 80
-        self.host, self.port, self.key = host, port, (host, port)
+        scheme, host = parts.scheme, parts.hostname or ""
+        port = parts.port or DEFAULT_PORTS[scheme]
+        self.host, self.port, self.tls = host, port, scheme == "https"
+        self.key: Key = (scheme, host, port)
         name = f"[{host}]" if ":" in host else host
-        authority = name if port == 80 else f"{name}:{port}"
+        authority = name if port == DEFAULT_PORTS[scheme] else f"{name}:{port}"
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.start = f"POST {target} HTTP/1.1\r\n".encode("latin-1")
         self.authority = f"Host: {authority}\r\n".encode("latin-1")
@@ -175,7 +215,7 @@ class Connection(asyncio.Protocol):
         "transport",
     )
 
-    def __init__(self, pool: Pool, key: tuple[str, int]) -> None:
+    def __init__(self, pool: Pool, key: Key) -> None:
         self._pool, self.key = pool, key
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
@@ -442,11 +482,15 @@ class Reply:
 
 
 class Pool:
-    """Keep-alive connections per origin; `limit` open at most, all origins together."""
+    """Keep-alive connections per origin; `limit` open at most, all origins together.
 
-    def __init__(self, limit: int, keepalive_s: float) -> None:
+    `tls` verifies `https://` origins; by default `tls_context()`, made on the first one.
+    """
+
+    def __init__(self, limit: int, keepalive_s: float, tls: ssl.SSLContext | None = None) -> None:
         self._limit, self._keepalive_s = limit, keepalive_s
-        self._idle: dict[tuple[str, int], list[Connection]] = {}
+        self._tls = tls
+        self._idle: dict[Key, list[Connection]] = {}
         self._open: set[Connection] = set()
         self._waiters: list[asyncio.Future[None]] = []
         self._sweep: asyncio.TimerHandle | None = None
@@ -493,7 +537,7 @@ class Pool:
         if oldest is not None:
             self._sweep = loop.call_at(oldest + self._keepalive_s, self._expire)
 
-    def _take_idle(self, key: tuple[str, int], now: float) -> Connection | None:
+    def _take_idle(self, key: Key, now: float) -> Connection | None:
         idle = self._idle.get(key)
         while idle:
             # The longest idle first, as aiohttp's connector takes them: at a low rate every
@@ -528,22 +572,53 @@ class Pool:
         self._open.add(conn)
         try:
             async with asyncio.timeout(connect_timeout):
-                await loop.create_connection(lambda: conn, where.host, where.port)
-        except TimeoutError as exc:
-            self.forget(conn)
-            raise aiohttp.ConnectionTimeoutError(
-                f"Connection timeout to host http://{where.host}:{where.port}"
-            ) from exc
-        except OSError as exc:
-            self.forget(conn)
-            key = ConnectionKey(where.host, where.port, False, True, None, None, None)
-            raise aiohttp.ClientConnectorError(key, exc) from exc
-        except BaseException:
+                await self._connect(conn, where)
+        except BaseException as exc:
             self.forget(conn)
             if conn.transport is not None:
                 conn.transport.close()
+            if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ClientError):
+                scheme = "https" if where.tls else "http"
+                raise aiohttp.ConnectionTimeoutError(
+                    f"Connection timeout to host {scheme}://{where.host}:{where.port}"
+                ) from exc
             raise
         return conn
+
+    async def _connect(self, conn: Connection, where: Origin) -> None:
+        """Resolve, connect (happy eyeballs) and, for https, the TLS handshake, as aiohttp."""
+        key = ConnectionKey(where.host, where.port, where.tls, True, None, None, None, None)
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                where.host, where.port, type=socket.SOCK_STREAM
+            )
+            sock = await aiohappyeyeballs.start_connection(
+                infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S
+            )
+        except OSError as exc:
+            raise aiohttp.ClientConnectorError(key, exc) from exc
+        tls = None
+        if where.tls:
+            if self._tls is None:
+                self._tls = tls_context()
+            tls = self._tls
+        try:
+            await asyncio.get_running_loop().create_connection(
+                lambda: conn,
+                sock=sock,
+                ssl=tls,
+                server_hostname=where.host.rstrip(".") if tls is not None else None,
+            )
+        # On a failure the loop closes `sock` (its transport owns it): closing it here too
+        # could close a descriptor another connection was given since (uvloop #645).
+        except ssl.CertificateError as exc:  # not verified, or made out to another host
+            raise aiohttp.ClientConnectorCertificateError(key, exc) from exc
+        except ssl.SSLError as exc:
+            raise aiohttp.ClientConnectorSSLError(key, exc) from exc
+        except OSError as exc:
+            if isinstance(exc, TimeoutError):  # the TLS handshake's own limit
+                raise
+            raise aiohttp.ClientConnectorError(key, exc) from exc
 
     def _close_other_idle(self) -> bool:
         """At the limit, an idle connection to another origin makes room."""
@@ -580,10 +655,18 @@ class Pool:
         return Reply(conn, timeout.sock_read)
 
     async def aclose(self) -> None:
+        """Close every connection; TLS ones without waiting on the server's close_notify.
+
+        As aiohttp's connector closes (its `ssl_shutdown_timeout` 0): at shutdown a server
+        slow to answer the TLS close must not hold the process.
+        """
         self.closed = True
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
         for conn in list(self._open):
+            if conn.transport is not None and conn.key[0] == "https":
+                conn.lost = True  # aborted here: `close` then only forgets it
+                conn.transport.abort()
             conn.close()
         self._idle.clear()

@@ -1,9 +1,10 @@
 """What every native HTTP upstream shares: one pooled client, a bounded whole reply, an SSE stream.
 
 The chat (`openai_compat`) and Messages (`anthropic_messages`) upstreams send through one
-pooled client: `http://` origins through `h1` (an asyncio.Protocol with httptools' parser,
-which replaced aiohttp's client there: see its docstring and docs/performance.md),
-`https://` origins through one aiohttp session (its TLS and connector). With aiohttp
+pooled client: `http://` and `https://` origins through `h1` (an asyncio.Protocol with
+httptools' parser and the loop's TLS, which replaced aiohttp's client there: see its
+docstring and docs/performance.md), a URL with credentials in it (`https://user:pass@...`,
+sent as Basic auth) through one aiohttp session. With aiohttp
 instead of httpx the gateway's CPU per request had fallen from 6.2-6.6 ms to 2.2-3.0 ms
 (httpcore's pool bookkeeping and its socket poll per pooled connection per request were
 39% of the gateway's CPU). litellm keeps its httpx client.
@@ -54,7 +55,7 @@ def client_timeout(connect: float, read: float) -> aiohttp.ClientTimeout:
 
 
 Response = h1.Reply | aiohttp.ClientResponse
-"""A reply being read: `h1`'s for http:// origins, aiohttp's for https://."""
+"""A reply being read: `h1`'s, or aiohttp's for a URL with credentials in it."""
 Content = h1.Reply | aiohttp.StreamReader
 """What a body is read from: `readany()` until b''."""
 
@@ -92,7 +93,7 @@ class HttpClient:
     async def send(self, request: HttpRequest, where: str) -> Response:
         """Send `request`; a transport failure is raised as the gateway's upstream error."""
         try:
-            if request.url.startswith("http://"):
+            if h1.serves(request.url):  # http(s) without credentials in the URL
                 pool = self._h1 if self._h1 is not None and not self._h1.closed else self.pool()
                 return await pool.request(
                     request.url, request.body, request.headers, request.timeout

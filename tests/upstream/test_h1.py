@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import ssl
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -20,16 +21,24 @@ LIMITS = (1024 * 1024, 1024)
 
 
 class Server:
-    """Counts connections, keeps each request's head and body."""
+    """Counts connections, keeps each request's head and body; over TLS with `tls`.
 
-    def __init__(self, reply: Callable[[int], bytes | None]) -> None:
+    `ended` counts the connections whose client closed them (EOF, or a TLS close_notify).
+    """
+
+    def __init__(
+        self, reply: Callable[[int], bytes | None], tls: ssl.SSLContext | None = None
+    ) -> None:
         self.reply = reply  # request number -> raw reply bytes, None to hang
+        self.tls = tls
+        self.host = "127.0.0.1"  # in the URL; the server listens on 127.0.0.1
         self.connections = 0
+        self.ended = 0
         self.requests: list[tuple[bytes, bytes]] = []
         self.server: asyncio.Server | None = None
 
     async def __aenter__(self) -> Server:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -40,7 +49,8 @@ class Server:
     def url(self) -> str:
         assert self.server is not None
         port = self.server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/v1/chat/completions"
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{self.host}:{port}/v1/chat/completions"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -70,7 +80,9 @@ class Server:
                 await writer.drain()
                 if b"connection: close" in reply.lower():
                     break
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except asyncio.IncompleteReadError:
+            self.ended += 1
+        except ConnectionError:
             pass
         finally:
             writer.close()
