@@ -15,7 +15,7 @@ from gateway.pipeline.context import RequestContext
 from gateway.pipeline.entitle import within_key
 from gateway.policy.decision import Decision
 from gateway.policy.facts import STEP_KIND_HEADER, RequestFacts, lowered_headers
-from gateway.policy.planner import plan_route
+from gateway.policy.kept import kept_plan
 from gateway.policy.recovery import Target
 from gateway.pricing import PriceBook, UnknownModelError
 
@@ -79,14 +79,15 @@ def apply_policy(
 ) -> Decision:
     """Plan the request (or a fallback attempt at `target`) and record the edits.
 
-    The plan is `plan_route`'s, the one `farebox policy explain` shows.
+    The plan is `plan_route`'s, the one `farebox policy explain` shows (kept by what it
+    read: `gateway.policy.kept`).
     """
     assert ctx.alias is not None and ctx.task is not None
     alias = ctx.alias
 
     def plan_at(at: Target | None) -> Decision:
         facts = facts_of(ctx, alias, task_effort)
-        return plan_route(config, prices.model_map, facts, ctx.forwarded_body(), target=at)
+        return kept_plan(config, prices.model_map, facts, ctx.forwarded_body(), target=at)
 
     decision = within_key(ctx, plan_at(target), target, plan_at)  # the key's tiers and cap
     if decision.rejection is not None:

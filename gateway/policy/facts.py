@@ -59,7 +59,7 @@ class RequestFacts:
 
     def __post_init__(self) -> None:
         # Header names are case-insensitive; matching compares lower-case names only.
-        if type(self.headers) is not LoweredHeaders:  # else lowered and copied already
+        if not isinstance(self.headers, LoweredHeaders):  # else lowered and copied already
             object.__setattr__(self, "headers", lowered_headers(self.headers))
 
     @property
