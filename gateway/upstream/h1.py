@@ -12,7 +12,8 @@ It keeps the aiohttp client's behaviour where the gateway sees it:
 - a connection goes back to the pool only when its reply was read to its end, it was
   framed (Content-Length or chunked) and the server keeps it alive; anything else (an
   error, a cancelled wait, a reply left part-read) closes it;
-- `sock_connect` bounds the TCP handshake, `sock_read` each wait for bytes;
+- `sock_connect` bounds the name's resolution, the TCP and TLS handshakes; `sock_read` each
+  wait for bytes;
 - gzip and deflate bodies are decoded as they are read (`accept-encoding: gzip, deflate`
   is sent unless the caller set its own), at most `DECODE_STEP` bytes per read;
 - failures are raised as the aiohttp exceptions `failures.from_client_error` maps, so a
@@ -22,9 +23,13 @@ TLS (`https://`) is the loop's own (`create_connection(ssl=...)`), set up as aio
 connector sets it up: `ssl.create_default_context()` (certificates and host names verified
 against the system's CA store, or the bundle in `SSL_CERT_FILE` / `SSL_CERT_DIR`), ALPN
 `http/1.1`, SNI with the URL's host (a trailing dot stripped); the address is resolved and
-tried as aiohttp does (happy eyeballs, 0.25 s before the next address). A URL that carries
-credentials (`https://user:pass@host`, sent by aiohttp as Basic auth) is not served here:
-`serves` says so and `http_stream.HttpClient` keeps aiohttp for it.
+tried as aiohttp does (happy eyeballs, 0.25 s before the next address), all of it within
+`sock_connect`. Closing a TLS connection sends close_notify (the loop's graceful close, as
+aiohttp closes one); a server's close_notify or EOF ends a reply read until the close and
+fails a framed one cut short; `Pool.aclose` aborts them, as aiohttp's connector does.
+
+A URL that carries credentials (`https://user:pass@host`, sent by aiohttp as Basic auth)
+is not served here: `serves` says so and `http_stream.HttpClient` keeps aiohttp for it.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ USER_AGENT = f"User-Agent: Python/3 aiohttp/{aiohttp.__version__}\r\n".encode()
 HAPPY_EYEBALLS_DELAY_S = 0.25
 """aiohttp's: how long one address may take to connect before the next is tried too."""
 DEFAULT_PORTS = {"http": 80, "https": 443}
+ADDRCONFIG = socket.AI_ADDRCONFIG & getattr(socket, "AI_MASK", -1)
+"""aiohttp's resolver's flags: no IPv6 addresses for a host with no IPv6 configured."""
 
 Key = tuple[str, str, int]
 """A pool's key: scheme, host, port."""
@@ -587,10 +594,10 @@ class Pool:
 
     async def _connect(self, conn: Connection, where: Origin) -> None:
         """Resolve, connect (happy eyeballs) and, for https, the TLS handshake, as aiohttp."""
-        key = ConnectionKey(where.host, where.port, where.tls, True, None, None, None, None)
+        key = ConnectionKey(where.host, where.port, where.tls, True, None, None, None)
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(
-                where.host, where.port, type=socket.SOCK_STREAM
+                where.host, where.port, type=socket.SOCK_STREAM, flags=ADDRCONFIG
             )
             sock = await aiohappyeyeballs.start_connection(
                 infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S

@@ -69,7 +69,9 @@ def test_whole_replies_share_one_verified_tls_connection_with_sni(
             assert server.connections == 1 and len(server.requests) == 5
             head, sent = server.requests[0]
             assert sent == b'{"a":1}' and b"\r\nhost: localhost:" in head.lower()
-        await client.aclose()
+            await client.aclose()  # the pool's TLS connection ends with it
+            await _until(lambda: server.ended == 1, 1.0)
+            assert server.ended == 1
 
     run(scenario())
     assert names == ["localhost"]  # one handshake, named for the URL's host
@@ -102,6 +104,27 @@ def test_streams_read_to_their_end_keep_the_connection_and_one_left_part_read_en
             assert server.ended == 1  # the upstream saw the end: it stops generating
             _, body = await hs.whole_reply(client, request(server.url), WHERE, LIMITS)
             assert body == b"{}" and server.connections == 2
+        await client.aclose()
+
+    run(scenario())
+
+
+@LOOPS
+def test_the_servers_close_ends_a_reply_read_to_the_close_and_fails_one_cut_short(
+    run: Run, trusted: Authority
+) -> None:
+    replies = {
+        1: b'HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 100\r\n\r\n{"cut',
+        2: b'HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n{"until":"the close"}',
+    }
+
+    async def scenario() -> None:
+        client = hs.HttpClient()
+        async with Server(replies.__getitem__, trusted.server_context(["127.0.0.1"])) as server:
+            with pytest.raises(UpstreamUnreachableError, match="before a complete reply"):
+                await hs.whole_reply(client, request(server.url), WHERE, LIMITS)
+            _, body = await hs.whole_reply(client, request(server.url), WHERE, LIMITS)
+            assert body == b'{"until":"the close"}' and server.connections == 2
         await client.aclose()
 
     run(scenario())
