@@ -36,7 +36,7 @@ SITE_PACKAGES = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths
 
 # Re-install only when the project's metadata, lock or C sources changed. No --quiet: the
 # first install downloads over 100 packages and says so as it goes.
-$(VENV)/.installed: pyproject.toml setup.py uv.lock gateway/prefix/_locate.c gateway/_rawjson.c | $(INSTALL_TOOL)
+$(VENV)/.installed: pyproject.toml setup.py uv.lock gateway/prefix/_locate.c gateway/_rawjson.c gateway/upstream/_plain_event.c | $(INSTALL_TOOL)
 	@echo "farebox: installing Farebox and its dependencies into $(VENV) ($(INSTALLER))"
 ifeq ($(INSTALLER),pip)
 	$(BIN)/pip install --disable-pip-version-check --compile -e .

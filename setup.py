@@ -68,6 +68,7 @@ def _extensions() -> list[Extension]:
         for name, source in (
             ("gateway.prefix._locate", "gateway/prefix/_locate.c"),
             ("gateway._rawjson", "gateway/_rawjson.c"),
+            ("gateway.upstream._plain_event", "gateway/upstream/_plain_event.c"),
         )
     ]
 

@@ -1,6 +1,6 @@
 """CPU per streamed chunk of the chat relay's reading and metering: full walk and short path.
 
-Run: `python bench/relay_chunks.py [--tokens 16] [--rounds 5] [--n 20000]`.
+Run: `python bench/relay_chunks.py [--tokens 16] [--rounds 5] [--n 20000] [--tier T] [--reads]`.
 
 Builds the events the perf-floor mock upstream sends for one stream (role chunk, one chunk
 per token, the finish chunk, the usage chunk; `--tier` adds OpenAI's `service_tier` to each)
@@ -10,7 +10,10 @@ event without a thinking cap, two ways:
 - full: every chunk parsed, shape-checked, checked for an error and walked by
   `Meter.observe_chunk` (the relay before the short path);
 - short: `line_data`, `read_chunk`, and `Meter.observe_content` for plain content chunks
-  (tests/unit/test_relay_plain_chunks.py checks that both leave the same meter).
+  (tests/unit/test_relay_plain_chunks.py checks that both leave the same meter);
+- native: what the relay does now: `PLAIN_EVENT` (gateway/upstream/_plain_event.c) reads a
+  plain content chunk's content and tier in one native pass, and every other event goes
+  the short way (absent when the native module is not built).
 
 Prints one JSON object: µs per stream and per event for each, and the saving per stream.
 
@@ -40,7 +43,13 @@ from typing import Any
 import orjson
 
 from gateway.pipeline.measure import Meter
-from gateway.upstream.replies import chunk_object, error_in_chunk, line_data, read_chunk
+from gateway.upstream.replies import (
+    PLAIN_EVENT,
+    chunk_object,
+    error_in_chunk,
+    line_data,
+    read_chunk,
+)
 from gateway.upstream.sse import DONE, event_data, iter_events
 
 
@@ -83,6 +92,27 @@ def _full(events: list[bytes]) -> None:
 def _short(events: list[bytes]) -> None:
     meter = Meter()
     for event in events:
+        data = line_data(event)
+        if data is None:
+            data = event_data(event)
+        if data is not None and data[:1] != b"{" and data.strip() == DONE:
+            return
+        chunk, content = read_chunk(data, "bench")
+        if chunk is None:
+            continue
+        if content is not None:
+            meter.observe_content(content, chunk.get("service_tier"))
+        elif error_in_chunk(chunk, "bench") is None:
+            meter.observe_chunk(chunk)
+
+
+def _native(events: list[bytes]) -> None:
+    meter, plain = Meter(), PLAIN_EVENT
+    assert plain is not None
+    for event in events:
+        if (found := plain(event)) is not None:
+            meter.observe_content(*found)
+            continue
         data = line_data(event)
         if data is None:
             data = event_data(event)
@@ -171,13 +201,20 @@ def main() -> None:
     args = parser.parse_args()
     events = _events(args.tokens, args.tier)
     out: dict[str, Any] = {"tokens": args.tokens, "events": len(events), "tier": args.tier}
-    for name, run in (("full", _full), ("short", _short)):
+    runs: list[tuple[str, Any]] = [("full", _full), ("short", _short)]
+    if PLAIN_EVENT is not None:
+        runs.append(("native", _native))
+    for name, run in runs:
         per_stream = _best_us(run, events, args.n, args.rounds)
         out[name] = {"us_per_stream": round(per_stream, 2)}
         out[name]["us_per_event"] = round(per_stream / len(events), 3)
     out["saved_us_per_stream"] = round(
         out["full"]["us_per_stream"] - out["short"]["us_per_stream"], 2
     )
+    if "native" in out:
+        out["native_saved_us_per_stream"] = round(
+            out["short"]["us_per_stream"] - out["native"]["us_per_stream"], 2
+        )
     if args.reads:
         body = b"".join(events)
         for name, read in (("per_event", _per_event), ("per_read", _per_read)):

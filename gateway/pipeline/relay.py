@@ -36,7 +36,7 @@ from gateway.pipeline.thinking_cap import ThinkingCap, is_role_only
 from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.upstream.base import UpstreamStream
-from gateway.upstream.replies import error_in_chunk, line_data, read_chunk
+from gateway.upstream.replies import PLAIN_EVENT, error_in_chunk, line_data, read_chunk
 from gateway.upstream.sse import DONE, DONE_EVENT, event_data
 from gateway.usage import usage_from_openai
 
@@ -80,6 +80,9 @@ class Relay(BookedStream):
         error: FareboxError | None = None
         cancelled = False
         out: list[bytes] = []  # relayed, not sent yet: all that one read brought goes at once
+        # Nearly every event is one line of plain content, read natively (`PLAIN_EVENT`)
+        # and relayed as it came; a thinking cap reads every chunk itself.
+        plain, observe = (PLAIN_EVENT if self._cap is None else None), self._meter.observe_content
         try:
             self._slice_end = time.perf_counter() + LOOP_SLICE_S
             batch = self._opening()
@@ -90,6 +93,10 @@ class Relay(BookedStream):
                             sent, out = b"".join(out), []
                             yield sent
                         await self._pause()
+                    if plain is not None and (found := plain(event)) is not None:
+                        observe(*found)
+                        out.append(event)
+                        continue
                     data = line_data(event)
                     if data is None:
                         data = event_data(event)

@@ -10,7 +10,7 @@ An error event inside a stream becomes the error it reports (`error_in_chunk`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -18,6 +18,28 @@ import orjson
 from gateway.errors import UpstreamProtocolError, UpstreamStatusError
 from gateway.upstream import failures
 from gateway.upstream.sse import DONE, event_data
+
+PlainEvent = Callable[[bytes], tuple[str, str | None] | None]
+
+
+def _native_plain_event() -> PlainEvent | None:
+    try:
+        from gateway.upstream._plain_event import plain_event
+    except ImportError:  # built without a C compiler: every event takes the Python path
+        return None
+    return plain_event
+
+
+PLAIN_EVENT: PlainEvent | None = _native_plain_event()
+"""`plain_event(event)`: a plain content chunk's `(content, service_tier)` in one native pass.
+
+For an event that is one `data: {...}` line whose chunk `plain_content` would call plain,
+it gives that content and the chunk's `service_tier` (None unless a string), exactly as
+`line_data`, `read_chunk` and `chunk.get("service_tier")` read them, without building the
+chunk; for every other event (a finish reason, usage, an error, `[DONE]`, a malformed or
+unusual event) None, and the Python path reads it as before. The grammar it accepts is
+no wider than orjson's (gateway/upstream/_plain_event.c says how). None here: not built.
+"""
 
 
 def reply_object(body: bytes, where: str) -> dict[str, Any]:

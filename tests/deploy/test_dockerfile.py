@@ -85,7 +85,7 @@ def test_the_image_refuses_a_wheel_without_the_native_modules() -> None:
     builder, runtime = stages()
     wheel_check = " ".join(builder.all("RUN"))
     import_check = " ".join(runtime.all("RUN"))
-    for module in _extensions():  # gateway.prefix._locate, gateway._rawjson
+    for module in _extensions():  # gateway.prefix._locate, gateway._rawjson, ..._plain_event
         assert module.replace(".", "/") in wheel_check, module
         assert f"import {module}" in import_check or f", {module}" in import_check, module
 

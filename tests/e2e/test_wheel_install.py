@@ -125,7 +125,7 @@ def _wait_live(port: int, process: subprocess.Popen[str], timeout: float = 60) -
     raise AssertionError("farebox serve did not answer /healthz")
 
 
-def test_the_wheel_carries_the_default_config_and_both_native_modules(
+def test_the_wheel_carries_the_default_config_and_the_native_modules(
     wheel: Path, sources: Path
 ) -> None:
     assert "-cp3" in wheel.name and "-none-any" not in wheel.name  # a platform wheel
@@ -134,6 +134,7 @@ def test_the_wheel_carries_the_default_config_and_both_native_modules(
     assert "gateway/ledger/migrations/script.py.mako" in names
     assert any(n.startswith("gateway/prefix/_locate.") and n.endswith(".so") for n in names)
     assert any(n.startswith("gateway/_rawjson.") and n.endswith(".so") for n in names)
+    assert any(n.startswith("gateway/upstream/_plain_event.") and n.endswith(".so") for n in names)
     assert not [n for n in names if n.endswith(".c")]
     # Every file the package reads at run time (configs, migrations, the UI's static files):
     # one left out of [tool.setuptools.package-data] works from the checkout only.
@@ -208,7 +209,11 @@ def _setup_module() -> ModuleType:
 def test_natives_are_built_required_or_skipped_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     setup = _setup_module()
     built = setup._extensions()  # this machine has a compiler and Python's headers
-    assert [e.name for e in built] == ["gateway.prefix._locate", "gateway._rawjson"]
+    assert [e.name for e in built] == [
+        "gateway.prefix._locate",
+        "gateway._rawjson",
+        "gateway.upstream._plain_event",
+    ]
     assert not any(e.optional for e in built)  # a failure to build them fails the build
     monkeypatch.setenv("FAREBOX_PURE_PYTHON", "1")
     assert setup._extensions() == []
@@ -234,3 +239,4 @@ def test_the_sdist_carries_the_c_sources_and_the_default(sources: Path, tmp_path
     with tarfile.open(tmp_path / done.stdout.strip().splitlines()[-1]) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     assert {"gateway/_rawjson.c", "gateway/prefix/_locate.c", "gateway/default.yaml"} <= names
+    assert "gateway/upstream/_plain_event.c" in names

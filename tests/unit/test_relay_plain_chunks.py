@@ -18,6 +18,7 @@ import pytest
 from gateway.errors import FareboxError
 from gateway.pipeline.measure import Meter
 from gateway.upstream.replies import (
+    PLAIN_EVENT,
     chunk_object,
     error_in_chunk,
     line_data,
@@ -53,7 +54,10 @@ def _full(meter: Meter, event: bytes) -> object:
 
 
 def _short(meter: Meter, event: bytes) -> object:
-    """What `Relay._outgoing` does (without a thinking cap)."""
+    """What `Relay._run` and `Relay._outgoing` do (without a thinking cap)."""
+    if PLAIN_EVENT is not None and (found := PLAIN_EVENT(event)) is not None:
+        meter.observe_content(*found)
+        return "metered"
     try:
         data = line_data(event)
         if data is None:
