@@ -18,7 +18,7 @@ import pytest
 import uvloop
 
 from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
-from gateway.upstream import h1
+from gateway.upstream import h1, h1_connect
 from gateway.upstream import http_stream as hs
 from tests.upstream.test_h1 import LIMITS, WHERE, Server, chunked, request, whole
 from tests.upstream.tls_upstream import Authority
@@ -201,7 +201,10 @@ async def test_credentials_in_the_url_stay_on_aiohttp_which_sends_them() -> None
 
 
 def test_the_pool_keeps_http_and_https_origins_apart() -> None:
-    assert h1.origin("https://api.example/v1/x").key == ("https", "api.example", 443)
-    assert h1.origin("http://api.example/v1/x").key == ("http", "api.example", 80)
-    assert h1.origin("https://api.example:8443/v1/x").authority == b"Host: api.example:8443\r\n"
-    assert h1.origin("https://api.example/v1/x").authority == b"Host: api.example\r\n"
+    assert h1_connect.origin("https://api.example/v1/x").key == ("https", "api.example", 443)
+    assert h1_connect.origin("http://api.example/v1/x").key == ("http", "api.example", 80)
+    assert (
+        h1_connect.origin("https://api.example:8443/v1/x").authority
+        == b"Host: api.example:8443\r\n"
+    )
+    assert h1_connect.origin("https://api.example/v1/x").authority == b"Host: api.example\r\n"
