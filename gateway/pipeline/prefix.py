@@ -135,7 +135,8 @@ def _check(
     started = time.perf_counter()
     history = records_of(raw_history)
     body = ctx.forwarded_body()
-    # A task's next step repeats its messages: reuse their segments (the client's bytes).
+    # The messages as parsed from the client's bytes: their segments' bytes are taken from
+    # those where canonical; a task's next step reuses its repeated messages' segments.
     explicit = ctx.task is not None and not ctx.task.implicit
     unedited = parsed and body.get("messages") is ctx.body.get("messages")
     reuse_key = keys[0] if explicit and unedited else None
@@ -147,7 +148,7 @@ def _check(
         body,
         rule,
         history,
-        raw=ctx.raw_body,
+        raw=ctx.raw_body if unedited else None,
         reuse_key=reuse_key,
         validated=validated,
         keep_parsed=validated is not None and not ctx.route.via_litellm,

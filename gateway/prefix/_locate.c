@@ -18,6 +18,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define DIGIT 1
 #define TOKEN 2
@@ -844,6 +847,444 @@ static PyObject *py_array_items(PyObject *self, PyObject *arg)
     return items;
 }
 
+static PyObject *content_key, *role_key, *empty_str, *empty_bytes;
+
+/* canonical_items(raw, start) -> (items, flags), or None.
+ *
+ * The items of the JSON array that opens at raw[start], each cut out of `raw` where it is
+ * already byte for byte what `orjson.dumps` writes of its parsed value (its canonical
+ * bytes, `segments.canonical_bytes`), else None in its place: the cut need not dump those
+ * messages again. `raw` must have been parsed by orjson already (valid JSON and UTF-8, no
+ * raw control character in a string): what is checked here is the form, conservatively.
+ * Canonical means: no whitespace outside strings; in strings only orjson's escapes (\"
+ * \\ \b \t \n \f \r, and \u00xx in lower-case hex for the other control characters);
+ * integers of at most 18 digits, not -0 (orjson reads larger ones as floats; no fraction
+ * or exponent is taken); true, false, null; objects without a repeated key (orjson keeps
+ * the last value, so the dump differs), of at most CANON_KEYS keys; nesting up to
+ * CANON_DEPTH. Whitespace between the items is allowed (it is not theirs). `flags` holds
+ * a byte per item: 1 where a canonical item has, at any depth, a `cache_control` or
+ * `prompt_cache_breakpoint` key or a `content` key whose value is an array (what
+ * `rawjson.list_or_marker` tells of its bytes); 0 for a None. None when raw[start] opens
+ * no array, or more than `limit` items are not canonical. The walk runs without the lock for a large array (`raw` is bytes: it cannot
+ * change). */
+static const char canonical_items_doc[] =
+    "canonical_items(raw, start, limit=max) -> (list of the array's items as bytes where "
+    "canonical, else None; flags), or None.";
+
+#define CANON_DEPTH 128
+#define CANON_KEYS 64
+
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t n;
+    int flagged; /* the current item has a marker key or an array-valued content */
+} Canon;
+
+/* The length of the canonical escape at s[at] == '\\', or 0 when it is not orjson's. */
+static Py_ssize_t canon_escape(const unsigned char *s, Py_ssize_t n, Py_ssize_t at)
+{
+    if (at + 1 >= n)
+        return 0;
+    switch (s[at + 1]) {
+    case '"': case '\\': case 'b': case 't': case 'n': case 'f': case 'r':
+        return 2;
+    case 'u':
+        break;
+    default:
+        return 0;
+    }
+    if (at + 5 >= n || s[at + 2] != '0' || s[at + 3] != '0')
+        return 0;
+    int high = s[at + 4], low = s[at + 5], value;
+    if (high != '0' && high != '1')
+        return 0;
+    if (low >= '0' && low <= '9')
+        value = low - '0';
+    else if (low >= 'a' && low <= 'f')
+        value = low - 'a' + 10;
+    else
+        return 0;
+    value += (high - '0') * 16;
+    /* these five orjson writes short (\b \t \n \f \r) */
+    if (value == 8 || value == 9 || value == 10 || value == 12 || value == 13)
+        return 0;
+    return 6;
+}
+
+/* Past the canonical string that opens at s[p] == '"', or -1.
+ *
+ * Sixteen bytes a step where SSE2 is there: code is dense in escapes (one each ~25
+ * bytes), so a block's are checked from bit masks, not one by one. A block whose
+ * backslashes are each an escape's first byte (no escaped backslash) and whose escaped
+ * bytes are each one of " b t n f r is taken whole (its string end, if any, is the first
+ * unescaped quote); any other block (\\, \u00xx, an escape orjson does not write) is
+ * walked byte by byte. */
+static Py_ssize_t canon_string(const unsigned char *s, Py_ssize_t n, Py_ssize_t p)
+{
+    p++;
+#ifdef __SSE2__
+    unsigned carry = 0; /* s[p] is escaped by the backslash that ended the last block */
+    while (n - p >= 16) {
+        __m128i block = _mm_loadu_si128((const __m128i *)(s + p));
+        __m128i quote = _mm_cmpeq_epi8(block, _mm_set1_epi8('"'));
+        unsigned quotes = (unsigned)_mm_movemask_epi8(quote);
+        unsigned slashes = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(block, _mm_set1_epi8('\\')));
+        __m128i short_escape = _mm_or_si128(
+            _mm_or_si128(_mm_or_si128(quote, _mm_cmpeq_epi8(block, _mm_set1_epi8('b'))),
+                         _mm_or_si128(_mm_cmpeq_epi8(block, _mm_set1_epi8('t')),
+                                      _mm_cmpeq_epi8(block, _mm_set1_epi8('n')))),
+            _mm_or_si128(_mm_cmpeq_epi8(block, _mm_set1_epi8('f')),
+                         _mm_cmpeq_epi8(block, _mm_set1_epi8('r'))));
+        unsigned shorts = (unsigned)_mm_movemask_epi8(short_escape);
+        unsigned escaped = ((slashes << 1) | carry) & 0xFFFFu;
+        if ((slashes & escaped) == 0 && (escaped & ~shorts) == 0) {
+            unsigned ends = quotes & ~escaped;
+            if (ends != 0)
+                return p + __builtin_ctz(ends) + 1;
+            carry = slashes >> 15;
+            p += 16;
+            continue;
+        }
+        Py_ssize_t stop = p + 16;
+        p -= carry; /* the escape began in the last block */
+        while (p < stop) {
+            if (s[p] == '"')
+                return p + 1;
+            if (s[p] == '\\') {
+                Py_ssize_t length = canon_escape(s, n, p);
+                if (length == 0)
+                    return -1;
+                p += length;
+            } else
+                p++;
+        }
+        carry = 0;
+    }
+    p -= carry;
+#endif
+    for (;;) {
+        while (p < n && s[p] != '"' && s[p] != '\\')
+            p++;
+        if (p >= n)
+            return -1;
+        if (s[p] == '"')
+            return p + 1;
+        Py_ssize_t length = canon_escape(s, n, p);
+        if (length == 0)
+            return -1;
+        p += length;
+    }
+}
+
+/* Past the canonical integer at s[p], or -1. */
+static Py_ssize_t canon_integer(const unsigned char *s, Py_ssize_t n, Py_ssize_t p)
+{
+    int negative = s[p] == '-';
+    Py_ssize_t first = p + negative;
+    p = first;
+    while (p < n && s[p] >= '0' && s[p] <= '9')
+        p++;
+    Py_ssize_t digits = p - first;
+    /* no leading zero, no -0 (orjson writes 0) */
+    if (digits == 0 || digits > 18 || (s[first] == '0' && (digits > 1 || negative)))
+        return -1;
+    if (p < n && (s[p] == '.' || s[p] == 'e' || s[p] == 'E'))
+        return -1;
+    return p;
+}
+
+static int key_named(const unsigned char *s, Py_ssize_t at, Py_ssize_t end, const char *name)
+{
+    size_t length = strlen(name);
+    return (size_t)(end - at - 2) == length && memcmp(s + at + 1, name, length) == 0;
+}
+
+static Py_ssize_t canon_value(Canon *c, Py_ssize_t p, int depth);
+
+static Py_ssize_t canon_object(Canon *c, Py_ssize_t p, int depth)
+{
+    const unsigned char *s = c->s;
+    Py_ssize_t n = c->n, keys[CANON_KEYS][2];
+    int count = 0;
+    p++;
+    if (p < n && s[p] == '}')
+        return p + 1;
+    for (;;) {
+        if (p >= n || s[p] != '"' || count == CANON_KEYS)
+            return -1;
+        Py_ssize_t end = canon_string(s, n, p);
+        if (end < 0 || end >= n || s[end] != ':')
+            return -1;
+        /* a canonical string is its value's only spelling: equal bytes, equal keys */
+        for (int k = 0; k < count; k++)
+            if (keys[k][1] - keys[k][0] == end - p && memcmp(s + keys[k][0], s + p, (size_t)(end - p)) == 0)
+                return -1;
+        keys[count][0] = p;
+        keys[count][1] = end;
+        count++;
+        if (key_named(s, p, end, "cache_control") || key_named(s, p, end, "prompt_cache_breakpoint"))
+            c->flagged = 1;
+        else if (key_named(s, p, end, "content") && end + 1 < n && s[end + 1] == '[')
+            c->flagged = 1;
+        p = canon_value(c, end + 1, depth);
+        if (p < 0 || p >= n)
+            return -1;
+        if (s[p] == '}')
+            return p + 1;
+        if (s[p] != ',')
+            return -1;
+        p++;
+    }
+}
+
+static Py_ssize_t canon_array(Canon *c, Py_ssize_t p, int depth)
+{
+    const unsigned char *s = c->s;
+    Py_ssize_t n = c->n;
+    p++;
+    if (p < n && s[p] == ']')
+        return p + 1;
+    for (;;) {
+        p = canon_value(c, p, depth);
+        if (p < 0 || p >= n)
+            return -1;
+        if (s[p] == ']')
+            return p + 1;
+        if (s[p] != ',')
+            return -1;
+        p++;
+    }
+}
+
+static Py_ssize_t canon_value(Canon *c, Py_ssize_t p, int depth)
+{
+    const unsigned char *s = c->s;
+    Py_ssize_t n = c->n;
+    if (p >= n || depth >= CANON_DEPTH)
+        return -1;
+    switch (s[p]) {
+    case '"':
+        return canon_string(s, n, p);
+    case '{':
+        return canon_object(c, p, depth + 1);
+    case '[':
+        return canon_array(c, p, depth + 1);
+    case 't':
+        return p + 4 <= n && memcmp(s + p, "true", 4) == 0 ? p + 4 : -1;
+    case 'f':
+        return p + 5 <= n && memcmp(s + p, "false", 5) == 0 ? p + 5 : -1;
+    case 'n':
+        return p + 4 <= n && memcmp(s + p, "null", 4) == 0 ? p + 4 : -1;
+    default:
+        if (s[p] == '-' || (s[p] >= '0' && s[p] <= '9'))
+            return canon_integer(s, n, p);
+        return -1;
+    }
+}
+
+/* Past the string that opens at s[p] == '"' (escapes not checked: `raw` was parsed), or -1. */
+static Py_ssize_t skip_any_string(const unsigned char *s, Py_ssize_t n, Py_ssize_t p)
+{
+    for (;;) {
+        const unsigned char *q = memchr(s + p + 1, '"', (size_t)(n - p - 1));
+        if (q == NULL)
+            return -1;
+        const unsigned char *b = q; /* escaped when an odd run of backslashes precedes it */
+        while (b > s + p + 1 && b[-1] == '\\')
+            b--;
+        p = q - s;
+        if (((q - b) & 1) == 0)
+            return p + 1;
+    }
+}
+
+/* Past the value at s[p] in any JSON form (trusted: `raw` was parsed), or -1. */
+static Py_ssize_t skip_any_value(const unsigned char *s, Py_ssize_t n, Py_ssize_t p)
+{
+    Py_ssize_t depth = 0;
+    while (p < n) {
+        unsigned char c = s[p];
+        if (c == '"') {
+            p = skip_any_string(s, n, p);
+            if (p < 0)
+                return -1;
+            if (depth == 0)
+                return p;
+            continue;
+        }
+        if (c == '[' || c == '{')
+            depth++;
+        else if (c == ']' || c == '}') {
+            if (depth == 0)
+                return p; /* a number or literal ended where its array does */
+            if (--depth == 0)
+                return p + 1;
+        } else if (depth == 0 && (c == ',' || c == ' ' || c == '\n' || c == '\r' || c == '\t'))
+            return p;
+        p++;
+    }
+    return -1;
+}
+
+static Py_ssize_t skip_blank(const unsigned char *s, Py_ssize_t n, Py_ssize_t p)
+{
+    while (p < n && (s[p] == ' ' || s[p] == '\n' || s[p] == '\r' || s[p] == '\t'))
+        p++;
+    return p;
+}
+
+/* Fills `e` with two entries per item: its first offset * 2 + whether it is canonical,
+ * and the offset past it * 2 + its flag. 1, or 0 when the array is not shaped as JSON,
+ * -1 out of memory (no exception set: the lock may be released). */
+static int canon_items(const unsigned char *s, Py_ssize_t n, Py_ssize_t p, Ends *e, Py_ssize_t limit)
+{
+    Canon c = {s, n, 0};
+    Py_ssize_t others = 0;
+    if (p < 0 || p >= n || s[p] != '[')
+        return 0;
+    p = skip_blank(s, n, p + 1);
+    if (p < n && s[p] == ']')
+        return 1;
+    for (;;) {
+        c.flagged = 0;
+        Py_ssize_t end = canon_value(&c, p, 1);
+        int canonical = end >= 0;
+        if (!canonical && (++others > limit || (end = skip_any_value(s, n, p)) < 0))
+            return 0;
+        if (!add_end(e, p * 2 + canonical) || !add_end(e, end * 2 + (canonical && c.flagged)))
+            return -1;
+        p = skip_blank(s, n, end);
+        if (p >= n)
+            return 0;
+        if (s[p] == ']')
+            return 1;
+        if (s[p] != ',')
+            return 0;
+        p = skip_blank(s, n, p + 1);
+    }
+}
+
+static PyObject *py_canonical_items(PyObject *self, PyObject *args)
+{
+    PyObject *raw;
+    Py_ssize_t start, limit = PY_SSIZE_T_MAX;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!n|n:canonical_items", &PyBytes_Type, &raw, &start, &limit))
+        return NULL;
+    if (!PyBytes_CheckExact(raw)) {
+        PyErr_SetString(PyExc_TypeError, "canonical_items expects bytes");
+        return NULL;
+    }
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    Ends e = {malloc(sizeof(Py_ssize_t) * 1024), 0, 1024};
+    if (e.ends == NULL)
+        return PyErr_NoMemory();
+    int shaped;
+    if (n - start >= RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS /* `raw` is bytes, held by the caller: it cannot change */
+        shaped = canon_items(s, n, start, &e, limit);
+        Py_END_ALLOW_THREADS
+    } else {
+        shaped = canon_items(s, n, start, &e, limit);
+    }
+    if (shaped <= 0) {
+        free(e.ends);
+        if (shaped < 0)
+            return PyErr_NoMemory();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t count = e.count / 2;
+    PyObject *items = PyList_New(count);
+    PyObject *flags = PyBytes_FromStringAndSize(NULL, count);
+    if (items == NULL || flags == NULL) {
+        free(e.ends);
+        Py_XDECREF(items);
+        Py_XDECREF(flags);
+        return NULL;
+    }
+    PyObject_GC_UnTrack(items); /* bytes and None only: never in a cycle */
+    char *flag = PyBytes_AS_STRING(flags);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t from = e.ends[2 * k] >> 1, end = e.ends[2 * k + 1] >> 1;
+        PyObject *piece = Py_None;
+        if (e.ends[2 * k] & 1)
+            piece = PyBytes_FromStringAndSize((const char *)s + from, end - from);
+        else
+            Py_INCREF(piece);
+        if (piece == NULL) {
+            free(e.ends);
+            Py_DECREF(items);
+            Py_DECREF(flags);
+            return NULL;
+        }
+        PyList_SET_ITEM(items, k, piece);
+        flag[k] = (char)(e.ends[2 * k + 1] & 1);
+    }
+    free(e.ends);
+    PyObject *result = PyTuple_Pack(2, items, flags);
+    Py_DECREF(items);
+    Py_DECREF(flags);
+    return result;
+}
+
+/* plain_segments(segments, cls, names, kind, pieces, hasher, roles) -> None.
+ *
+ * Appends to the list `segments` one `cls` (a tuple subclass: `segments.Segment`) per
+ * piece: (names[i], kind, pieces[i], hasher(pieces[i]), False, b"", roles[i]), out of
+ * cyclic GC (its fields are atoms and `kind`, as `untrack_tuples` takes them).
+ * `segments._plain_segments`' zip and `tuple.__new__` map (two tuples a segment) in one
+ * allocation a segment. */
+static const char plain_segments_doc[] =
+    "plain_segments(segments, cls, names, kind, pieces, hasher, roles) -> None: append a "
+    "cls tuple per piece.";
+
+static PyObject *py_plain_segments(PyObject *self, PyObject *args)
+{
+    PyObject *segments, *names, *kind, *pieces, *hasher, *roles;
+    PyTypeObject *cls;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!OO!:plain_segments", &PyList_Type, &segments,
+                          &PyType_Type, &cls, &PyList_Type, &names, &kind, &PyList_Type,
+                          &pieces, &hasher, &PyList_Type, &roles))
+        return NULL;
+    Py_ssize_t size = PyList_GET_SIZE(pieces);
+    if (!PyType_IsSubtype(cls, &PyTuple_Type) || PyList_GET_SIZE(names) != size ||
+        PyList_GET_SIZE(roles) != size) {
+        PyErr_SetString(PyExc_ValueError,
+                        "plain_segments: cls must be a tuple type, names, pieces and roles "
+                        "of one length");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *piece = PyList_GET_ITEM(pieces, i);
+        PyObject *hashed = PyObject_CallOneArg(hasher, piece);
+        if (hashed == NULL)
+            return NULL;
+        PyObject *segment = cls->tp_alloc(cls, 7);
+        if (segment == NULL) {
+            Py_DECREF(hashed);
+            return NULL;
+        }
+        PyObject *fields[7] = {PyList_GET_ITEM(names, i), kind, piece, hashed, Py_False,
+                               empty_bytes, PyList_GET_ITEM(roles, i)};
+        int atoms = 1;
+        for (int k = 0; k < 7; k++) {
+            if (k != 3)
+                Py_INCREF(fields[k]);
+            PyTuple_SET_ITEM(segment, k, fields[k]);
+            atoms = atoms && (fields[k] == kind || !PyObject_GC_IsTracked(fields[k]));
+        }
+        if (atoms && PyObject_GC_IsTracked(segment))
+            PyObject_GC_UnTrack(segment);
+        int failed = PyList_Append(segments, segment);
+        Py_DECREF(segment);
+        if (failed)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* first_long(values, limit) -> the index of the first dict whose "content" is a str of
  * more than `limit` characters, or None: `segments._first_long` without its loop. Exact
  * types, as there (`type(v) is dict`, `type(c) is str`). */
@@ -851,7 +1292,6 @@ static const char first_long_doc[] =
     "first_long(values, limit) -> index of the first message with a str content over limit "
     "characters, or None.";
 
-static PyObject *content_key, *role_key, *empty_str;
 
 static PyObject *py_first_long(PyObject *self, PyObject *args)
 {
@@ -921,6 +1361,8 @@ static PyMethodDef methods[] = {
     {"take_items", py_take_items, METH_VARARGS, take_items_doc},
     {"chain_hex", py_chain_hex, METH_VARARGS, chain_hex_doc},
     {"array_items", py_array_items, METH_O, array_items_doc},
+    {"canonical_items", py_canonical_items, METH_VARARGS, canonical_items_doc},
+    {"plain_segments", py_plain_segments, METH_VARARGS, plain_segments_doc},
     {"first_long", py_first_long, METH_VARARGS, first_long_doc},
     {"roles", py_roles, METH_VARARGS, roles_doc},
     {NULL, NULL, 0, NULL},
@@ -938,7 +1380,8 @@ PyMODINIT_FUNC PyInit__locate(void)
     content_key = PyUnicode_InternFromString("content");
     role_key = PyUnicode_InternFromString("role");
     empty_str = PyUnicode_InternFromString("");
-    if (content_key == NULL || role_key == NULL || empty_str == NULL)
+    empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    if (content_key == NULL || role_key == NULL || empty_str == NULL || empty_bytes == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -27,6 +27,7 @@ from gateway.prefix.detectors import (
     scan_request,
 )
 from gateway.prefix.locate import moved_tuple
+from gateway.prefix.rawcut import raw_messages
 from gateway.prefix.record import PrefixRecord, TokenCounter, build_record, estimate_tokens
 from gateway.prefix.reuse import SegmentReuse
 from gateway.prefix.segments import RequestSegments, split_request
@@ -93,8 +94,10 @@ class PrefixChecker:
         Segments that repeat the closest earlier request byte for byte are not scanned and
         not reported: they demonstrably did not change, whatever they look like (a tool
         output full of timestamps, replayed as history, breaks nothing). With `raw` (the
-        bytes `body` was parsed from, its messages unedited) and a `reuse_key` (a task),
-        the messages that repeat that key's previous request are not cut again; and
+        bytes `body` was parsed from, its messages unedited) the messages' bytes are taken
+        from it where they are canonical (`rawcut`), not dumped again; with a `reuse_key`
+        too (a task), the messages that repeat that key's previous request are not cut
+        again; and
         `validated` (what the parse made of each message) is kept for the next one's, with
         the parsed messages themselves when `keep_parsed` (nothing will change them).
         """
@@ -102,7 +105,9 @@ class PrefixChecker:
         if raw is not None and reuse_key is not None:
             request = self.reuse.split(reuse_key, raw, body, rule, validated, keep_parsed, like)
         else:
-            request = split_request(body, rule)
+            messages = body.get("messages") if raw is not None else None
+            pieces = raw_messages(raw, messages) if raw and isinstance(messages, list) else None
+            request = split_request(body, rule, raw=pieces)
         record = build_record(request, rule, self.counter, like[0] if like else None)
         if raw is not None and reuse_key is not None:
             self.reuse.keep_record(reuse_key, raw, record)

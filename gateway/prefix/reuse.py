@@ -28,6 +28,7 @@ from typing import Any
 
 from gateway import rawjson
 from gateway.prefix.cache_rules import CacheRule
+from gateway.prefix.rawcut import messages_start, raw_messages
 from gateway.prefix.segments import Known, RequestSegments, split_request
 
 MIN_BYTES = 64 * 1024
@@ -105,7 +106,7 @@ class SegmentReuse:
             survey = self._surveys.pop(memo, None) if last else self._surveys.get(memo)
         if survey is not None and survey.raw is raw and survey.seen is seen:
             return survey
-        value_start = _messages_start(raw) if len(raw) >= self.min_bytes else None
+        value_start = messages_start(raw) if len(raw) >= self.min_bytes else None
         match = None
         if seen is not None and value_start is not None:
             match = _longest_repeat(seen, raw, value_start)
@@ -164,7 +165,9 @@ class SegmentReuse:
             (e, c) for e, c in zip(spans[2::3], range(count + 1, len(messages) + 1), strict=False)
         ] + ends
         ends.sort(reverse=True)
-        request = split_request(body, rule, known)
+        # Nothing repeated (a task's first sight): the messages' own bytes, where canonical
+        pieces = raw_messages(raw, messages, value_start) if known is None else None
+        request = split_request(body, rule, known, pieces)
         if ends and ends[0][1] == len(messages):
             system = len(messages) - (len(request.segments) - request.header_count)
             kept = Known(len(messages), system, request.segments[request.header_count :])
@@ -250,22 +253,6 @@ class SegmentReuse:
             while self._held > self.keep_bytes:
                 _, dropped = self._seen.popitem(last=False)
                 self._held -= len(dropped.raw)
-
-
-def _messages_start(raw: bytes) -> int | None:
-    """Where the only `messages` member's array opens.
-
-    None when the body has no such array, or more than one member of that name (orjson
-    keeps the last). `raw` has been parsed already: values are skipped, not validated.
-    """
-    try:
-        members, _ = rawjson.scan_raw(raw, trusted=True)
-    except rawjson.RawJsonError:
-        return None
-    found = [member for member in members if member.key == "messages"]
-    if len(found) != 1 or not raw.startswith(b"[", found[0].value_start):
-        return None
-    return found[0].value_start
 
 
 def _longest_repeat(seen: _Seen, raw: bytes, value_start: int) -> tuple[int, int] | None:
