@@ -70,6 +70,9 @@ class Metrics:
         self.team = BoundedLabel()
         # `task_cost`'s children by (team, outcome), looked up once per pair.
         self._task_costs: dict[tuple[str, str], Any] = {}
+        # Labelled children by metric and label values, looked up once per set of values
+        # (`gateway.pipeline.record`); an attribute, not a map keyed by this object.
+        self.children: dict[tuple[Any, ...], Any] = {}
         r = self.registry
         self.config_reloads = Counter(
             "farebox_config_reloads",

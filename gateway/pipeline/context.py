@@ -121,7 +121,10 @@ class RequestContext:
 
     def forwarded_body(self) -> dict[str, Any]:
         """The parsed body as the upstream will receive it: the client's, with the edits."""
-        body = {k: v for k, v in self.body.items() if k not in self.edits.remove}
+        remove = self.edits.remove
+        body = (
+            {k: v for k, v in self.body.items() if k not in remove} if remove else self.body.copy()
+        )
         body.update(self.edits.set_fields)
         return body
 

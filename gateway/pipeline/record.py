@@ -13,7 +13,6 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
-from weakref import WeakKeyDictionary
 
 from gateway.config import ModelRoute
 from gateway.ledger import RequestRecord
@@ -189,17 +188,14 @@ def _usage_fields(usage: Usage) -> dict[str, Any]:
     }
 
 
-_CHILDREN: WeakKeyDictionary[Metrics, dict[tuple[Any, ...], Any]] = WeakKeyDictionary()
-"""Each registry's labelled children, by metric and label values: `labels()` validates and
-renders its values and takes a lock on every call, about twenty times a request."""
 MAX_CHILDREN = 4096
+"""Labelled children kept per `Metrics` (its `children`): `labels()` validates and renders
+its values and takes a lock on every call, about twenty times a request."""
 
 
 def _labels(metrics: Metrics, metric: Any, *values: str, **named: str) -> Any:
     """`metric.labels(...)`, looked up once per label values."""
-    children = _CHILDREN.get(metrics)
-    if children is None:
-        children = _CHILDREN.setdefault(metrics, {})
+    children = metrics.children
     key = (id(metric), values, *named.items())
     child = children.get(key)
     if child is None:
@@ -212,9 +208,7 @@ def _labels(metrics: Metrics, metric: Any, *values: str, **named: str) -> Any:
 def _by_kind(metrics: Metrics, metric: Any, model: str) -> tuple[Any, ...]:
     """The model's child of `metric` for each cost component, in `COMPONENTS` order: one
     lookup instead of five `_labels` calls (tokens and cost are counted by kind)."""
-    children = _CHILDREN.get(metrics)
-    if children is None:
-        children = _CHILDREN.setdefault(metrics, {})
+    children = metrics.children
     key = (id(metric), model, COMPONENTS)
     kinds = children.get(key)
     if kinds is None:
@@ -228,9 +222,7 @@ def _by_kind(metrics: Metrics, metric: Any, model: str) -> tuple[Any, ...]:
 
 def _by_name(metrics: Metrics, model: str, metric: tuple[Any, ...]) -> tuple[Any, ...]:
     """The model's child of each metric in `metric` (labelled by model alone), one lookup."""
-    children = _CHILDREN.get(metrics)
-    if children is None:
-        children = _CHILDREN.setdefault(metrics, {})
+    children = metrics.children
     key = (*map(id, metric), model)
     found = children.get(key)
     if found is None:
@@ -243,9 +235,7 @@ def _by_name(metrics: Metrics, model: str, metric: tuple[Any, ...]) -> tuple[Any
 def _series(metrics: Metrics, model: str, backend: str, tier: str, status: str) -> tuple[Any, ...]:
     """The children every finished request counts in: its request count by backend, tier
     and status, its model's tokens and cost by kind and its duration; one lookup."""
-    children = _CHILDREN.get(metrics)
-    if children is None:
-        children = _CHILDREN.setdefault(metrics, {})
+    children = metrics.children
     key = (_SERIES, model, backend, tier, status)
     series = children.get(key)
     if series is None:
@@ -319,9 +309,7 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
 def _prefix_series(metrics: Metrics, model: str, *, judged: bool) -> tuple[Any, ...]:
     """The model's prefix-check duration child, and with `judged` its expected, actual and
     lost children after it; one lookup (the key is built from constants, not the metrics)."""
-    children = _CHILDREN.get(metrics)
-    if children is None:
-        children = _CHILDREN.setdefault(metrics, {})
+    children = metrics.children
     key = (_PREFIX_JUDGED if judged else _PREFIX_CHECKED, model)
     found = children.get(key)
     if found is None:
@@ -387,9 +375,7 @@ def _pair(
 ) -> tuple[Any, Any]:
     """The model's child of `by_model` and the (backend, tier) child of `by_backend`, one
     lookup: a stream's time to first (answer) token is observed in both."""
-    children = _CHILDREN.get(metrics)
-    if children is None:
-        children = _CHILDREN.setdefault(metrics, {})
+    children = metrics.children
     key = (id(by_model), id(by_backend), model, where)
     pair = children.get(key)
     if pair is None:

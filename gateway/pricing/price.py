@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
+from decimal import Context, Decimal
 
 from gateway.pricing.errors import UnpricedModelError
 from gateway.pricing.money import ONE, ZERO
@@ -76,12 +76,20 @@ class Rates:
     reasoning: Decimal
 
     def scaled(self, multiplier: Decimal) -> Rates:
-        """Return every price multiplied by `multiplier`."""
-        return Rates(**{name: getattr(self, name) * multiplier for name in RATE_FIELDS})
+        """Return every price multiplied by `multiplier`, exactly (never rounded)."""
+        times = _EXACT.multiply
+        return Rates(**{name: times(getattr(self, name), multiplier) for name in RATE_FIELDS})
 
     def cache_write_for(self, ttl: str) -> Decimal:
         """Return the price of one token written to the cache with TTL `ttl`."""
-        return {"1h": self.cache_write_1h, "12h": self.cache_write_12h}.get(ttl, self.cache_write)
+        if ttl == "1h":
+            return self.cache_write_1h
+        return self.cache_write_12h if ttl == "12h" else self.cache_write
+
+
+_EXACT = Context(prec=60)
+"""Enough digits that a price times a multiplier is never rounded, whatever the context
+(a quote is kept, so it must not depend on the context of the first request priced)."""
 
 
 _RESOLVED: dict[tuple[int, ...], tuple[tuple[PriceSheet, ...], Rates]] = {}
