@@ -40,6 +40,8 @@ LARGEST_READ = 32
 _Reads = dict[str, Any]
 _Kept = tuple[GatewayConfig, Mapping[str, Any], list[tuple[_Reads, _Reads, Decision]]]
 _KEPT: dict[tuple[Any, ...], _Kept] = {}
+_SERVING: list[Any] = [None, None]
+"""The configuration and map the kept plans are of; another one clears them."""
 
 
 class _BodyReads(Mapping[str, Any]):
@@ -206,9 +208,14 @@ def _keep(
     model_map: Mapping[str, Any],
     shape: tuple[_Reads, _Reads, Decision],
 ) -> None:
+    if _SERVING[0] is not config or _SERVING[1] is not model_map:
+        # A reload (or another app in this process): plans of the old configuration would
+        # only keep it and its map alive.
+        _KEPT.clear()
+        _SERVING[:] = [config, model_map]
     entry = _KEPT.get(key)
     if entry is None or entry[0] is not config or entry[1] is not model_map:
-        if len(_KEPT) >= MAX_KEYS:  # many callers, or configurations replaced by reloads
+        if len(_KEPT) >= MAX_KEYS:  # many callers, or label values
             _KEPT.clear()
         _KEPT[key] = (config, model_map, [shape])
         return

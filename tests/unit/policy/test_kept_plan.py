@@ -67,8 +67,7 @@ HEADERS = st.dictionaries(
 
 
 @st.composite
-def requests(draw: st.DrawFn) -> tuple[Any, str, dict[str, Any], RequestFacts]:
-    config = draw(st.sampled_from(CONFIGS))
+def requests(draw: st.DrawFn, config: Any) -> tuple[Any, str, dict[str, Any], RequestFacts]:
     alias = draw(st.sampled_from(sorted(config.models)))
     fields = draw(st.fixed_dictionaries({}, optional=FIELDS))
     body = {"model": alias, "messages": [{"role": "user", "content": "x"}, draw(LAST)], **fields}
@@ -88,7 +87,7 @@ def requests(draw: st.DrawFn) -> tuple[Any, str, dict[str, Any], RequestFacts]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(requests(), min_size=1, max_size=12))
+@given(st.sampled_from(CONFIGS).flatmap(lambda c: st.lists(requests(c), min_size=1, max_size=12)))
 def test_a_kept_plan_is_the_fresh_plan(run: list[Any]) -> None:
     for config, _alias, body, facts in run + run:  # the second pass mostly hits
         assert kept_plan(config, MODEL_MAP, facts, body) == plan_route(
@@ -132,3 +131,13 @@ def test_a_plan_that_reads_every_header_is_not_kept() -> None:
     assert body.get("stream") is True and "speed" not in body and not body.whole
     assert body.reads == {"stream": True, "speed": kept_module._ABSENT}
     assert list(body.items()) == [("model", "m"), ("stream", True)] and body.whole
+
+
+def test_a_reload_lets_go_of_the_old_configurations_plans() -> None:
+    path = sorted(POLICIES.glob("*.yaml"))[0]
+    old, new = load_config(path), load_config(path)
+    alias = sorted(old.models)[0]
+    body = {"model": alias, "messages": [{"role": "user", "content": "hi"}]}
+    kept_plan(old, MODEL_MAP, RequestFacts.from_headers(alias, {}), body)
+    kept_plan(new, MODEL_MAP, RequestFacts.from_headers(alias, {}), body)
+    assert all(entry[0] is new for entry in kept_module._KEPT.values())
