@@ -25,12 +25,13 @@ alias renamed to the mock's model, SQLite ledger). Each round loads the mock dir
   delays the next request when it outlasts the client's turnaround), and `busy_p50` /
   `busy_p99`: the process's CPU from a request's bytes in to its response written, its
   latency on an idle core less the upstream's (load on a shared box does not move it);
-- `--gc`: the cyclic collector's collections per 1,000 requests by generation and its
-  longest pause (gc.callbacks installed by the launcher).
+- `--gc`: the cyclic collector's collections per 1,000 requests by generation, their
+  mean and longest pause (gc.callbacks installed by the launcher).
 
 `--src DIR::NAME=VALUE` runs a tree with its own environment: e.g.
-`FAREBOX_LEDGER_FLUSH_INTERVAL=1000` (no ledger flush during the run) or `C1_GC_OFF=1`
-(the cyclic collector disabled), to see what each adds to `busy_p99`.
+`FAREBOX_LEDGER_FLUSH_INTERVAL=1000` (no ledger flush during the run), `C1_GC_OFF=1`
+(the cyclic collector disabled) or `C1_GC_THRESHOLD=N` (its gen-0 threshold set to N),
+to see what each adds to `busy_p99`.
 
 One JSON line per tree and round, then a summary.
 """
@@ -65,22 +66,48 @@ sys.path.insert(0, sys.argv.pop(1))
 if os.environ.get('C1_GC_OFF'):  # `--src DIR::C1_GC_OFF=1`: no cyclic collection at all
     import gc
     gc.disable()
+if os.environ.get('C1_GC_THRESHOLD'):  # `--src DIR::C1_GC_THRESHOLD=N`: gen-0 threshold N
+    import gc
+    young = int(os.environ['C1_GC_THRESHOLD'])
+    gc.set_threshold(young, *gc.get_threshold()[1:])
+    from gateway import heap
+    if hasattr(heap, 'YOUNG_THRESHOLD'):  # the one `farebox serve` sets
+        heap.YOUNG_THRESHOLD = young
+if os.environ.get('C1_NICE_THREADS'):  # `::C1_NICE_THREADS=N`: every other thread at nice N
+    import threading
+    nice, bootstrap = int(os.environ['C1_NICE_THREADS']), threading.Thread._bootstrap_inner
+    def niced(self):
+        os.setpriority(os.PRIO_PROCESS, 0, nice)  # Linux: the calling thread alone
+        bootstrap(self)
+    threading.Thread._bootstrap_inner = niced
+for setting in filter(None, os.environ.get('C1_SET', '').split(';')):
+    # `::C1_SET=gateway.ledger.writer.SLICE_ROWS=8`: a module constant set before serving
+    import importlib
+    target, _, value = setting.partition('=')
+    module, _, name = target.rpartition('.')
+    owner = importlib.import_module(module)
+    setattr(owner, name, type(getattr(owner, name))(value))
 log = os.environ.get('C1_GC_LOG')
 if log:
     import atexit, gc, json, time
-    stats = {'count': [0, 0, 0], 'longest_ms': [0.0, 0.0, 0.0], 'total_ms': [0.0, 0.0, 0.0]}
-    started = [0.0]
+    def zeroed():
+        return {'count': [0, 0, 0], 'longest_ms': [0.0, 0.0, 0.0], 'total_ms': [0.0, 0.0, 0.0],
+                'cpu_ms': [0.0, 0.0, 0.0], 'collected': [0, 0, 0]}
+    stats = zeroed()
+    started = [0.0, 0.0]
     def watch(phase, info):
         if phase == 'start':
-            started[0] = time.perf_counter()
+            started[:] = time.perf_counter(), time.thread_time()
             return
         gen, ms = info['generation'], (time.perf_counter() - started[0]) * 1000
         stats['count'][gen] += 1
         stats['total_ms'][gen] += ms
+        stats['cpu_ms'][gen] += (time.thread_time() - started[1]) * 1000
+        stats['collected'][gen] += info['collected']
         stats['longest_ms'][gen] = max(stats['longest_ms'][gen], ms)
     gc.callbacks.append(watch)
     def reset(*_):
-        stats.update(count=[0, 0, 0], longest_ms=[0.0, 0.0, 0.0], total_ms=[0.0, 0.0, 0.0])
+        stats.update(zeroed())
     def dump(*_):
         with open(log + '.part', 'w') as out:
             json.dump(stats, out)
@@ -108,6 +135,13 @@ if phases:
     http_writer.StreamWriter._writelines = mark(1, http_writer.StreamWriter._writelines)
     http_writer.StreamWriter._write = mark(1, http_writer.StreamWriter._write)
     client_proto.ResponseHandler.data_received = mark(2, client_proto.ResponseHandler.data_received)
+    try:  # plain http:// upstreams go through gateway/upstream/h1.py, not aiohttp's client
+        from gateway.upstream import h1
+    except ImportError:
+        pass
+    else:
+        h1.Connection.send = mark(1, h1.Connection.send)
+        h1.Connection.data_received = mark(2, h1.Connection.data_received)
     def body_write(method):
         def wrapper(self, data):
             if not data.startswith(b'HTTP/'):
@@ -133,7 +167,9 @@ main()
 """
 
 
-def _loadgen(floor: Path, url: str, model: str, n: int, warm: int, stream: bool) -> dict[str, Any]:
+def _loadgen(
+    floor: Path, url: str, model: str, n: int, warm: int, stream: bool, concurrency: int = 1
+) -> dict[str, Any]:
     out = Path(tempfile.mkstemp(suffix=".json")[1])
     cmd = [
         "taskset",
@@ -146,7 +182,7 @@ def _loadgen(floor: Path, url: str, model: str, n: int, warm: int, stream: bool)
         "--model",
         model,
     ]
-    cmd += ["-c", "1", "-n", str(n), "--warmup", str(warm), "--max-seconds", "120"]
+    cmd += ["-c", str(concurrency), "-n", str(n), "--warmup", str(warm), "--max-seconds", "120"]
     cmd += ["--json-out", str(out)]
     if stream:
         cmd += ["--stream", "--drain"]
@@ -238,6 +274,12 @@ def _switches(pid: int) -> tuple[int, int]:
     return main, others
 
 
+def _peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set so far (VmHWM), MiB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return round(int(status.split("\nVmHWM:")[1].split()[0]) / 1024, 1)
+
+
 def _written(*paths: Path | None) -> None:
     """Wait until the gateway has written each file (it replaces the empty one)."""
     for _ in range(300):
@@ -276,7 +318,7 @@ def _round(args: argparse.Namespace, spec: str, env: dict[str, str], mock_url: s
         if signalled:
             os.kill(proc.pid, signal.SIGUSR1)
         before, slept = _cpu_s(proc.pid), _switches(proc.pid)
-        run = _loadgen(args.floor, url, "bench-gpt", args.n, 0, args.stream)
+        run = _loadgen(args.floor, url, "bench-gpt", args.n, 0, args.stream, args.c)
         cpu = _cpu_s(proc.pid) - before
         woke = [after - then for after, then in zip(_switches(proc.pid), slept, strict=True)]
         row["sleeps_per_req"] = {
@@ -292,12 +334,22 @@ def _round(args: argparse.Namespace, spec: str, env: dict[str, str], mock_url: s
             gc_stats = json.loads(gc_log.read_text())
             per_k = [round(count * 1000 / run["sent"], 2) for count in gc_stats["count"]]
             longest = [round(ms, 2) for ms in gc_stats["longest_ms"]]
-            row["gc"] = {"per_1000_req": per_k, "longest_ms": longest}
+            mean, gc_cpu = (
+                [round(total / count, 3) if count else 0.0 for total, count in zip(
+                    gc_stats[key], gc_stats["count"], strict=True)]
+                for key in ("total_ms", "cpu_ms")
+            )  # fmt: skip
+            freed = [round(count / run["sent"], 2) for count in gc_stats["collected"]]
+            row["gc"] = {
+                "per_1000_req": per_k, "mean_ms": mean, "mean_cpu_ms": gc_cpu,
+                "longest_ms": longest, "freed_per_req": freed,
+            }  # fmt: skip
         base, through = _percentiles(direct, args.stream), _percentiles(run, args.stream)
         row["direct"] = base
         row["gateway"] = through
         row["added"] = {k: round(through[k] - base[k], 3) for k in base}
         row["cpu_ms_per_req"] = round(cpu * 1000 / run["sent"], 3)
+        row["peak_rss_mib"] = _peak_rss_mib(proc.pid)
         if args.perf:
             perf = subprocess.Popen(
                 ["perf", "stat", "-e", "context-switches,cpu-migrations,task-clock",
@@ -345,6 +397,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=2000)
     parser.add_argument("--warm", type=int, default=300)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("-c", type=int, default=1, help="concurrency of the measured run")
     parser.add_argument(
         "--src", action="append", default=[], help="another checkout (A/B): DIR[::NAME=VALUE,...]"
     )

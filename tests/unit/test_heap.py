@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from gateway.heap import freeze_heap, freeze_imports
+from gateway.heap import YOUNG_THRESHOLD, freeze_heap, freeze_imports
 
 
 def test_the_import_freeze_leaves_new_objects_to_the_collector() -> None:
@@ -25,4 +25,29 @@ def test_the_import_freeze_leaves_new_objects_to_the_collector() -> None:
         walked = {id(item) for item in gc.get_objects()}
         assert not any(id(item) in walked for item in after)
     finally:
+        gc.unfreeze()
+
+
+def test_the_serving_process_runs_young_collections_less_often() -> None:
+    """After `freeze_imports`, thousands of new live objects set off no collection: with
+    CPython's threshold of 700 they would set off several (each one a pause on the loop)."""
+    started: list[int] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    threshold = gc.get_threshold()
+    gc.unfreeze()
+    gc.callbacks.append(watch)
+    try:
+        freeze_imports()
+        kept = [[n] for n in range(YOUNG_THRESHOLD // 2)]  # tracked containers, alive
+        assert started == []
+        assert len(kept) > 5 * 700  # a run the default threshold collects in
+        kept += [[n] for n in range(YOUNG_THRESHOLD)]  # past the threshold: it collects
+        assert started and set(started) == {0}
+    finally:
+        gc.callbacks.remove(watch)
+        gc.set_threshold(*threshold)
         gc.unfreeze()
