@@ -1285,6 +1285,81 @@ static PyObject *py_plain_segments(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* record_columns(segments) -> (names, hex digests, hex canonical digests, cumulative
+ * tokens) as tuples, or None.
+ *
+ * `record.build_record`'s columns for the default token estimate, in one pass: each
+ * segment's name (item 0), its digest (item 3) and canonical digest (item 5) as hex (b""
+ * gives ""), and the running sum of (len(data) + 3) // 4 over its bytes (item 2). None, to
+ * take the Python maps, when a segment is not a tuple of at least six items of those
+ * types. The tuples hold atoms only: out of cyclic GC. */
+static const char record_columns_doc[] =
+    "record_columns(segments) -> (names, digests, canonical, cumulative_tokens), or None.";
+
+static PyObject *py_record_columns(PyObject *self, PyObject *segments)
+{
+    (void)self;
+    if (!PyTuple_CheckExact(segments) && !PyList_CheckExact(segments)) {
+        PyErr_SetString(PyExc_TypeError, "record_columns expects a tuple or a list");
+        return NULL;
+    }
+    Py_ssize_t size = Py_SIZE(segments);
+    PyObject *columns[4] = {PyTuple_New(size), PyTuple_New(size), PyTuple_New(size),
+                            PyTuple_New(size)};
+    PyObject *result = NULL;
+    long long total = 0;
+    for (int k = 0; k < 4; k++)
+        if (columns[k] == NULL)
+            goto done;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *segment = PyTuple_CheckExact(segments) ? PyTuple_GET_ITEM(segments, i)
+                                                         : PyList_GET_ITEM(segments, i);
+        if (!PyTuple_Check(segment) || PyTuple_GET_SIZE(segment) < 6) {
+            result = Py_None;
+            goto done;
+        }
+        PyObject *name = PyTuple_GET_ITEM(segment, 0), *data = PyTuple_GET_ITEM(segment, 2);
+        PyObject *digest = PyTuple_GET_ITEM(segment, 3), *canonical = PyTuple_GET_ITEM(segment, 5);
+        if (!PyUnicode_CheckExact(name) || !PyBytes_CheckExact(data) ||
+            !PyBytes_CheckExact(digest) || !PyBytes_CheckExact(canonical)) {
+            result = Py_None;
+            goto done;
+        }
+        PyObject *hexed = hex_of((const unsigned char *)PyBytes_AS_STRING(digest),
+                                 PyBytes_GET_SIZE(digest));
+        PyObject *canonical_hex = hex_of((const unsigned char *)PyBytes_AS_STRING(canonical),
+                                         PyBytes_GET_SIZE(canonical));
+        total += (PyBytes_GET_SIZE(data) + 3) >> 2;
+        PyObject *running = PyLong_FromLongLong(total);
+        if (hexed == NULL || canonical_hex == NULL || running == NULL) {
+            Py_XDECREF(hexed);
+            Py_XDECREF(canonical_hex);
+            Py_XDECREF(running);
+            goto done;
+        }
+        Py_INCREF(name);
+        PyTuple_SET_ITEM(columns[0], i, name);
+        PyTuple_SET_ITEM(columns[1], i, hexed);
+        PyTuple_SET_ITEM(columns[2], i, canonical_hex);
+        PyTuple_SET_ITEM(columns[3], i, running);
+    }
+    for (int k = 0; k < 4; k++)
+        if (PyObject_GC_IsTracked(columns[k]))
+            PyObject_GC_UnTrack(columns[k]); /* str and int only: never in a cycle */
+    result = PyTuple_New(4);
+    if (result != NULL)
+        for (int k = 0; k < 4; k++) {
+            PyTuple_SET_ITEM(result, k, columns[k]);
+            columns[k] = NULL;
+        }
+done:
+    for (int k = 0; k < 4; k++)
+        Py_XDECREF(columns[k]);
+    if (result == Py_None)
+        Py_RETURN_NONE;
+    return result;
+}
+
 /* first_long(values, limit) -> the index of the first dict whose "content" is a str of
  * more than `limit` characters, or None: `segments._first_long` without its loop. Exact
  * types, as there (`type(v) is dict`, `type(c) is str`). */
@@ -1363,6 +1438,7 @@ static PyMethodDef methods[] = {
     {"array_items", py_array_items, METH_O, array_items_doc},
     {"canonical_items", py_canonical_items, METH_VARARGS, canonical_items_doc},
     {"plain_segments", py_plain_segments, METH_VARARGS, plain_segments_doc},
+    {"record_columns", py_record_columns, METH_O, record_columns_doc},
     {"first_long", py_first_long, METH_VARARGS, first_long_doc},
     {"roles", py_roles, METH_VARARGS, roles_doc},
     {NULL, NULL, 0, NULL},

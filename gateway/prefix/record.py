@@ -168,6 +168,7 @@ def chain_fingerprints(
 
 
 _CHAIN_HEX = native_step("chain_hex")
+_RECORD_COLUMNS = native_step("record_columns")
 
 
 def _hex_each(digests: list[bytes]) -> tuple[str, ...]:
@@ -235,6 +236,17 @@ def build_record(
         shared = like[1]
     if not shared and 0 < len(segments) <= SMALL_COLUMN and counter is estimate_tokens:
         return _small_record(request, rule)
+    native = (
+        _RECORD_COLUMNS(segments)
+        if _RECORD_COLUMNS is not None
+        and not shared
+        and counter is estimate_tokens
+        and len(segments) <= SHARED_CHAIN_MAX  # one call holds the lock: ~0.1 µs a segment
+        else None
+    )
+    if native is not None:  # the maps below in one C pass (~0.2 ms less for 1,245)
+        names, digests, canonical, cumulative = native
+        return _record(request, rule, names, digests, canonical, cumulative)
     # Columns by itemgetter, in C; not zip(*segments), which makes one tracked iterator per
     # segment (466,000 of them set off full garbage collections of 0.1 s).
     datas = _column(segments, itemgetter(2))
@@ -257,13 +269,25 @@ def build_record(
         names = _column(segments, itemgetter(0))
         digests = _column(segments, itemgetter(3), bytes.hex)
         canonical = _column(segments, itemgetter(5), bytes.hex)  # b"" -> "", in C
+    return _record(request, rule, names, digests, canonical, _running_sums(sizes))
+
+
+def _record(
+    request: RequestSegments,
+    rule: CacheRule,
+    names: tuple[str, ...],
+    digests: tuple[str, ...],
+    canonical: tuple[str, ...],
+    cumulative: tuple[int, ...],
+) -> PrefixRecord:
+    segments = request.segments
     return PrefixRecord(
         family=request.family,
         model=request.model,
         segment_names=names,
         segment_digests=digests,
         canonical_digests=canonical,
-        cumulative_tokens=_running_sums(sizes),
+        cumulative_tokens=cumulative,
         stable_count=request.stable_count,
         header_count=request.header_count,
         breakpoints=written_breakpoints(request, rule),

@@ -57,9 +57,10 @@ HEADERS = st.fixed_dictionaries(
 
 def _python_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """Turn the native steps and the shortcuts off: the loops as they were."""
-    for name in ("_ARRAY_ITEMS", "_FIRST_LONG", "_ROLES"):
+    for name in ("_ARRAY_ITEMS", "_FIRST_LONG", "_ROLES", "_PLAIN_SEGMENTS"):
         monkeypatch.setattr(segments, name, None)
     monkeypatch.setattr(record, "_CHAIN_HEX", None)
+    monkeypatch.setattr(record, "_RECORD_COLUMNS", None)
     monkeypatch.setattr(segments, "FEW_MESSAGES", -1)
     monkeypatch.setattr(segments, "_absent_headers", lambda order: None)
 

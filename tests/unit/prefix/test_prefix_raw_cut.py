@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import rawjson
-from gateway.prefix import PrefixChecker, locate, rawcut, rule_for, segments
+from gateway.prefix import PrefixChecker, locate, rawcut, record, rule_for, segments
 from gateway.prefix.record import build_record
 from gateway.prefix.segments import canonical_bytes, split_request
 
@@ -255,3 +255,33 @@ def test_a_check_with_the_bytes_is_the_check_without() -> None:
         assert one == other
         assert one.record.fingerprints == other.record.fingerprints
         kept, kept_without = [one.record, *kept][:4], [other.record, *kept_without][:4]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    messages=st.lists(MESSAGE, min_size=70, max_size=90),
+    family=st.sampled_from(["openai", "anthropic", "vllm"]),
+)
+def test_the_native_record_columns_are_the_maps(
+    messages: list[dict[str, Any]], family: str
+) -> None:
+    rule = rule_for(family)
+    raw = _written({"model": "m", "messages": messages}, 0)
+    if raw is None:
+        return
+    request = split_request(orjson.loads(raw), rule)
+    native = build_record(request, rule)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(record, "_RECORD_COLUMNS", None)
+        mapped = build_record(request, rule)
+    assert native == mapped
+    assert [type(n) for n in native.cumulative_tokens] == [int] * len(request.segments)
+
+
+def test_record_columns_refuse_what_is_not_a_segment() -> None:
+    columns = locate.native_step("record_columns")
+    assert columns is not None
+    assert columns([("n", 0, b"abcde", b"\x01", 0, b"")]) == (("n",), ("01",), ("",), (2,))
+    assert columns([("n", 0, "text", b"\x01", 0, b"")]) is None
+    assert columns([("n", 0, b"")]) is None
+    assert columns(()) == ((), (), (), ())
