@@ -82,7 +82,7 @@ async def call_with_recovery(
     """Send the request; on a failure before the first byte, retry or fall back by policy."""
     assert ctx.alias is not None
     configured = ctx.alias in services.config.routing
-    retrier = Retrier(decision.retry, rng=random)  # one generator per process, not per call
+    retrier: Retrier | None = None  # made at the first failure: most requests have none
     current = Target(ctx.alias, decision.tier)
     tried: list[Target] = [current]
     number = 1
@@ -102,6 +102,8 @@ async def call_with_recovery(
                 breaker.release()
             recovery = Recovery("give_up")
             if configured:
+                if retrier is None:
+                    retrier = Retrier(decision.retry, rng=random)  # one generator per process
                 status = failure_status(error)
                 recovery = recover(
                     decision.fallbacks, retrier, current, number, status, tried, _retry_after(error)
