@@ -16,12 +16,12 @@ is also how an upstream learns to stop generating.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from gateway.body_guard import SharedDeadlines
 from gateway.errors import UpstreamProtocolError
 from gateway.upstream import failures, h1
 from gateway.upstream.sse import DONE, EventSplitter, event_data
@@ -201,17 +201,25 @@ def _is_final(event: bytes | None) -> bool:
     return data.strip() == DONE or any(kind in head for kind in _FINAL_TYPES)
 
 
+_FINAL_END = SharedDeadlines(FINAL_END_WAIT_S)
+"""One timer for every stream's wait for its body's end: `asyncio.timeout` made and
+cancelled a timer per stream (4.4-5.2 us against 0.9-1.0 us here, a loaded box)."""
+
+
 async def _read_to_end(content: Content) -> bool:
     """Read what follows the last event to the body's end; False if it takes too long."""
-    drained = 0
     try:
-        async with asyncio.timeout(FINAL_END_WAIT_S):
-            while not content.is_eof():
-                drained += len(await content.readany())
-                if drained > FINAL_DRAIN_BYTES:
-                    return False
+        return await _FINAL_END.within(_drain(content))
     except (TimeoutError, aiohttp.ClientError):
         return False
+
+
+async def _drain(content: Content) -> bool:
+    drained = 0
+    while not content.is_eof():
+        drained += len(await content.readany())
+        if drained > FINAL_DRAIN_BYTES:
+            return False
     return content.exception() is None
 
 
