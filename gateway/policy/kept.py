@@ -143,11 +143,15 @@ class _HeaderReads(LoweredHeaders):
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal and of the same types all the way down (`1`, `1.0` and `True` differ)."""
+    """Equal and of the same types all the way down (`1`, `1.0` and `True` differ), objects
+    with their keys in the same order (a plan may copy one into an edit, order and all)."""
     if type(a) is not type(b):
         return False
     if type(a) is dict:
-        return len(a) == len(b) and all(k in b and _same(v, b[k]) for k, v in a.items())
+        return len(a) == len(b) and all(
+            ka == kb and _same(va, vb)
+            for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True)
+        )
     if type(a) is list:
         return len(a) == len(b) and all(map(_same, a, b))
     return bool(a == b)

@@ -8,6 +8,7 @@ assert each answer equals a fresh `plan_route` of the same request.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,22 @@ FIELDS = {
         [{"include_usage": True}, {"include_usage": 1}, {}, {"include_usage": False}]
     ),
     "thinking": st.sampled_from(
-        [{"type": "enabled", "budget_tokens": 2048}, {"type": "disabled"}, None, {"type": 1}]
+        [
+            {"type": "enabled", "budget_tokens": 2048},
+            {"budget_tokens": 2048, "type": "enabled"},
+            {"type": "disabled"},
+            None,
+            {"type": 1},
+        ]
     ),
     "thinking_token_budget": SCALARS,
     "chat_template_kwargs": st.sampled_from(
-        [{"enable_thinking": False}, {"enable_thinking": True}, {"reasoning_effort": "low"}]
+        [
+            {"enable_thinking": False},
+            {"enable_thinking": True},
+            {"reasoning_effort": "low", "enable_thinking": True},
+            {"enable_thinking": True, "reasoning_effort": "low"},
+        ]
     ),
 }
 LAST = st.sampled_from(
@@ -90,9 +102,12 @@ def requests(draw: st.DrawFn, config: Any) -> tuple[Any, str, dict[str, Any], Re
 @given(st.sampled_from(CONFIGS).flatmap(lambda c: st.lists(requests(c), min_size=1, max_size=12)))
 def test_a_kept_plan_is_the_fresh_plan(run: list[Any]) -> None:
     for config, _alias, body, facts in run + run:  # the second pass mostly hits
-        assert kept_plan(config, MODEL_MAP, facts, body) == plan_route(
-            config, MODEL_MAP, facts, body
-        )
+        kept = kept_plan(config, MODEL_MAP, facts, body)
+        fresh = plan_route(config, MODEL_MAP, facts, body)
+        assert kept == fresh
+        # The edits render the same bytes: the same keys in the same order, nested too.
+        assert json.dumps(kept.set_fields) == json.dumps(fresh.set_fields)
+        assert json.dumps(kept.headers) == json.dumps(fresh.headers)
 
 
 def test_a_repeated_shape_is_planned_once_and_another_value_again() -> None:
@@ -109,6 +124,9 @@ def test_a_repeated_shape_is_planned_once_and_another_value_again() -> None:
     assert kept_plan(config, MODEL_MAP, facts, body("b", 16)) is first
     assert kept_plan(config, MODEL_MAP, facts, body("b", 16.0)) is not first
     assert kept_plan(config, MODEL_MAP, facts, body("b", True)) is not first
+    assert kept_module._same({"a": 1, "b": [True]}, {"a": 1, "b": [True]})
+    assert not kept_module._same({"a": 1, "b": 2}, {"b": 2, "a": 1})  # order kept in edits
+    assert not kept_module._same({"a": [1]}, {"a": [1.0]})
     other = RequestFacts.from_headers(alias, {"x-plan": "pro"})
     assert kept_plan(config, MODEL_MAP, other, body("a", 16)).rule != first.rule
 
