@@ -1,7 +1,7 @@
 """Concurrency 1, small request: what the gateway adds, and what it does per request.
 
-Run: `python bench/c1_path.py [-n 2000] [--stream] [--src DIR[::NAME=VALUE,...] ...] [--pairs 3]
-[--strace] [--perf] [--gc]`.
+Run: `python bench/c1_path.py [-n 2000] [-c 1] [--stream] [--src DIR[::NAME=VALUE,...] ...]
+[--pairs 3] [--strace] [--perf] [--gc] [--phases]`.
 
 Starts perf-floor's mock upstream on core 0 and, for each tree in turn (this checkout,
 then every `--src`; all of them again for each pair, so trees alternate within the same
@@ -24,14 +24,18 @@ alias renamed to the mock's model, SQLite ledger). Each round loads the mock dir
   from there to the next request's bytes (work after the response, which at concurrency 1
   delays the next request when it outlasts the client's turnaround), and `busy_p50` /
   `busy_p99`: the process's CPU from a request's bytes in to its response written, its
-  latency on an idle core less the upstream's (load on a shared box does not move it);
+  latency on an idle core less the upstream's (load on a shared box does not move it),
+  and `loop_p50` / `loop_p99`, the loop thread's own CPU over the same span;
 - `--gc`: the cyclic collector's collections per 1,000 requests by generation, their
   mean and longest pause (gc.callbacks installed by the launcher).
 
 `--src DIR::NAME=VALUE` runs a tree with its own environment: e.g.
 `FAREBOX_LEDGER_FLUSH_INTERVAL=1000` (no ledger flush during the run), `C1_GC_OFF=1`
-(the cyclic collector disabled) or `C1_GC_THRESHOLD=N` (its gen-0 threshold set to N),
-to see what each adds to `busy_p99`.
+(the cyclic collector disabled), `C1_GC_THRESHOLD=N` (its gen-0 threshold set to N),
+`C1_NICE_THREADS=N` (every thread but the loop's at nice N) or
+`C1_SET=module.NAME=value;...` (a module constant, e.g. `gateway.ledger.writer.SLICE_ROWS=8`),
+to see what each adds to `busy_p99`. `-c` sets the measured run's concurrency (the
+collector's figures at 64, say).
 
 One JSON line per tree and round, then a summary.
 """
@@ -232,12 +236,15 @@ def _phases(marks: list[list[float]]) -> dict[str, float]:
     loop thread between each pair of consecutive marks is that phase's. Also the p50 and
     p99 of the process's CPU (all threads: the core is the gateway's alone) from a
     request's bytes in to its response written: what its latency would be on an idle
-    core, less the upstream's and the kernel's time, whatever the box's load.
+    core, less the upstream's and the kernel's time, whatever the box's load; and
+    `loop_p50` / `loop_p99`, the loop thread's own CPU over the same span (the other
+    threads' CPU in `busy` may have run while the loop waited for the upstream).
     """
     sums = [0.0] * 4
     counts = [0] * 4
-    stage, at, began = None, 0.0, 0.0
+    stage, at, began, began_loop = None, 0.0, 0.0, 0.0
     busy: list[float] = []
+    loop: list[float] = []
     for label, clock, process in marks:
         label = int(label)
         expected = 0 if stage is None else (stage + 1) % 4
@@ -246,17 +253,19 @@ def _phases(marks: list[list[float]]) -> dict[str, float]:
             counts[stage] += 1
             if label == 3:
                 busy.append((process - began) * 1e6)
+                loop.append((clock - began_loop) * 1e6)
         if label == expected or label == 0:
             stage, at = label, clock
             if label == 0:
-                began = process
+                began, began_loop = process, clock
     found = {
         name: round(sums[i] / counts[i] * 1e6, 1) for i, name in enumerate(PHASES) if counts[i]
     }
-    busy.sort()
-    if busy:
-        found["busy_p50"] = round(busy[len(busy) // 2], 1)
-        found["busy_p99"] = round(busy[min(len(busy) - 1, len(busy) * 99 // 100)], 1)
+    for name, spans in (("busy", busy), ("loop", loop)):
+        spans.sort()
+        if spans:
+            found[f"{name}_p50"] = round(spans[len(spans) // 2], 1)
+            found[f"{name}_p99"] = round(spans[min(len(spans) - 1, len(spans) * 99 // 100)], 1)
     return found
 
 

@@ -5,11 +5,18 @@ the ledger books the same id. `RequestIdMiddleware` (a plain ASGI middleware, ou
 gives each HTTP request its id before anything else runs and adds the header to any
 response start that lacks it; routes read the id with `request_id_of(scope)`. Answers
 made outside the app (uvicorn's protocol, the connection cap) take a fresh one.
+
+An id begins with the time it was made, so ids sort (to the millisecond) in the order
+they were made, as UUIDv7s do: the ledger keys three B-trees on it (the requests'
+`request_id` index, and through an untasked request's `task-<id>` the tasks' key and the
+requests' `task_id` index). Random ids landed each row on a random page of each, which
+SQLite read and then wrote whole at commit; ids in time order append.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from collections.abc import MutableMapping
 from typing import Any
@@ -48,14 +55,17 @@ def random_hex() -> str:
 
 
 def new_request_id() -> str:
-    """A new request id, in the gateway's `req-<32 hex>` form (128 random bits).
+    """A new request id, in the gateway's `req-<32 hex>` form: the Unix time in
+    milliseconds (12 hex digits), then 80 random bits from the OS's source (20).
 
-    The bits uuid4 would take, without building a UUID object on every request.
+    Ids of later milliseconds sort after earlier ones (see the module's docstring); within
+    one millisecond, and across processes, the random bits keep them apart.
     """
     try:
-        return "req-" + _pool.popleft()
+        bits = _pool.popleft()
     except IndexError:
-        return "req-" + random_hex()
+        bits = random_hex()
+    return f"req-{time.time_ns() // 1_000_000:012x}{bits[:20]}"
 
 
 def request_id_of(scope: MutableMapping[str, Any]) -> str:

@@ -1,8 +1,9 @@
 """Request ids drawn from a pool of OS randomness: the same form, never one given twice.
 
-The pool is read 4 KiB at a time; every id is `req-` and 32 lower-case hex digits, no
-value comes out twice (across refills and threads), and a forked child draws its own ids,
-not the ones its parent had pooled.
+The pool is read 4 KiB at a time; every id is `req-` and 32 lower-case hex digits (the
+time in milliseconds, then random bits), no value comes out twice (across refills and
+threads), ids sort in the order they were made, and a forked child draws its own random
+bits, not the ones its parent had pooled.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 
 import pytest
 
@@ -25,7 +27,20 @@ def test_ids_have_the_form_and_never_repeat_across_refills() -> None:
     assert len(set(ids)) == len(ids)
     hexes = [random_hex() for _ in range(600)]
     assert all(re.fullmatch(r"[0-9a-f]{32}", value) for value in hexes)
-    assert not {f"req-{value}" for value in hexes} & set(ids)
+    assert not {value[:20] for value in hexes} & {value[-20:] for value in ids}
+
+
+def test_ids_sort_in_the_order_they_were_made() -> None:
+    """The ledger's indexes on request and task ids take appends, not random pages."""
+    before = time.time_ns() // 1_000_000
+    ids = []
+    for _ in range(5):
+        ids.append(new_request_id())
+        time.sleep(0.002)  # a later millisecond
+    after = time.time_ns() // 1_000_000
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    made = [int(value[4:16], 16) for value in ids]  # the millisecond each was made in
+    assert before <= made[0] < made[-1] <= after
 
 
 def test_threads_never_get_the_same_id() -> None:
@@ -70,4 +85,4 @@ def test_a_forked_child_does_not_reuse_the_parents_pool() -> None:
     os.waitpid(pid, 0)
     child = b"".join(chunks).decode().split("\n")
     assert len(child) == 300 and all(FORM.fullmatch(value) for value in child)
-    assert not {value.removeprefix("req-") for value in child} & pooled
+    assert not {value[-20:] for value in child} & {value[:20] for value in pooled}
