@@ -19,7 +19,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hotpath_procs import TICK_S, active_opens, cpu_ticks, get_json
+from hotpath_procs import (
+    TICK_S,
+    active_opens,
+    box_busy_ticks,
+    cpu_ticks,
+    get_json,
+    main_thread_ticks,
+)
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,11 @@ class Run:
     # the mock's (from /proc), and Redis's (INFO cpu; the box's Redis, others may use it)
     load_cpu_ms_per_request: float | None = None
     redis_cpu_ms_per_request: float | None = None
+    # The target's main threads (each process's event loop) alone, per request sent; and
+    # what every other process on the box took while loadgen ran (the box's busy CPU less
+    # the target's, the load tools' and Redis's), per request sent
+    main_cpu_ms_per_request: float | None = None
+    others_cpu_ms_per_request: float | None = None
 
     def report(self) -> dict[str, object]:
         return asdict(self)
@@ -128,7 +140,12 @@ def combine(runs: list[Run]) -> Run:
     if trailing and out.sent:
         total = sum(ms * sent for ms, sent in trailing)
         out.trailing_cpu_ms_per_request = round(total / out.sent, 3)
-    for name in ("load_cpu_ms_per_request", "redis_cpu_ms_per_request"):
+    for name in (
+        "load_cpu_ms_per_request",
+        "redis_cpu_ms_per_request",
+        "main_cpu_ms_per_request",
+        "others_cpu_ms_per_request",
+    ):
         each = [(getattr(run, name), run.sent) for run in runs if getattr(run, name) is not None]
         sent = sum(count for _, count in each)
         if sent:  # over the passes that read it
@@ -228,10 +245,13 @@ def measure(
         argv = loadgen_args(setup, url, model, scenario, budget, out)
         opens_before, snmp_before = _mock_connections(setup), active_opens()
         ticks_before = cpu_ticks(pid) if pid else 0
+        main_before, box_before = main_thread_ticks(pid) if pid else 0, box_busy_ticks()
         load_before = setup.load_seconds()
         status, printed = setup.worker.run(argv)
-        ticks_ended = cpu_ticks(pid) if pid else 0
+        ticks_ended, box_ended = cpu_ticks(pid) if pid else 0, box_busy_ticks()
+        load_ended = setup.load_seconds()
         ticks_after = settle(pid, ticks_ended) if pid else 0
+        main_after = main_thread_ticks(pid) if pid else 0
         load_after = setup.load_seconds()
         opens_after, snmp_after = _mock_connections(setup), active_opens()
         if status != 0 or not out.exists():
@@ -244,6 +264,15 @@ def measure(
         run.cpu_ms_per_request = round((ticks_after - ticks_before) * TICK_S * 1000 / run.sent, 3)
         trailing = (ticks_after - ticks_ended) * TICK_S * 1000 / run.sent
         run.trailing_cpu_ms_per_request = round(trailing, 3)
+        run.main_cpu_ms_per_request = round(
+            (main_after - main_before) * TICK_S * 1000 / run.sent, 3
+        )
+    if run.sent:
+        ours = (ticks_ended - ticks_before) * TICK_S + load_ended[0] - load_before[0]
+        if load_ended[1] is not None and load_before[1] is not None:
+            ours += load_ended[1] - load_before[1]
+        others = (box_ended - box_before) * TICK_S - ours
+        run.others_cpu_ms_per_request = round(max(others, 0.0) * 1000 / run.sent, 3)
     if run.sent:
         load = (load_after[0] - load_before[0]) * 1000 / run.sent
         run.load_cpu_ms_per_request = round(load, 3)

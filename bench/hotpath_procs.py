@@ -59,6 +59,31 @@ def cpu_ticks(pid: int) -> int:
     return total
 
 
+def main_thread_ticks(pid: int) -> int:
+    """utime+stime of each process's main thread (its event loop), summed over the tree.
+
+    A gateway's other threads (the ledger's SQLite writes, the spool's file I/O) run
+    beside its loop, on another core when one is free: one worker's rate is bounded by
+    its loop thread, not by the whole process's CPU.
+    """
+    total = 0
+    for member in tree(pid):
+        try:
+            stat = Path(f"/proc/{member}/task/{member}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total
+
+
+def box_busy_ticks() -> int:
+    """CPU ticks the whole box spent busy (every core, every process): /proc/stat's `cpu`
+    line less idle and iowait."""
+    values = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return sum(values[:8]) - values[3] - values[4]  # guest time is inside user already
+
+
 def rss_kib(pid: int) -> int:
     """VmRSS of one process, KiB (0 once it is gone)."""
     try:
