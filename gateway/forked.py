@@ -67,3 +67,37 @@ def _run_child(step: Callable[[], object], expected: type[Exception], write_end:
             stream.flush()
     finally:
         os._exit(code)  # no atexit handlers, no parent's buffers written twice
+
+
+def fetch_forked(step: Callable[[], bytes]) -> bytes:
+    """Run `step()` in a forked child and return the bytes it returned; `ForkedStepError`
+    (with the child's traceback) if it raised. Without `os.fork`, runs in this process."""
+    if not hasattr(os, "fork"):
+        return step()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read_end)
+        code, payload = _DONE, b""
+        try:
+            payload = step()
+        except BaseException:  # the parent reports it; the child must reach os._exit
+            code, payload = _FAILED, traceback.format_exc().encode("utf-8", "replace")
+        try:
+            with os.fdopen(write_end, "wb") as out:
+                out.write(payload)
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as said:
+        payload = said.read()
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code != _DONE:
+        message = payload.decode("utf-8", "replace")
+        raise ForkedStepError(
+            f"{getattr(step, '__name__', 'step')} failed (exit {code}):\n{message}"
+        )
+    return payload

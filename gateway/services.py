@@ -23,6 +23,7 @@ from gateway.pipeline.context import RequestContext
 from gateway.policy.breaker import BreakerBoard
 from gateway.prefix.checker import PrefixChecker
 from gateway.pricing import PriceBook, PricingError
+from gateway.pricing.serving import trim_for_serving
 from gateway.settings import Settings
 from gateway.state import SharedState
 from gateway.tenants import Limiter, MemoryLimiter
@@ -47,6 +48,8 @@ class Snapshot:
 
         Reading litellm's map and pricing a model from it takes tens of milliseconds: done
         here (at start-up, in a thread, or at reload), never on a request's event loop.
+        Of the map, the book then keeps only the entries serving `config` reads, and every
+        key (`gateway.pricing.serving`: 5.6 MiB less held; lookups answer as before).
         """
         for warning in config.family_warnings():
             log.warning(warning)  # a guessed family decides which fields are sent: say so
@@ -55,6 +58,7 @@ class Snapshot:
             # An unpriced route is fine (it costs 0); the request path logs it once.
             with contextlib.suppress(PricingError):
                 prices.price(config.price_key(alias))
+        trim_for_serving(prices, config)
         return cls(config, prices)
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from gateway.policy.decision import Decision
+
+if TYPE_CHECKING:  # rich is imported to render, not with the package: `serve` never renders
+    from rich.console import Console
+    from rich.table import Table
 
 
 def explain(decision: Decision, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -66,6 +66,9 @@ def _enforcement_text(decision: Decision) -> str:
 
 
 def _summary(decision: Decision) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -95,6 +98,8 @@ def _summary(decision: Decision) -> Table:
 
 
 def _edits(decision: Decision, console: Console) -> None:
+    from rich.markup import escape
+
     for key, value in decision.set_fields.items():
         console.print(f"  [green]set[/]    {key} = {escape(repr(value))}", soft_wrap=True)
     for key in sorted(decision.remove):
@@ -105,6 +110,8 @@ def _edits(decision: Decision, console: Console) -> None:
 
 def render_decision(decision: Decision, console: Console) -> None:
     """Print the decision: the rule, the caps, each edit, clamp and note, and the fallbacks."""
+    from rich.markup import escape
+
     if decision.rejection is not None:
         console.print(f"[bold red]rejected[/] by rule '{escape(decision.rule)}'")
         console.print(f"  {decision.rejection.field}: {escape(decision.rejection.message)}")

@@ -49,10 +49,16 @@ class PriceBook:
 
     @property
     def model_map(self) -> Mapping[str, Any]:
-        """Return litellm's price map, reading it on first use."""
+        """Return litellm's price map, reading it on first use (a `catalog.ModelMap`)."""
         if self._model_map is None:
-            self._model_map = catalog.load_model_map(self._map_path)
+            self._model_map = catalog.ModelMap(self._map_path)
         return self._model_map
+
+    def trim_map(self) -> None:
+        """Keep only the map entries read so far (see `catalog.ModelMap`); lookups of other
+        names still answer as before, reading the file again for an entry not kept."""
+        if isinstance(self._model_map, catalog.ModelMap):
+            self._model_map.trim()
 
     @property
     def priced(self) -> frozenset[str]:

@@ -11,7 +11,7 @@ import copy
 import functools
 import importlib.util
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -50,6 +50,85 @@ def _read_map(path: Path) -> Mapping[str, Any]:
     # `sample_spec` documents the map's fields; it is not a model.
     models = {k: v for k, v in data.items() if isinstance(v, dict) and k != "sample_spec"}
     return MappingProxyType(models)
+
+
+class ModelMap(Mapping[str, Any]):
+    """litellm's map as a price book reads it: the whole map until `trim()`, then only the
+    entries read so far, and every key.
+
+    A serving gateway needs the entries of its configured models (a few of ~4,900, which
+    take 5.7 MiB of RSS parsed); `trim()` keeps those and the key set, so whether any name
+    is in the map is still answered as before, and reading an entry not kept parses the
+    file again for it (correct, at ~50 ms of CPU: `gateway.pricing.serving` reads every
+    configured model's entries before trimming, so a request does not).
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path
+        self._whole: Mapping[str, Any] | None = None
+        self._kept: dict[str, Any] = {}
+        self._keys: frozenset[str] | None = None  # set by trim()
+        digest = _DIGESTS.get(path)
+        if digest is not None:  # trimmed already, from another process's reading
+            self._kept, self._keys = dict(digest[0]), digest[1]
+
+    def digest(self) -> tuple[dict[str, Any], frozenset[str]]:
+        """What a trimmed map holds: the entries read and every key (see `install_digest`)."""
+        self.trim()
+        assert self._keys is not None
+        return dict(self._kept), self._keys
+
+    @property
+    def trimmed(self) -> bool:
+        """Whether only the entries read before `trim()` are held."""
+        return self._keys is not None
+
+    def _map(self) -> Mapping[str, Any]:
+        if self._whole is not None:
+            return self._whole
+        whole = load_model_map(self._path)
+        if self._keys is None:
+            self._whole = whole
+        return whole
+
+    def __getitem__(self, key: str) -> Any:
+        entry = self._kept.get(key)
+        if entry is None:
+            if self._keys is not None and key not in self._keys:
+                raise KeyError(key)
+            entry = self._kept[key] = self._map()[key]
+            if self._keys is not None:  # read again for this entry: let the map go again
+                _read_map.cache_clear()
+        return entry
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._kept:
+            return True
+        return key in (self._keys if self._keys is not None else self._map())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys if self._keys is not None else self._map())
+
+    def __len__(self) -> int:
+        return len(self._keys if self._keys is not None else self._map())
+
+    def trim(self) -> None:
+        """Keep the entries read so far and the keys; let the parsed map go."""
+        if self._keys is None:
+            self._keys = frozenset(self._map())
+            self._whole = None
+            _read_map.cache_clear()  # the process's parsed copy, shared by price books
+
+
+# Digests by map path (None: litellm's bundled map), installed by `farebox serve`.
+_DIGESTS: dict[Path | None, tuple[dict[str, Any], frozenset[str]]] = {}
+
+
+def install_digest(kept: dict[str, Any], keys: frozenset[str], path: Path | None = None) -> None:
+    """Start every `ModelMap` of `path` trimmed, from a digest a forked child read
+    (`gateway.pricing.serving.serving_digest`): this process then never parses the map,
+    and a name outside the digest is still answered as the whole map answers it."""
+    _DIGESTS[path] = (dict(kept), frozenset(keys))
 
 
 def _provider_matches(entry: Mapping[str, Any], provider: str) -> bool:

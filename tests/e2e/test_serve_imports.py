@@ -29,8 +29,10 @@ DUMP_ON_SIGNAL = """\
 import os, signal, sys
 
 def _dump(*_, path=os.environ["SERVE_MODULES_OUT"]):
+    catalog = sys.modules.get("gateway.pricing.catalog")
+    parsed = catalog._read_map.cache_info().misses if catalog is not None else -1
     with open(path + ".part", "w", encoding="utf-8") as out:
-        out.write("\\n".join(sorted(sys.modules)))
+        out.write("\\n".join([f"map-parses:{parsed}", *sorted(sys.modules)]))
     os.replace(path + ".part", path)
 
 signal.signal(signal.SIGUSR2, _dump)
@@ -60,11 +62,12 @@ def _modules_after_serving(tmp_path: Path, sim_url: str) -> tuple[set[str], list
         SERVE_MODULES_OUT=str(out),
     )
     port = free_port()
+    stdout = (tmp_path / "stdout.txt").open("w")  # not a terminal, as under a service
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
         cwd=tmp_path,
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=stdout,
         stderr=subprocess.DEVNULL,
     )
     try:
@@ -83,7 +86,24 @@ def _modules_after_serving(tmp_path: Path, sim_url: str) -> tuple[set[str], list
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
+        stdout.close()
     return set(out.read_text(encoding="utf-8").split()), statuses
+
+
+def test_serving_never_imports_rich_nor_parses_the_price_map(
+    tmp_path: Path, sim: ServerThread
+) -> None:
+    """The banner is written as rich would write it off a terminal, without rich (2.7 MiB);
+    litellm's map is read by a forked child, which hands over the entries served (5.6 MiB)."""
+    modules, statuses = _modules_after_serving(tmp_path, sim.url)
+    assert statuses == [200, 200, 404]
+    assert "gateway.app" in modules
+    assert not {m for m in modules if m == "rich" or m.startswith("rich.")}
+    assert "map-parses:0" in modules  # the child parsed it; this process never did
+    banner = (tmp_path / "stdout.txt").read_text(encoding="utf-8").splitlines()
+    assert banner[0].startswith("Farebox ") and " serving on http://127.0.0.1:" in banner[0]
+    assert "OPEN MODE: no FAREBOX_ADMIN_KEY" in banner[2]  # the markup's tags left out
+    assert "  models: chat" in banner
 
 
 def test_a_sqlite_gateway_never_imports_asyncpg_or_the_postgresql_dialect(
