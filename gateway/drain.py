@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import anyio
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.accept_turns import Loads, TakeTurns
 from gateway.errors import ShuttingDownError, send_error
 
 log = logging.getLogger("farebox")
@@ -87,14 +89,49 @@ class InFlightMiddleware:
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn that cuts the requests still open `grace_s` after shutdown began."""
+    """uvicorn that cuts the requests still open `grace_s` after shutdown began.
 
-    def __init__(self, config: uvicorn.Config, in_flight: InFlight, grace_s: float) -> None:
+    With `loads` (a worker of `farebox serve --workers N`) the sockets given to `run` are
+    accepted from one connection at a time, by the worker holding the fewest first
+    (gateway.accept_turns), instead of by uvloop's server, which takes a whole burst.
+    """
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        in_flight: InFlight,
+        grace_s: float,
+        loads: Loads | None = None,
+    ) -> None:
         super().__init__(config)
         self.in_flight = in_flight
         self.grace_s = grace_s
+        self.loads = loads
+        self.acceptors: list[TakeTurns] = []
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.loads is None or not sockets:
+            await super().startup(sockets)
+            return
+        await super().startup([])  # the lifespan, the banner: no server of uvloop's
+        if self.should_exit:
+            return
+        factory = functools.partial(
+            self.config.http_protocol_class,  # as uvicorn.Server.startup builds each
+            config=self.config,
+            server_state=self.server_state,  # type: ignore[call-arg]
+            app_state=self.lifespan.state,
+        )
+        connections = self.server_state.connections
+        self.acceptors = [
+            TakeTurns(sock, factory, self.loads, lambda: len(connections)) for sock in sockets
+        ]
+        for acceptor in self.acceptors:
+            acceptor.start()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for acceptor in self.acceptors:  # stop accepting, as uvicorn closes its servers
+            acceptor.close()
         timer = asyncio.get_running_loop().call_later(self.grace_s, self.in_flight.cut_all)
         try:
             await super().shutdown(sockets)

@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import gc
 import logging
+import mmap
 import os
 import shutil
 import signal
@@ -81,6 +82,7 @@ class Supervisor:
     children: dict[int, int] = field(default_factory=dict)  # pid: index (HELPER: helper)
     ready: set[int] = field(default_factory=set)  # pids whose app finished starting
     ready_pipe: tuple[int, int] = (-1, -1)  # a worker writes its pid there once started
+    loads: mmap.mmap | None = None  # each worker's open connections (gateway.accept_turns)
     stopping: bool = False
     failed: bool = False
 
@@ -92,6 +94,9 @@ class Supervisor:
             signal.signal(signum, self._on_signal)
         self.ready_pipe = os.pipe()
         os.set_blocking(self.ready_pipe[0], False)
+        from gateway.accept_turns import Loads
+
+        self.loads = Loads.shared(self.settings.workers)
         try:
             if self.config.uses_simulator:
                 from gateway.embedded_sim import bind_sim
@@ -271,6 +276,7 @@ def _worker(parent: Supervisor, index: int) -> int:
     # prometheus_client chose its value class at import (in the parent, before the
     # directory existed): values made from now on live in this worker's files.
     values.ValueClass = values.MultiProcessValue()
+    from gateway.accept_turns import Loads
     from gateway.app import create_app
     from gateway.drain import DrainingServer
     from gateway.server import server_config
@@ -287,7 +293,9 @@ def _worker(parent: Supervisor, index: int) -> int:
 
     application = create_app(settings, parent.config, on_ready=on_ready, sim_url=parent.sim_url)
     config = server_config(application, settings)
-    server = DrainingServer(config, application.state.in_flight, settings.shutdown_grace_s)
+    # The connections each worker holds: the one holding fewest accepts the next.
+    loads = Loads(parent.loads, index) if parent.loads is not None else None
+    server = DrainingServer(config, application.state.in_flight, settings.shutdown_grace_s, loads)
     server.run(sockets=[parent.listener])
     return 0 if server.started else 3
 
