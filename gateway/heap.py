@@ -9,11 +9,11 @@ counting, so only cycles among frozen objects would outlive their use, and the
 collection just before freezing clears the start-up garbage first.
 
 The serving process also runs young collections less often (`YOUNG_THRESHOLD`): with
-CPython's default of 700, the objects of the requests in flight set one off every ~140
-requests at concurrency 1 and every ~14 at 64, each walking those objects (0.24-0.31 ms
+CPython's default of 700, the objects of the requests in flight set one off every 70-125
+requests at concurrency 1 and every ~13 at 64, each walking those objects (0.18-0.31 ms
 of CPU here) and promoting them to older generations whose passes cost 1-1.5 ms (and
-6-7.5 ms for a full one): ~3 µs per request at concurrency 1, 31-36 µs at 64, and a
-pause on the path of 1 request in 70-140 at concurrency 1, where the p99 is measured.
+6-7.5 ms for a full one): ~3-6 µs per request at concurrency 1, 24-36 µs at 64, and a
+pause on the path of 1 request in 70-125 at concurrency 1, where the p99 is measured.
 A small request leaves no cyclic garbage (the collections found none to free), so a
 later young collection frees no later than it needs to.
 """
