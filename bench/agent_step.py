@@ -115,6 +115,8 @@ def parts(src: str | None, n: int) -> dict[str, float]:
         records = [stage._record_of(d) for d in loop.run_until_complete(state.prefix_history(keys))]
         marks.append(time.process_time())
         extra = {"raw": raw, "reuse_key": "task:t"} if reuses and not fresh else {}
+        if fresh and reuses:  # as the pipeline: the bytes of its unedited messages
+            extra = {"raw": raw}
         if keeps and not fresh and ctx.request is not None:
             extra["validated"] = ctx.request.messages
             if keeps_parsed:  # as the pipeline does on a route not through litellm
@@ -347,7 +349,8 @@ def stages(src: str | None, n: int, mode: str) -> None:
         ctx = RequestContext(raw_body=raw, headers={"x-task-id": "t"} if mode == "agent" else {})
         loop.run_until_complete(parse_request(ctx, checker.reuse))
         records = [stage._record_of(d) for d in loop.run_until_complete(state.prefix_history(keys))]
-        extra: dict[str, Any] = {}
+        # As the pipeline: the body's bytes with its unedited messages (fresh: no task)
+        extra: dict[str, Any] = {"raw": raw} if "raw" in params else {}
         if mode == "agent" and ctx.request is not None:
             extra = {"raw": raw, "reuse_key": "task:t", "validated": ctx.request.messages}
             if "keep_parsed" in params:
