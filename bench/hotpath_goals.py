@@ -110,7 +110,8 @@ def workers_bound(r: Results, scenario: str) -> str:
     than core 0 lets the load tools drive (1000/l). So the attainable ratio is about
     2 m1/(g2 + l + r), well under 2 when l is close to g. What other processes on the box
     took during the 2-worker run (o ms per request sent) is stated beside it: that CPU was
-    not the gateway's to use, and 2000/(g2 + l + r + o) is what was left for it.
+    not the gateway's to use, and 2000/(g2 + l + r + o) is about what was left for it (o
+    is read over loadgen's run only, g2 also over the ledger's work after it).
     """
     one, two = r.run(W1, scenario), r.run(W2, scenario)
     if one is None or two is None or not one.cpu_ms_per_request or not two.cpu_ms_per_request:
@@ -141,7 +142,7 @@ def workers_bound(r: Results, scenario: str) -> str:
         left = min(2000 / (g2 + load + redis + others), 1000 / load)
         text += (
             f"; other processes on the box took {others:.3g} ms per request during the "
-            f"2-worker run, which leaves at most {left:,.0f} req/s ({left / alone:.2f}x)"
+            f"2-worker run, which left about {left:,.0f} req/s ({left / alone:.2f}x)"
         )
     return f"{text}; load average {two.loadavg_1m:.1f}"
 
