@@ -11,7 +11,8 @@ alias renamed to the mock's model, SQLite ledger). Each round loads the mock dir
 
 - added p50 / p99 (whole latency, or TTFT with `--stream`): the gateway's percentile
   minus the direct one of the same round;
-- CPU ms per request (utime+stime of the process over the requests sent);
+- CPU ms per request (utime+stime of the process over the requests sent), and the same
+  for the loop's thread and for the others (the ledger's database and spool threads);
 - the voluntary context switches per request of the loop's thread and of the others: each
   a time the thread went to sleep and had to be woken (a proxy's loop sleeps twice per
   request at concurrency 1: waiting for the client, then for the upstream);
@@ -283,6 +284,21 @@ def _switches(pid: int) -> tuple[int, int]:
     return main, others
 
 
+def _thread_cpu(pid: int) -> tuple[float, float]:
+    """utime+stime in seconds: the loop's thread, and the others (a thread that ended is lost)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    main = others = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            spent = (int(fields[11]) + int(fields[12])) / tick
+            if task.name == str(pid):
+                main = spent
+            else:
+                others += spent
+    return main, others
+
+
 def _peak_rss_mib(pid: int) -> float:
     """The process's peak resident set so far (VmHWM), MiB."""
     status = Path(f"/proc/{pid}/status").read_text()
@@ -326,13 +342,18 @@ def _round(args: argparse.Namespace, spec: str, env: dict[str, str], mock_url: s
         direct = _loadgen(args.floor, mock_url, "mock-model", args.n, 100, args.stream)
         if signalled:
             os.kill(proc.pid, signal.SIGUSR1)
-        before, slept = _cpu_s(proc.pid), _switches(proc.pid)
+        before, slept, spent = _cpu_s(proc.pid), _switches(proc.pid), _thread_cpu(proc.pid)
         run = _loadgen(args.floor, url, "bench-gpt", args.n, 0, args.stream, args.c)
         cpu = _cpu_s(proc.pid) - before
         woke = [after - then for after, then in zip(_switches(proc.pid), slept, strict=True)]
         row["sleeps_per_req"] = {
             "loop_thread": round(woke[0] / run["sent"], 2),
             "other_threads": round(woke[1] / run["sent"], 2),
+        }
+        used = [after - then for after, then in zip(_thread_cpu(proc.pid), spent, strict=True)]
+        row["thread_cpu_ms_per_req"] = {
+            "loop_thread": round(used[0] * 1000 / run["sent"], 3),
+            "other_threads": round(used[1] * 1000 / run["sent"], 3),
         }
         if signalled:
             os.kill(proc.pid, signal.SIGUSR2)
