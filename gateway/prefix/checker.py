@@ -27,6 +27,7 @@ from gateway.prefix.detectors import (
     scan_request,
 )
 from gateway.prefix.locate import moved_tuple
+from gateway.prefix.rawcut import MIN_BYTES as RAW_MIN_BYTES
 from gateway.prefix.rawcut import raw_messages
 from gateway.prefix.record import PrefixRecord, TokenCounter, build_record, estimate_tokens
 from gateway.prefix.reuse import SegmentReuse
@@ -105,9 +106,11 @@ class PrefixChecker:
         if raw is not None and reuse_key is not None:
             request = self.reuse.split(reuse_key, raw, body, rule, validated, keep_parsed, like)
         else:
-            messages = body.get("messages") if raw is not None else None
-            pieces = raw_messages(raw, messages) if raw and isinstance(messages, list) else None
-            request = split_request(body, rule, raw=pieces)
+            pieces = None
+            if raw is not None and len(raw) >= RAW_MIN_BYTES:  # a small body: dumped
+                messages = body.get("messages")
+                pieces = raw_messages(raw, messages) if isinstance(messages, list) else None
+            request = split_request(body, rule, None, pieces)
         record = build_record(request, rule, self.counter, like[0] if like else None)
         if raw is not None and reuse_key is not None:
             self.reuse.keep_record(reuse_key, raw, record)
