@@ -46,12 +46,14 @@ def version_line() -> str:
 
     from gateway import rawjson
     from gateway.prefix import locate
+    from gateway.upstream import replies
 
-    built = [
-        name
-        for name, on in (("prefix locator", locate.NATIVE), ("JSON walker", rawjson.NATIVE))
-        if on
-    ]
+    modules = (
+        ("prefix locator", locate.NATIVE),
+        ("JSON walker", rawjson.NATIVE),
+        ("stream reader", replies.PLAIN_EVENT is not None),
+    )
+    built = [name for name, on in modules if on]
     native = f"native: {', '.join(built)}" if built else "pure Python: no native module loaded"
     return f"farebox {__version__} ({native}; Python {platform.python_version()})"
 

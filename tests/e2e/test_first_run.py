@@ -176,14 +176,20 @@ def test_version() -> None:
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
     assert re.fullmatch(
-        r"farebox \d+\.\d+\.\d+\S* \((native: (prefix locator|JSON walker)(, JSON walker)?|pure "
+        r"farebox \d+\.\d+\.\d+\S* \((native: (prefix locator|JSON walker|stream reader)"
+        r"(, (JSON walker|stream reader))*|pure "
         r"Python: no native module loaded); Python 3\.\d+\.\d+\)\n",
         result.output,
     ), result.output
 
 
 def test_version_says_pure_python_when_no_native_module_loads(tmp_path: Path) -> None:
-    off = {**os.environ, "FAREBOX_PREFIX_NATIVE": "0", "FAREBOX_RAWJSON_NATIVE": "0"}
+    off = {
+        **os.environ,
+        "FAREBOX_PREFIX_NATIVE": "0",
+        "FAREBOX_RAWJSON_NATIVE": "0",
+        "FAREBOX_STREAM_NATIVE": "0",
+    }
     done = subprocess.run(
         [sys.executable, "-m", "gateway", "--version"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path, env=off,
