@@ -162,7 +162,9 @@ def test_installed_outside_the_repository_it_serves_prices_and_answers_the_sdk(
         where = _run(venv, cwd, env, "python", "-c", "import gateway; print(gateway.__file__)")
         assert Path(where.strip()).is_relative_to(venv), where  # not the checkout
         version = _run(venv, cwd, env, "farebox", "--version")
-        assert version.startswith("farebox 0.1.0 (native: prefix locator, JSON walker;"), version
+        assert version.startswith(
+            "farebox 0.1.0 (native: prefix locator, JSON walker, stream reader;"
+        ), version
         priced = json.loads(
             _run(venv, cwd, env, "farebox", "cost", "--model", "sim-claude", "--input", "1000",
                  "--output", "100", "--json")
