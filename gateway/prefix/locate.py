@@ -54,6 +54,27 @@ else:
 NATIVE: bool = _native is not None
 
 
+def _bind_xxh3() -> bool:
+    """Let `_locate` hash with xxhash's C function where it is handed `xxh3_128_digest`.
+
+    The installed `xxhash` extension exports XXH3_128bits; `_locate.bind_xxh3` looks it up
+    in the loaded module and keeps it only if its digests equal the Python function's.
+    False (the Python function is called, same results) without it.
+    """
+    bind = getattr(_locate, "bind_xxh3", None) if _untrack is not None else None
+    if bind is None:
+        return False
+    import xxhash
+    from xxhash import _xxhash  # type: ignore[attr-defined]
+
+    path = getattr(_xxhash, "__file__", None)
+    hasher = xxhash.xxh3_128_digest
+    return isinstance(path, str) and hasher is _xxhash.xxh3_128_digest and bool(bind(hasher, path))
+
+
+XXH3_NATIVE: bool = _bind_xxh3()
+
+
 def native_step(name: str) -> Callable[..., Any] | None:
     """The `_locate` function `name` of the segment cut or the fingerprint chain, or None
     when the module is not built, was built before it was added, or is turned off
