@@ -760,6 +760,56 @@ static int native_xxh3(PyObject *hasher)
     return xxh3_fn != NULL && hasher == xxh3_bound;
 }
 
+/* ---- A parsed body's messages out of cyclic GC (untrack_items) ---- */
+
+#define UNTRACK_DEPTH 256
+
+/* Untrack `value`'s dicts and lists bottom-up, each one only when all it holds is out of
+ * cyclic GC (atoms, or containers so untracked): CPython's own rule for dicts and tuples,
+ * applied to lists too. 1 when `value` ends up out of cyclic GC. Other types, and what
+ * lies deeper than UNTRACK_DEPTH, are left as they are. */
+static int untrack_json(PyObject *value, int depth)
+{
+    if (!PyObject_IS_GC(value))
+        return 1;
+    int all = 1;
+    if (PyDict_CheckExact(value)) {
+        if (depth >= UNTRACK_DEPTH)
+            return !PyObject_GC_IsTracked(value);
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(value, &pos, &key, &item))
+            all &= untrack_json(key, depth + 1) & untrack_json(item, depth + 1);
+    } else if (PyList_CheckExact(value)) {
+        if (depth >= UNTRACK_DEPTH)
+            return !PyObject_GC_IsTracked(value);
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); i++)
+            all &= untrack_json(PyList_GET_ITEM(value, i), depth + 1);
+    } else {
+        return !PyObject_GC_IsTracked(value);
+    }
+    if (all && PyObject_GC_IsTracked(value))
+        PyObject_GC_UnTrack(value);
+    return all;
+}
+
+static const char untrack_items_doc[] =
+    "untrack_items(values) -> int: take each item of the list (parsed JSON) out of cyclic GC "
+    "bottom-up, the list itself left tracked; the count of items now out of it.";
+
+static PyObject *py_untrack_items(PyObject *self, PyObject *values)
+{
+    (void)self;
+    if (!PyList_CheckExact(values)) {
+        PyErr_SetString(PyExc_TypeError, "untrack_items expects a list");
+        return NULL;
+    }
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++)
+        count += untrack_json(PyList_GET_ITEM(values, i), 1);
+    return PyLong_FromSsize_t(count);
+}
+
 /* chain_hex(hasher, previous, digests) -> tuple of hex str, or None.
  *
  * fingerprint i = hasher(fingerprint i-1 + bytes.fromhex(digests[i]))[:16], as hex, from
@@ -1564,6 +1614,7 @@ static PyMethodDef methods[] = {
     {"chain_hex", py_chain_hex, METH_VARARGS, chain_hex_doc},
     {"array_items", py_array_items, METH_O, array_items_doc},
     {"canonical_items", py_canonical_items, METH_VARARGS, canonical_items_doc},
+    {"untrack_items", py_untrack_items, METH_O, untrack_items_doc},
     {"bind_xxh3", py_bind_xxh3, METH_VARARGS, bind_xxh3_doc},
     {"plain_segments", py_plain_segments, METH_VARARGS, plain_segments_doc},
     {"record_columns", py_record_columns, METH_O, record_columns_doc},
