@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import RELEASE_BYTES, sized
+from gateway.pipeline.offload import INLINE_BYTES, OFF_LOOP_BYTES, RELEASE_BYTES, sized
 from gateway.prefix import cache_rules
 from gateway.prefix.actions import normalize, sticky_cache_key
 from gateway.prefix.breakpoints import anthropic_cache_breakpoints, apply_breakpoints
@@ -117,7 +117,29 @@ async def check_prefix(
     size = len(ctx.raw_body)
     if parsed and ctx.task is not None and not ctx.task.implicit:
         size = checker.reuse.unseen(keys[0], ctx.raw_body)
+    elif parsed and size > OFF_LOOP_BYTES and _checks_inline(ctx):
+        return _check(ctx, checker, rule, raw_history, keys, parsed)
     return await sized(size, _check, ctx, checker, rule, raw_history, keys, parsed)
+
+
+INLINE_CHECK_MESSAGES = 2048
+"""A parsed prompt of at most this many messages and `INLINE_BYTES` is checked on the loop."""
+
+
+def _checks_inline(ctx: RequestContext) -> bool:
+    """Whether a prompt with nothing to reuse is checked on the loop, not in a thread.
+
+    A 1 MB fresh prompt of 1,245 messages is now checked in ~1.4 ms, about what its parse
+    on the loop takes. The check is native code holding the interpreter lock for most of
+    that time, so in a worker thread it held up the loop all the same, and the hop cost
+    a thread's wake-up, two switches and the loop's wake-up on top.
+    """
+    messages = ctx.body.get("messages")
+    return (
+        len(ctx.raw_body) <= INLINE_BYTES
+        and type(messages) is list
+        and len(messages) <= INLINE_CHECK_MESSAGES
+    )
 
 
 def _check(
