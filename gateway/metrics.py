@@ -8,6 +8,7 @@ tiers and kinds are fixed sets, and free-form values (teams from a header) are c
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Protocol
@@ -26,6 +27,25 @@ TASK_COST_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set by gateway.workers for its workers
 TOKEN_KINDS = ("input", "cached", "cache_write", "output", "reasoning")
 BREAKER_STATES = ("closed", "open", "half_open")
+
+
+def add(child: Any, amount: float) -> None:
+    """`child.inc(amount)` of a labelled Counter's child (`labels()` made it, so it is
+    observable), without prometheus_client's per-call checks; a negative amount still
+    goes through `inc`, which refuses it."""
+    if amount < 0:
+        child.inc(amount)
+        return
+    child._value.inc(amount)
+
+
+def observe(child: Any, amount: float) -> None:
+    """`child.observe(amount)` of a labelled Histogram's child: the same sum and bucket
+    (the first bound `amount` is at most, found by bisection instead of a walk over the
+    bounds), without the per-call checks; NaN counts in no bucket, as `observe` has it."""
+    child._sum.inc(amount)
+    if amount == amount:
+        child._buckets[bisect_left(child._upper_bounds, amount)].inc(1)
 
 
 class LedgerStats(Protocol):
@@ -336,7 +356,7 @@ class Metrics:
             if len(self._task_costs) >= 4096:  # outcomes are clients' words
                 self._task_costs.clear()
             child = self._task_costs[key] = self.task_cost.labels(team=key[0], outcome=key[1])
-        child.observe(float(cost))
+        observe(child, float(cost))
 
     def render(self) -> bytes:
         """The exposition text for GET /metrics: every worker's sums under `--workers`."""

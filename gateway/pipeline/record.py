@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from gateway.config import ModelRoute
 from gateway.ledger import RequestRecord
 from gateway.ledger.records import MONEY_LIMIT, MONEY_QUANTUM, RoundedRecord, as_money
-from gateway.metrics import Metrics
+from gateway.metrics import Metrics, add, observe
 from gateway.pipeline.context import RequestContext
 from gateway.pricing import COMPONENTS, CostBreakdown
 from gateway.usage import Usage
@@ -263,7 +263,7 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
     tier = ctx.tier_served or "standard"
     status = str(ctx.status_code or 0)
     requests, tokens, costs, duration = _series(metrics, model, backend_of(ctx.route), tier, status)
-    requests.inc()
+    add(requests, 1)
     usage = ctx.usage
     if usage is not None and usage.suspect:
         _labels(metrics, metrics.usage_suspect, model=model).inc()
@@ -278,12 +278,12 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
         # Every series is looked up (so it exists at 0); adding zero would only take its lock.
         for child, count in zip(tokens, counts, strict=True):
             if count:
-                child.inc(count)
+                add(child, count)
     amounts = booked.components
     if tuple(amounts) == COMPONENTS:  # always, from `BookedCost.of`
         for child, amount in zip(costs, amounts.values(), strict=True):
             if amount:
-                child.inc(float(amount))
+                add(child, float(amount))
     else:
         for kind, amount in amounts.items():
             child = _labels(metrics, metrics.cost, model=model, kind=kind)
@@ -291,7 +291,7 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
                 child.inc(float(amount))
     timings = ctx.timings
     if timings.finished is not None:
-        duration.observe(timings.finished - timings.received)
+        observe(duration, timings.finished - timings.received)
     _observe_latencies(metrics, ctx, model)
     _observe_prefix(metrics, ctx, model)
     enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")
@@ -333,7 +333,7 @@ def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
         check = _prefix_series(metrics, model, judged=False)[0]
     else:  # one lookup for the four series a judged request reads
         check, expected, actual, lost = _prefix_series(metrics, model, judged=True)
-    check.observe(outcome.check_seconds)
+    observe(check, outcome.check_seconds)
     if outcome.check.unscanned:
         _labels(metrics, metrics.prefix_unscanned, model=model).inc(len(outcome.check.unscanned))
     for finding in outcome.check.findings:
@@ -344,11 +344,11 @@ def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
     if judged is not None:
         # Looked up above, so each exists at 0; adding zero would only take its lock.
         if judged.expected_cached:
-            expected.inc(judged.expected_cached)
+            add(expected, judged.expected_cached)
         if judged.actual_cached:
-            actual.inc(judged.actual_cached)
+            add(actual, judged.actual_cached)
         if judged.money_lost:
-            lost.inc(float(judged.money_lost))
+            add(lost, float(judged.money_lost))
 
 
 def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> None:
@@ -360,14 +360,14 @@ def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> Non
     ttft = timings.ms_since_sent(timings.first_token)
     if ttft is not None:
         for child in _pair(metrics, metrics.ttft, metrics.backend_ttft, model, where):
-            child.observe(ttft / 1000)
+            observe(child, ttft / 1000)
     ttfat = timings.ms_since_sent(timings.first_answer_token)
     if ttfat is not None:
         for child in _pair(metrics, metrics.ttfat, metrics.backend_ttfat, model, where):
-            child.observe(ttfat / 1000)
+            observe(child, ttfat / 1000)
     speed = decode_speed(ctx)
     if speed is not None:
-        _labels(metrics, metrics.decode_speed, model=model).observe(speed)
+        observe(_labels(metrics, metrics.decode_speed, model=model), speed)
 
 
 def _pair(

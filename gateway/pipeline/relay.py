@@ -82,21 +82,34 @@ class Relay(BookedStream):
         out: list[bytes] = []  # relayed, not sent yet: all that one read brought goes at once
         # Nearly every event is one line of plain content, read natively (`PLAIN_EVENT`)
         # and relayed as it came; a thinking cap reads every chunk itself.
-        plain, observe = (PLAIN_EVENT if self._cap is None else None), self._meter.observe_content
+        # Their metering waits for the end of the run of them (`run`), one call and two clock
+        # readings a run: the first token's time is read as it is found (`run_at`).
+        plain = PLAIN_EVENT if self._cap is None else None
+        meter, clock = self._meter, self._meter.clock
+        run: list[tuple[str, Any]] = []
+        run_at: float | None = None
         try:
             self._slice_end = time.perf_counter() + LOOP_SLICE_S
             batch = self._opening()
             while batch:
                 for event in batch:
                     if time.perf_counter() > self._slice_end:
+                        if run:
+                            meter.observe_contents(run, run_at)
+                            run, run_at = [], None
                         if out:
                             sent, out = b"".join(out), []
                             yield sent
                         await self._pause()
                     if plain is not None and (found := plain(event)) is not None:
-                        observe(*found)
+                        if run_at is None and found[0]:
+                            run_at = clock()
+                        run.append(found)
                         out.append(event)
                         continue
+                    if run:
+                        meter.observe_contents(run, run_at)
+                        run, run_at = [], None
                     data = line_data(event)
                     if data is None:
                         data = event_data(event)
@@ -111,6 +124,9 @@ class Relay(BookedStream):
                         out.append(outgoing)
                     if self._cut_now:
                         break  # the rest of this read is the cut call's: never relayed
+                if run:
+                    meter.observe_contents(run, run_at)
+                    run, run_at = [], None
                 if out:
                     sent, out = (out[0] if len(out) == 1 else b"".join(out)), []
                     yield sent

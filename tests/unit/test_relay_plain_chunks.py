@@ -189,3 +189,33 @@ def test_random_chunks_meter_the_same(seed: int) -> None:
         framing = _framings(orjson.dumps(chunk))
         events.append(framing[0] if rnd.random() < 0.8 else rnd.choice(framing))
     assert _same(events) > 50
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        [("", None), ("Hel", None), ("lo", "default"), ("", None), ("!", None)],
+        [("", "flex"), ("", None)],
+        [("a", None)],
+        [("x", 1), ("y", "priority"), ("z", None)],
+    ],
+)
+def test_a_run_metered_at_once_as_chunk_by_chunk(run: list[tuple[str, Any]]) -> None:
+    """`observe_contents` (the relay's run of plain chunks of one read) leaves the state
+    `observe_content` per chunk leaves; the first token's time is the one read at it,
+    the last token's is read once, after the run."""
+    each, once = Meter(clock=Ticks()), Meter(clock=Ticks())
+    once.observe_content("before", None)
+    each.observe_content("before", None)
+    for content, tier in run:
+        each.observe_content(content, tier)
+    has_content = any(content for content, _ in run)
+    once.observe_contents(run, 42.0 if has_content else None)
+    expected = _state(each)
+    if has_content:
+        expected["last_token"] = 2.0  # the run's one reading, after "before"'s
+    assert _state(once) == expected
+    fresh = Meter(clock=Ticks())
+    fresh.observe_contents(run, 42.0 if has_content else None)
+    assert fresh.first_token == fresh.first_answer_token == (42.0 if has_content else None)
+    assert fresh.last_token == (1.0 if has_content else None)
