@@ -88,12 +88,13 @@ class Relay(BookedStream):
         meter, clock = self._meter, self._meter.clock
         run: list[tuple[str, Any]] = []
         run_at: float | None = None
+        now = time.perf_counter
         try:
-            self._slice_end = time.perf_counter() + LOOP_SLICE_S
+            slice_end = self._slice_end = now() + LOOP_SLICE_S
             batch = self._opening()
             while batch:
                 for event in batch:
-                    if time.perf_counter() > self._slice_end:
+                    if now() > slice_end:
                         if run:
                             meter.observe_contents(run, run_at)
                             run, run_at = [], None
@@ -101,6 +102,7 @@ class Relay(BookedStream):
                             sent, out = b"".join(out), []
                             yield sent
                         await self._pause()
+                        slice_end = self._slice_end
                     if plain is not None and (found := plain(event)) is not None:
                         if run_at is None and found[0]:
                             run_at = clock()
@@ -133,6 +135,7 @@ class Relay(BookedStream):
                 if self._cut_now:
                     await self._continue()
                 batch = await self._next()
+                slice_end = self._slice_end  # `_next` may have paused
             raise UpstreamUnreachableError(
                 f"upstream {self._where} ended the stream before it was complete"
             )
