@@ -135,6 +135,8 @@ async def read_at_most(response: Response, limit: int) -> tuple[bytes, bool]:
         size += len(part)
         if size > limit:
             return b"".join(parts)[:limit], False
+        if content.is_eof():  # the body's end came with it: no read more to say so
+            break
     return b"".join(parts), True
 
 
