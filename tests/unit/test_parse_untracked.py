@@ -73,9 +73,11 @@ def test_a_large_body_parses_as_before_with_its_messages_untracked() -> None:
 
 
 def test_a_small_body_is_left_to_cpython() -> None:
-    raw = orjson.dumps({"model": "m", "messages": _tool_step(0)})
-    body = stage._load(raw, None)
-    assert gc.is_tracked(body["messages"][0]["tool_calls"])
+    ctx = RequestContext(
+        raw_body=orjson.dumps({"model": "m", "messages": _tool_step(0)}), headers={}
+    )
+    stage.parse(ctx)
+    assert gc.is_tracked(ctx.body["messages"][0]["tool_calls"])
 
 
 @pytest.mark.parametrize("enabled", [True, False])
