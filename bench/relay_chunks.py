@@ -11,9 +11,11 @@ event without a thinking cap, two ways:
   `Meter.observe_chunk` (the relay before the short path);
 - short: `line_data`, `read_chunk`, and `Meter.observe_content` for plain content chunks
   (tests/unit/test_relay_plain_chunks.py checks that both leave the same meter);
-- native: what the relay does now: `PLAIN_EVENT` (gateway/upstream/_plain_event.c) reads a
+- native: `PLAIN_EVENT` (gateway/upstream/_plain_event.c) reads a
   plain content chunk's content and tier in one native pass, and every other event goes
   the short way (absent when the native module is not built).
+- native_runs: what the relay does now: native, with the plain chunks of a run (those
+  one read brought, up to the next other event) metered in one `Meter.observe_contents`.
 
 Prints one JSON object: µs per stream and per event for each, and the saving per stream.
 
@@ -127,6 +129,36 @@ def _native(events: list[bytes]) -> None:
             meter.observe_chunk(chunk)
 
 
+def _native_runs(events: list[bytes]) -> None:
+    """`_native` with a read's run of plain chunks metered in one `observe_contents` (the
+    relay since the second streams pass): two clock readings a run, not one a chunk."""
+    meter, plain = Meter(), PLAIN_EVENT
+    assert plain is not None
+    run: list[tuple[str, Any]] = []
+    run_at: float | None = None
+    for event in events:
+        if (found := plain(event)) is not None:
+            if run_at is None and found[0]:
+                run_at = meter.clock()
+            run.append(found)
+            continue
+        if run:
+            meter.observe_contents(run, run_at)
+            run, run_at = [], None
+        data = line_data(event)
+        if data is None:
+            data = event_data(event)
+        if data is not None and data[:1] != b"{" and data.strip() == DONE:
+            return
+        chunk, content = read_chunk(data, "bench")
+        if chunk is None:
+            continue
+        if content is not None:
+            meter.observe_content(content, chunk.get("service_tier"))
+        elif error_in_chunk(chunk, "bench") is None:
+            meter.observe_chunk(chunk)
+
+
 def _best_us(run: Any, events: list[bytes], n: int, rounds: int) -> float:
     best = float("inf")
     for _ in range(rounds):
@@ -204,6 +236,8 @@ def main() -> None:
     runs: list[tuple[str, Any]] = [("full", _full), ("short", _short)]
     if PLAIN_EVENT is not None:
         runs.append(("native", _native))
+        if hasattr(Meter, "observe_contents"):  # trees since the second streams pass
+            runs.append(("native_runs", _native_runs))
     for name, run in runs:
         per_stream = _best_us(run, events, args.n, args.rounds)
         out[name] = {"us_per_stream": round(per_stream, 2)}
