@@ -73,7 +73,7 @@ class BodyEdits:
         """An independent copy (what `copy.deepcopy` gives, without its machinery for the
         strings and numbers most edits set: those are shared, as deepcopy shares them)."""
         fields = {
-            name: value if type(value) in _ATOMIC else copy.deepcopy(value)
+            name: value if type(value) in _ATOMIC else _copy_value(value)
             for name, value in self.set_fields.items()
         }
         return BodyEdits(fields, set(self.remove))
@@ -81,6 +81,14 @@ class BodyEdits:
 
 _ATOMIC = frozenset({str, int, float, bool, type(None)})
 """Types `copy.deepcopy` returns as they are (immutable, holding nothing)."""
+
+
+def _copy_value(value: Any) -> Any:
+    """`copy.deepcopy(value)`; a plain dict of atomic values (`stream_options`, set on
+    every stream) is copied with `dict`, which gives the same independent dict."""
+    if type(value) is dict and all(type(item) in _ATOMIC for item in value.values()):
+        return dict(value)
+    return copy.deepcopy(value)
 
 
 @dataclass(slots=True)
