@@ -11,7 +11,7 @@ import os
 from bisect import bisect_left
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -27,6 +27,10 @@ TASK_COST_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set by gateway.workers for its workers
 TOKEN_KINDS = ("input", "cached", "cache_write", "output", "reasoning")
 BREAKER_STATES = ("closed", "open", "half_open")
+MAX_CHILDREN = 4096
+"""Labelled children kept per `Metrics` (its `children`, through `Metrics.keep`)."""
+_TASK_COST = object()  # the key of a `task_cost` child, beside `gateway.pipeline.record`'s
+T = TypeVar("T")
 
 
 def add(child: Any, amount: float) -> None:
@@ -88,10 +92,9 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         self.team = BoundedLabel()
-        # `task_cost`'s children by (team, outcome), looked up once per pair.
-        self._task_costs: dict[tuple[str, str], Any] = {}
         # Labelled children by metric and label values, looked up once per set of values
-        # (`gateway.pipeline.record`); an attribute, not a map keyed by this object.
+        # (`observe_task`, `gateway.pipeline.record`): `labels()` checks and renders its
+        # values under a lock on every call. Filled through `keep`.
         self.children: dict[tuple[Any, ...], Any] = {}
         r = self.registry
         self.config_reloads = Counter(
@@ -350,13 +353,19 @@ class Metrics:
 
     def observe_task(self, team: str | None, outcome: str, cost: Decimal) -> None:
         """Record one finished task's total cost."""
-        key = (self.team(team), outcome[:32])
-        child = self._task_costs.get(key)
-        if child is None:  # `labels()` checks and renders its values, under a lock
-            if len(self._task_costs) >= 4096:  # outcomes are clients' words
-                self._task_costs.clear()
-            child = self._task_costs[key] = self.task_cost.labels(team=key[0], outcome=key[1])
+        key = (_TASK_COST, self.team(team), outcome[:32])
+        child = self.children.get(key)
+        if child is None:  # outcomes are clients' words: `keep` bounds them
+            child = self.keep(key, self.task_cost.labels(team=key[1], outcome=key[2]))
         observe(child, float(cost))
+
+    def keep(self, key: tuple[Any, ...], child: T) -> T:
+        """Keep `child` (or a bundle of children) under `key` in `children`: at most
+        MAX_CHILDREN, all let go when full (label values the config does not bound)."""
+        if len(self.children) >= MAX_CHILDREN:
+            self.children.clear()
+        self.children[key] = child
+        return child
 
     def render(self) -> bytes:
         """The exposition text for GET /metrics: every worker's sums under `--workers`."""

@@ -188,20 +188,13 @@ def _usage_fields(usage: Usage) -> dict[str, Any]:
     }
 
 
-MAX_CHILDREN = 4096
-"""Labelled children kept per `Metrics` (its `children`): `labels()` validates and renders
-its values and takes a lock on every call, about twenty times a request."""
-
-
 def _labels(metrics: Metrics, metric: Any, *values: str, **named: str) -> Any:
     """`metric.labels(...)`, looked up once per label values."""
     children = metrics.children
     key = (id(metric), values, *named.items())
     child = children.get(key)
     if child is None:
-        if len(children) >= MAX_CHILDREN:  # label values the config does not bound
-            children.clear()
-        child = children[key] = metric.labels(*values, **named)
+        child = metrics.keep(key, metric.labels(*values, **named))
     return child
 
 
@@ -212,10 +205,8 @@ def _by_kind(metrics: Metrics, metric: Any, model: str) -> tuple[Any, ...]:
     key = (id(metric), model, COMPONENTS)
     kinds = children.get(key)
     if kinds is None:
-        if len(children) >= MAX_CHILDREN:
-            children.clear()
-        kinds = children[key] = tuple(
-            _labels(metrics, metric, model=model, kind=kind) for kind in COMPONENTS
+        kinds = metrics.keep(
+            key, tuple(_labels(metrics, metric, model=model, kind=kind) for kind in COMPONENTS)
         )
     return kinds
 
@@ -226,9 +217,7 @@ def _by_name(metrics: Metrics, model: str, metric: tuple[Any, ...]) -> tuple[Any
     key = (*map(id, metric), model)
     found = children.get(key)
     if found is None:
-        if len(children) >= MAX_CHILDREN:
-            children.clear()
-        found = children[key] = tuple(_labels(metrics, each, model=model) for each in metric)
+        found = metrics.keep(key, tuple(_labels(metrics, each, model=model) for each in metric))
     return found
 
 
@@ -247,9 +236,7 @@ def _series(metrics: Metrics, model: str, backend: str, tier: str, status: str) 
             _by_kind(metrics, metrics.cost, model),
             _labels(metrics, metrics.duration, model=model),
         )
-        if len(children) >= MAX_CHILDREN:
-            children.clear()
-        children[key] = series
+        metrics.keep(key, series)
     return series
 
 
@@ -315,9 +302,7 @@ def _prefix_series(metrics: Metrics, model: str, *, judged: bool) -> tuple[Any, 
     if found is None:
         named = (metrics.prefix_check, metrics.prefix_expected, metrics.prefix_actual)
         found = _by_name(metrics, model, (*named, metrics.prefix_lost) if judged else named[:1])
-        if len(children) >= MAX_CHILDREN:
-            children.clear()
-        children[key] = found
+        metrics.keep(key, found)
     return found
 
 
@@ -379,10 +364,7 @@ def _pair(
     key = (id(by_model), id(by_backend), model, where)
     pair = children.get(key)
     if pair is None:
-        if len(children) >= MAX_CHILDREN:
-            children.clear()
-        pair = children[key] = (
-            _labels(metrics, by_model, model=model),
-            _labels(metrics, by_backend, *where),
+        pair = metrics.keep(
+            key, (_labels(metrics, by_model, model=model), _labels(metrics, by_backend, *where))
         )
     return pair
