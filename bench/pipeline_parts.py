@@ -140,12 +140,14 @@ async def _time_stages(
 ) -> dict[str, Any]:
     import copy
     import tempfile
+    from dataclasses import fields
     from pathlib import Path
 
     import gateway
     import gateway.pipeline.chat as chat
     from gateway.api.chat import _headers as request_headers
     from gateway.app import create_app
+    from gateway.ledger.records import RoundedRecord
     from gateway.pipeline.context import BodyEdits, RequestContext
     from gateway.pipeline.finish import _judge_prefix, settle
     from gateway.pipeline.identify import identify
@@ -191,6 +193,12 @@ async def _time_stages(
             return apply_policy(ctx, config, prices)
 
         booked = booked_cost(ctx)
+        made = ledger_record(ctx, booked)
+        row = {
+            f.name: getattr(made, f.name)
+            for f in fields(made)
+            if f.name not in {"id", "created_at"}
+        }
         scope = inproc._scope(state, raw)
         stages: dict[str, Any] = {
             "for_request": services.for_request,
@@ -209,6 +217,7 @@ async def _time_stages(
             "booked_cost_of": lambda: BookedCost.of(ctx.cost),
             "judge_prefix": lambda: _judge_prefix(ctx, services),
             "ledger_record": lambda: ledger_record(ctx, booked),
+            "record_init": lambda: RoundedRecord(**row),
             "observe_metrics": lambda: observe_metrics(services.metrics, ctx, booked),
             "with_cost": lambda: with_cost(payload, raw, ctx),
             "reply_headers": lambda: chat._headers(ctx) | cost_headers(ctx),

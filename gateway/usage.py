@@ -25,6 +25,8 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any
 
+from gateway.frozen import mutable_twin
+
 MAX_TOKENS_PER_CALL = 100_000_000
 """The most tokens of one kind a single upstream call is billed for: 100M, some 50x the
 largest context window on sale; a larger count is garbage, and an int64 column holds any
@@ -90,6 +92,7 @@ class Usage:
 TOKEN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage) if f.name.endswith("_tokens"))
 """The token counts, in column order; every other list of them derives from this one."""
 _TOKEN_COUNTS = attrgetter(*TOKEN_FIELDS)
+_PLAIN_USAGE = mutable_twin(Usage)  # `Usage(...)` on the usual reply's path, a store per field
 
 
 class _Reader:
@@ -201,7 +204,7 @@ def _plain_openai(usage: dict[str, Any]) -> Usage | None:
         reasoning = 0 if given is None else _count_within(given, completion)
     if cached is None or reasoning is None:
         return None  # a subset over its total, or not a count: the reader's case
-    return Usage(
+    return _PLAIN_USAGE(
         prompt_tokens=prompt,
         cached_tokens=cached,
         completion_tokens=completion,

@@ -16,7 +16,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from gateway.config import ModelRoute
 from gateway.ledger import RequestRecord
-from gateway.ledger.records import MONEY_LIMIT, MONEY_QUANTUM, RoundedRecord, as_money
+from gateway.ledger.records import (
+    MONEY_LIMIT,
+    MONEY_QUANTUM,
+    ZERO_MONEY,
+    RoundedRecord,
+    as_money,
+)
 from gateway.metrics import Metrics, add, observe
 from gateway.pipeline.context import RequestContext
 from gateway.pricing import COMPONENTS, CostBreakdown
@@ -26,6 +32,7 @@ ZERO = Decimal(0)
 # No component of one call is booked above this, so the row's total always fits the
 # ledger's columns; only a price written per token instead of per million gets near it.
 COMPONENT_CEILING = MONEY_LIMIT / 10 - MONEY_QUANTUM
+_CEILING, _FLOOR = COMPONENT_CEILING, -COMPONENT_CEILING
 
 log = logging.getLogger("farebox.record")
 
@@ -46,13 +53,39 @@ class BookedCost:
     @classmethod
     def of(cls, cost: CostBreakdown | None) -> BookedCost:
         if cost is None:
-            return cls({name: as_money(ZERO, name) for name in COMPONENTS}, rounded=True)
-        values = _COMPONENT_VALUES(cost)  # `cost.components()`, without a dict of getattrs
-        bounded = map(_bounded, values, COMPONENTS)
-        return cls(dict(zip(COMPONENTS, bounded, strict=True)), rounded=True)
+            return _booked(_ZERO_COMPONENTS.copy(), sum(_ZERO_COMPONENTS.values(), ZERO))
+        components = {}
+        for name, value in zip(COMPONENTS, _COMPONENT_VALUES(cost), strict=True):
+            # `_bounded(value, name)` for the usual amounts, inline: a zero is the one
+            # rounded zero (most components of most calls), any other one is quantized.
+            if type(value) is Decimal and value.is_finite() and _FLOOR <= value <= _CEILING:
+                if value or value.is_signed():
+                    value = value.quantize(MONEY_QUANTUM, rounding=ROUND_HALF_EVEN)
+                else:
+                    value = ZERO_MONEY
+            else:
+                value = _bounded(value, name)
+            components[name] = value
+        return _booked(components, sum(components.values(), ZERO))
 
 
 _COMPONENT_VALUES = attrgetter(*COMPONENTS)
+_ZERO_COMPONENTS = dict.fromkeys(COMPONENTS, ZERO_MONEY)  # `as_money(ZERO, name)` for each
+_NEW = object.__new__
+_SET_COMPONENTS = BookedCost.__dict__["components"].__set__  # the slots' own setters
+_SET_TOTAL = BookedCost.__dict__["total"].__set__
+_SET_ROUNDED = BookedCost.__dict__["rounded"].__set__
+
+
+def _booked(components: dict[str, Decimal], total: Decimal) -> BookedCost:
+    """`BookedCost(components, rounded=True)` with its `total` given (their sum, as
+    `__post_init__` makes it), built through its slots: a frozen dataclass's `__init__`
+    calls `object.__setattr__` per field and `__post_init__` once more."""
+    booked = _NEW(BookedCost)
+    _SET_COMPONENTS(booked, components)
+    _SET_TOTAL(booked, total)
+    _SET_ROUNDED(booked, True)
+    return booked
 
 
 def booked_cost(ctx: RequestContext) -> BookedCost:
@@ -68,11 +101,7 @@ def booked_cost(ctx: RequestContext) -> BookedCost:
 
 def _bounded(value: Decimal, name: str) -> Decimal:
     """The component as booked: capped (with an error logged) rather than refused."""
-    if (
-        type(value) is Decimal
-        and value.is_finite()
-        and -COMPONENT_CEILING <= value <= COMPONENT_CEILING
-    ):
+    if type(value) is Decimal and value.is_finite() and _FLOOR <= value <= _CEILING:
         # `as_money(value, name)`: its checks just passed (the ceiling is under its limit).
         return value.quantize(MONEY_QUANTUM, rounding=ROUND_HALF_EVEN)
     if value.is_finite() and abs(value) <= COMPONENT_CEILING:
@@ -132,37 +161,40 @@ def _prefix_status(ctx: RequestContext) -> str | None:
 
 def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> RequestRecord:
     """The ledger row for this upstream call."""
-    assert ctx.task is not None and ctx.route is not None and ctx.alias is not None
+    task, route, identity, prefix = ctx.task, ctx.route, ctx.identity, ctx.prefix
+    assert task is not None and route is not None and ctx.alias is not None
     timings = ctx.timings
     finished = timings.finished or timings.received
     # The usage goes in with the rest: `with_usage` would build and check the row twice.
-    usage = _usage_fields(ctx.usage) if ctx.usage is not None else {}
+    # No usage is the record's defaults: zero tokens, not estimated, suspect or reported.
+    usage = ctx.usage or _NO_USAGE
+    costs = booked.components
     # Costs from `BookedCost.of` are rounded already: the record need not round them again.
     make = RoundedRecord if booked.rounded else RequestRecord
     return make(
         request_id=ctx.request_id,
         attempt=attempt,
-        task_id=ctx.task.task_id,
-        task_step=ctx.task.step,
-        step_kind=ctx.task.step_kind,
-        team=ctx.identity.team or "default",
-        project=ctx.identity.project or "default",
-        caller=ctx.identity.caller,
+        task_id=task.task_id,
+        task_step=task.step,
+        step_kind=task.step_kind,
+        team=identity.team or "default",
+        project=identity.project or "default",
+        caller=identity.caller,
         model_alias=ctx.alias,
-        backend=backend_of(ctx.route),
-        provider=ctx.route.provider,
-        upstream_model=ctx.route.model,
+        backend=backend_of(route),
+        provider=route.provider,
+        upstream_model=route.model,
         tier_requested=ctx.tier_requested or "",
         tier_served=ctx.tier_served or "",
         tier_confirmed=ctx.tier_confirmed,
         status_code=ctx.status_code or 0,
         error_type=ctx.error_type,
         streamed=ctx.stream,
-        cost_input=booked.components["input"],
-        cost_cached=booked.components["cached"],
-        cost_cache_write=booked.components["cache_write"],
-        cost_output=booked.components["output"],
-        cost_reasoning=booked.components["reasoning"],
+        cost_input=costs["input"],
+        cost_cached=costs["cached"],
+        cost_cache_write=costs["cache_write"],
+        cost_output=costs["output"],
+        cost_reasoning=costs["reasoning"],
         cost_total=booked.total,
         ttft_ms=_ms(timings.ms_since_sent(timings.first_token)),
         ttfat_ms=_ms(timings.ms_since_sent(timings.first_answer_token)),
@@ -171,21 +203,17 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
         output_cap_clamped=ctx.clamped,
         expected_cached_tokens=_expected_cached(ctx),
         prefix_status=_prefix_status(ctx),
-        prefix_lost_usd=ctx.prefix.lost_usd if ctx.prefix is not None else None,
+        prefix_lost_usd=prefix.lost_usd if prefix is not None else None,
         thinking_enforcement=ctx.response_headers.get("x-farebox-thinking-enforcement"),
         dropped_params=ctx.dropped_params,
-        **usage,
+        estimated=usage.estimated,
+        usage_suspect=usage.suspect,
+        usage_reported=usage.reported,
+        **usage.token_counts(),
     )
 
 
-def _usage_fields(usage: Usage) -> dict[str, Any]:
-    """What `RequestRecord.with_usage` sets, as constructor arguments."""
-    return {
-        **usage.token_counts(),
-        "estimated": usage.estimated,
-        "usage_suspect": usage.suspect,
-        "usage_reported": usage.reported,
-    }
+_NO_USAGE = Usage()
 
 
 def _labels(metrics: Metrics, metric: Any, *values: str, **named: str) -> Any:
@@ -283,14 +311,25 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
     _observe_prefix(metrics, ctx, model)
     enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")
     if enforcement is not None:
-        _labels(metrics, metrics.thinking_enforcement, model=model, enforcement=enforcement).inc()
+        _count(metrics, metrics.thinking_enforcement, "enforcement", model, enforcement)
     if ctx.tier_confirmed is False:
-        _labels(
-            metrics, metrics.tier_unconfirmed, model=model, tier=ctx.tier_served or "standard"
-        ).inc()
+        _count(metrics, metrics.tier_unconfirmed, "tier", model, tier)
     if ctx.clamped:
         rule = ctx.response_headers.get("x-farebox-rule", "defaults")
-        _labels(metrics, metrics.clamps, model=model, rule=rule[:64]).inc()
+        _count(metrics, metrics.clamps, "rule", model, rule[:64])
+
+
+def _count(
+    metrics: Metrics, metric: Any, label: str, model: str, value: Any, amount: float = 1
+) -> None:
+    """`_labels(metrics, metric, model=model, **{label: value}).inc(amount)` of a counter
+    labelled by model and one more label, its child looked up by a key of the call's own
+    values (no dict of keyword arguments to build) and added to without `inc`'s checks."""
+    key = (metric, model, value)  # the metric itself: never equal to another bundle's key
+    child = metrics.children.get(key)
+    if child is None:
+        child = metrics.keep(key, _labels(metrics, metric, model=model, **{label: value}))
+    add(child, amount)
 
 
 def _prefix_series(metrics: Metrics, model: str, *, judged: bool) -> tuple[Any, ...]:
@@ -322,10 +361,10 @@ def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
     if outcome.check.unscanned:
         _labels(metrics, metrics.prefix_unscanned, model=model).inc(len(outcome.check.unscanned))
     for finding in outcome.check.findings:
-        _labels(metrics, metrics.prefix_findings, model=model, kind=finding.kind).inc()
+        _count(metrics, metrics.prefix_findings, "kind", model, finding.kind)
     divergence = outcome.check.divergence
     if divergence is not None:
-        _labels(metrics, metrics.prefix_breaks, model=model, reason=divergence.reason).inc()
+        _count(metrics, metrics.prefix_breaks, "reason", model, divergence.reason)
     if judged is not None:
         # Looked up above, so each exists at 0; adding zero would only take its lock.
         if judged.expected_cached:

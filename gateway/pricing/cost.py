@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from decimal import Context, Decimal
 from typing import Any
 
+from gateway.frozen import mutable_twin
 from gateway.pricing.money import ZERO, money_str
 from gateway.pricing.price import ModelPrice
 from gateway.pricing.tiers import STANDARD, check_cache_ttl
@@ -71,6 +72,9 @@ class CostBreakdown:
         }
 
 
+_BREAKDOWN = mutable_twin(CostBreakdown)  # `CostBreakdown(...)`, a store per field
+
+
 def cost_of(
     price: ModelPrice, usage: Usage, tier: str = STANDARD, cache_ttl: str = "5m"
 ) -> CostBreakdown:
@@ -92,7 +96,7 @@ def cost_of(
         times(usage.cache_write_tokens, rates.cache_write_for(ttl)),
         times(usage.cache_write_1h_tokens, rates.cache_write_1h),
     )
-    return CostBreakdown(
+    return _BREAKDOWN(
         model=price.model,
         tier=quote.tier,
         priced_as=quote.priced_as,

@@ -79,13 +79,25 @@ def settle_served(
     - Anything else falls back to what was requested, marked unconfirmed.
     """
     if self_hosted:
-        return ServedTier(_known(requested) or STANDARD, True)
+        return _SETTLED[_known(requested) or STANDARD, True]
     if speed and speed.strip().lower() in ("fast", "standard"):
         fast = speed.strip().lower() == "fast"
-        return ServedTier("fast" if fast else (_known(echoed) or STANDARD), True)
-    if _known(echoed):
-        return ServedTier(_known(echoed) or STANDARD, True)
-    return ServedTier(_known(requested) or STANDARD, False)
+        return _SETTLED["fast" if fast else (_known(echoed) or STANDARD), True]
+    echo = _known(echoed)
+    if echo:
+        return _SETTLED[echo, True]
+    return _SETTLED[_known(requested) or STANDARD, False]
+
+
+# Every answer `settle_served` can give (`_known` names only tiers), made once: a frozen
+# dataclass's construction sets each field through `object.__setattr__`, per request.
+_SETTLED: Mapping[tuple[str, bool], ServedTier] = MappingProxyType(
+    {
+        (tier, confirmed): ServedTier(tier, confirmed)
+        for tier in TIERS
+        for confirmed in (True, False)
+    }
+)
 
 
 def served_tier(requested: str | None, echoed: str | None, speed: str | None = None) -> str:

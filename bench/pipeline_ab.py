@@ -1,0 +1,216 @@
+"""The pipeline's own stages in two versions, timed in one process, interleaved.
+
+Run: `python bench/pipeline_ab.py --base CHECKOUT [--src CHECKOUT] [-n 2000] [--rounds 15]
+[--config hot]`.
+
+On a shared, loaded box two benchmark processes run minutes apart see different
+neighbours; here both versions run in one process, round after round, so the load hits
+them alike. The app (`--src`'s checkout, else the installed gateway) serves 50 of
+bench/pipeline_inproc.py's requests to the perf floor's mock, as
+`bench/pipeline_parts.py --stages` does; the last request's context, meter and reply are
+kept. `--base` names another checkout whose copies of the stage modules
+(gateway/pipeline/record.py, respond.py, identify.py, gateway/pricing/cost.py and
+tiers.py, gateway/usage.py) are loaded beside the app's under other names (they import
+everything else from the app's checkout). Each stage is then called `n` times with the
+app's function and `n` times with the base's (each first in every other round),
+`--rounds` times; the minimum per call of each is printed (µs of process CPU), with
+their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pipeline_inproc as inproc  # bench/ is the script folder: sys.path[0]
+from checkout import use_checkout
+
+MODULES = (
+    "gateway.pipeline.record",
+    "gateway.pipeline.respond",
+    "gateway.pipeline.identify",
+    "gateway.pricing.cost",
+    "gateway.pricing.tiers",
+    "gateway.usage",
+)
+
+
+def _shadow(base: Path, name: str) -> ModuleType:
+    """The base checkout's copy of module `name`, loaded as `<name>_base`."""
+    path = base / (name.replace(".", "/") + ".py")
+    spec = importlib.util.spec_from_file_location(f"{name}_base", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _per_call(call: Callable[[], Any], n: int) -> float:
+    start = time.process_time()
+    for _ in range(n):
+        call()
+    return (time.process_time() - start) / n
+
+
+async def _context(port: int, config_name: str) -> dict[str, Any]:
+    import gateway.pipeline.chat as chat
+    from gateway.app import create_app
+    from gateway.settings import Settings
+
+    kept: dict[str, Any] = {}
+    finish, reply_cost = chat.finish, chat.with_cost
+
+    async def keep_finish(ctx: Any, meter: Any, services: Any, **kwargs: Any) -> None:
+        await finish(ctx, meter, services, **kwargs)
+        kept.update(ctx=copy.copy(ctx), meter=meter, services=services)
+
+    def keep_reply(payload: Any, raw: bytes, ctx: Any) -> bytes:
+        kept.update(payload=payload, raw=raw)
+        return reply_cost(payload, raw, ctx)
+
+    data = Path(tempfile.mkdtemp(prefix="farebox-ab-"))
+    base = f"http://127.0.0.1:{port}/v1"
+    hot = inproc.FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
+    (data / "config.yaml").write_text(
+        hot if config_name == "hot" else inproc.PLAIN.format(port=port)
+    )
+    app = create_app(Settings(data_dir=data, config=data / "config.yaml", log_level="warning"))
+    async with app.router.lifespan_context(app) as given:
+        chat.finish, chat.with_cost = keep_finish, keep_reply
+        try:
+            await inproc._round(app, dict(given or {}), 50, 1, False)
+        finally:
+            chat.finish, chat.with_cost = finish, reply_cost
+    return kept
+
+
+def _stages(kept: dict[str, Any], base: dict[str, ModuleType]) -> dict[str, tuple[Any, Any]]:
+    """Each stage as (this checkout's call, the base's call)."""
+    import gateway.pipeline.identify as identify
+    import gateway.pipeline.record as record
+    import gateway.pipeline.respond as respond
+    import gateway.pricing.cost as cost
+    import gateway.pricing.tiers as tiers
+    import gateway.usage as usage
+
+    ctx, services, payload, raw = kept["ctx"], kept["services"], kept["payload"], kept["raw"]
+    b_record, b_respond = base["gateway.pipeline.record"], base["gateway.pipeline.respond"]
+    b_identify, b_cost = base["gateway.pipeline.identify"], base["gateway.pricing.cost"]
+    b_tiers, b_usage = base["gateway.pricing.tiers"], base["gateway.usage"]
+    price = services.prices.price(services.config.price_key(ctx.alias))
+    reported, tier = payload["usage"], ctx.tier_served or "standard"
+    booked, b_booked = record.BookedCost.of(ctx.cost), b_record.BookedCost.of(ctx.cost)
+    metrics = services.metrics
+    planned = ctx.tier_planned or ctx.tier_requested
+
+    def with_cost(module: ModuleType) -> Callable[[], Any]:
+        def call() -> Any:
+            ctx.booked = None  # priced once per request: the cost rendered afresh
+            return module.with_cost(payload, raw, ctx)
+
+        return call
+
+    def headers(module: ModuleType) -> Callable[[], Any]:
+        def call() -> Any:
+            ctx.booked = None
+            return module.cost_headers(ctx)
+
+        return call
+
+    return {
+        "usage_from_openai": (
+            lambda: usage.usage_from_openai(reported),
+            lambda: b_usage.usage_from_openai(reported),
+        ),
+        "settle_served": (
+            lambda: tiers.settle_served(planned, None),
+            lambda: b_tiers.settle_served(planned, None),
+        ),
+        "cost_of": (
+            lambda: cost.cost_of(price, ctx.usage, tier),
+            lambda: b_cost.cost_of(price, ctx.usage, tier),
+        ),
+        "booked_cost_of": (
+            lambda: record.BookedCost.of(ctx.cost),
+            lambda: b_record.BookedCost.of(ctx.cost),
+        ),
+        "ledger_record": (
+            lambda: record.ledger_record(ctx, booked),
+            lambda: b_record.ledger_record(ctx, b_booked),
+        ),
+        "observe_metrics": (
+            lambda: record.observe_metrics(metrics, ctx, booked),
+            lambda: b_record.observe_metrics(metrics, ctx, b_booked),
+        ),
+        "with_cost": (with_cost(respond), with_cost(b_respond)),
+        "cost_headers": (headers(respond), headers(b_respond)),
+        "identity_of": (
+            lambda: identify.identity_of(ctx.principal, ctx.headers),
+            lambda: b_identify.identity_of(ctx.principal, ctx.headers),
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the other checkout")
+    parser.add_argument("-n", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--config", choices=("plain", "hot"), default="hot")
+    parser.add_argument("--src", help="import this checkout's gateway (default: installed)")
+    args = parser.parse_args()
+    use_checkout(args.src)
+    floor = Path(
+        os.environ.get("FAREBOX_PERF_FLOOR") or inproc.ROOT.parent / "shared" / "perf-floor"
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    mock_cmd = [sys.executable, str(floor / "mock_upstream.py"), "--port", str(port)]
+    mock = subprocess.Popen(["taskset", "-c", "0", *mock_cmd], stdout=subprocess.DEVNULL)
+    try:
+        os.sched_setaffinity(0, {1})
+        for _ in range(400):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        kept = asyncio.run(_context(port, args.config))
+    finally:
+        mock.terminate()
+        mock.wait(10)
+    base = {name: _shadow(Path(args.base), name) for name in MODULES}
+    result: dict[str, dict[str, float]] = {}
+    for name, (this, other) in _stages(kept, base).items():
+        mine, theirs = float("inf"), float("inf")
+        for turn in range(args.rounds):  # each version first in every other round
+            if turn % 2:
+                theirs = min(theirs, _per_call(other, args.n))
+            mine = min(mine, _per_call(this, args.n))
+            if not turn % 2:
+                theirs = min(theirs, _per_call(other, args.n))
+        result[name] = {
+            "this": round(mine * 1e6, 2),
+            "base": round(theirs * 1e6, 2),
+            "ratio": round(mine / theirs, 3),
+        }
+    print(json.dumps({"base": args.base, "us_per_call": result}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
