@@ -28,11 +28,12 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 import orjson
+from sqlalchemy import Boolean
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.ledger import pgjson, rollup, store
-from gateway.ledger.driver import Prepared, prepare, sqlite_money, sqlite_time
+from gateway.ledger.driver import MONEY_UNITS, Prepared, prepare, sqlite_money, sqlite_time
 from gateway.ledger.partitions import ensure_partitions
 from gateway.ledger.records import (
     COST_FIELDS,
@@ -94,7 +95,7 @@ async def plan(dialect: Dialect, entries: Sequence[LedgerEntry], step: int = SLI
     records = list(by_id.values())
     times = TimeText()
     rows = await _request_rows(dialect, records, times, step)
-    statements = await derived(dialect, records, times, step)
+    statements = await derived(dialect, records, times, step, rows)
     json = None
     if _json_rows(dialect) and pgjson.finite(rows, _DECODE_TPS):
         json = await _json(rows, step)
@@ -132,27 +133,86 @@ async def _request_rows(
             rows += map(store._request_values, records[start : start + step * 4])
             await pause()
         return rows
-    encoders = store._sqlite_request_encoders(dialect)
-    created_at = store._REQUEST_COLUMNS.index("created_at")
-    encoders = tuple(item for item in encoders if item[0] != created_at)
+    encode = _sqlite_request_row(dialect)
     for start in range(0, len(records), step):
         for record in records[start : start + step]:
-            values = list(store._request_values(record))
-            for position, encode in encoders:
-                values[position] = encode(values[position])
-            values[created_at] = times[record.created_at]
-            rows.append(tuple(values))
+            rows.append(encode(record, times[record.created_at]))
         await pause()
     return rows
 
 
+def _as_int(process: Callable[[Any], Any]) -> bool:
+    """Whether a bool's bind processor writes 1 and 0 (SQLite's, without native booleans)."""
+    return all(type(process(flag)) is int and process(flag) == flag for flag in (True, False))
+
+
+_SqliteRow = Callable[[RequestRecord, str], tuple[Any, ...]]
+_sqlite_rows: dict[str, _SqliteRow] = {}
+
+
+def _sqlite_request_row(dialect: Dialect) -> _SqliteRow:
+    """`row(record, created_at_text)`: the record's request row as `store._insert_sqlite`
+    encodes it (`store._sqlite_request_encoders`), with the two encoders a row calls most
+    done inline: `sqlite_money` (seven amounts) and SQLAlchemy's `Boolean` processor (five
+    flags) for a real bool or None, which it passes through `int` (a dict look-up here;
+    any other value still meets the processor and its TypeError or ValueError).
+    """
+    made = _sqlite_rows.get(dialect.driver)
+    if made is not None:
+        return made
+    columns = store._REQUEST_COLUMNS
+    created_at = columns.index("created_at")
+    money: list[int] = []
+    flags: list[tuple[int, Callable[[Any], Any]]] = []
+    others: list[tuple[int, Callable[[Any], Any]]] = []
+    for position, process in store._sqlite_request_encoders(dialect):
+        column_type = store.REQUESTS.c[columns[position]].type
+        if position == created_at:
+            continue  # the caller's `TimeText`
+        if process is sqlite_money:
+            money.append(position)
+        elif isinstance(column_type, Boolean) and _as_int(process):
+            flags.append((position, process))
+        else:
+            others.append((position, process))
+    as_int: dict[Any, Any] = {True: 1, False: 0, None: None}
+    units = MONEY_UNITS
+    values_of = store._request_values
+
+    def row(record: RequestRecord, created_text: str) -> tuple[Any, ...]:
+        values = list(values_of(record))
+        for position in money:
+            amount = values[position]
+            if amount:  # as `sqlite_money`: exact (see there)
+                values[position] = int(amount * units)
+            elif amount is not None:
+                values[position] = 0
+        for position, process in flags:
+            flag = values[position]
+            values[position] = (
+                as_int[flag] if flag is None or flag.__class__ is bool else process(flag)
+            )
+        for position, process in others:
+            values[position] = process(values[position])
+        values[created_at] = created_text
+        return tuple(values)
+
+    _sqlite_rows[dialect.driver] = row
+    return row
+
+
 async def derived(
-    dialect: Dialect, records: list[RequestRecord], times: TimeText, step: int
+    dialect: Dialect,
+    records: list[RequestRecord],
+    times: TimeText,
+    step: int,
+    rows: Rows | None = None,
 ) -> list[Statement]:
-    """The task upsert's rows and the six rollup upserts' rows for `records`."""
+    """The task upsert's rows and the six rollup upserts' rows for `records` (`rows`: their
+    request rows as `_request_rows` built them, if at hand)."""
     if not records:
         return []
-    statements = [await _task_rows(dialect, records, times, step)]
+    statements = [await _task_rows(dialect, records, times, step, rows)]
     groups: dict[tuple[Any, ...], rollup._Group] = {}
     for start in range(0, len(records), step):
         rollup.group_into(groups, records[start : start + step])
@@ -168,22 +228,41 @@ async def derived(
 
 
 async def _task_rows(
-    dialect: Dialect, records: list[RequestRecord], times: TimeText, step: int
+    dialect: Dialect,
+    records: list[RequestRecord],
+    times: TimeText,
+    step: int,
+    request_rows: Rows | None = None,
 ) -> Statement:
     """One row per task, sorted by task id; a task with one record in the batch (every
-    request without a task id) straight from the record, without a dict."""
+    request without a task id) straight from the record, without a dict, or on SQLite from
+    its request row, whose values are already encoded."""
     prepared = prepare(dialect, store._task_upsert(dialect.name), TASK_KEYS)
-    single = _single_task_row(dialect, prepared, times)
     counts = Counter(record.task_id for record in records)
     rows: Rows = []
     grouped: dict[str, list[RequestRecord]] = {}
-    for start in range(0, len(records), step):
-        for record in records[start : start + step]:
-            if counts[record.task_id] == 1:
-                rows.append(single(record))
-            else:
-                grouped.setdefault(record.task_id, []).append(record)
-        await pause()
+    from_request = None
+    if request_rows is not None and dialect.name == "sqlite":
+        from_request = _task_row_of_request(prepared)
+    if from_request is not None and request_rows is not None:
+        for start in range(0, len(records), step):
+            for record, request_row in zip(
+                records[start : start + step], request_rows[start : start + step], strict=True
+            ):
+                if counts[record.task_id] == 1:
+                    rows.append(from_request(request_row, rollup.is_untasked(record)))
+                else:
+                    grouped.setdefault(record.task_id, []).append(record)
+            await pause()
+    else:
+        single = _single_task_row(dialect, prepared, times)
+        for start in range(0, len(records), step):
+            for record in records[start : start + step]:
+                if counts[record.task_id] == 1:
+                    rows.append(single(record))
+                else:
+                    grouped.setdefault(record.task_id, []).append(record)
+            await pause()
     if grouped:
         rows += prepared.tuples([store._task_delta(group) for group in grouped.values()])
     rows.sort(key=itemgetter(prepared.names.index("task_id")))
@@ -236,6 +315,48 @@ def _single_task_row(
         return tuple(values)
 
     return row
+
+
+_TaskRowOfRequest = Callable[[tuple[Any, ...], bool], tuple[Any, ...]]
+_task_row_makers: dict[Prepared, _TaskRowOfRequest | None] = {}
+
+
+def _task_row_of_request(prepared: Prepared) -> _TaskRowOfRequest | None:
+    """`row(request_row, untasked)`: a one-record task's row taken from the record's SQLite
+    request row (`_request_rows`), which holds every value the task row repeats already
+    encoded as the task upsert encodes it: money as `sqlite_money` integers, the time as
+    `TimeText`, the rest as they are. None if the task upsert encodes another column.
+
+    `_single_task_row` read 22 attributes and encoded the six amounts and the time again.
+    """
+    if prepared in _task_row_makers:
+        return _task_row_makers[prepared]
+    names = prepared.names
+    at = {name: position for position, name in enumerate(names)}
+    started, last, finished = at["started_at"], at["last_activity_at"], at["finished_at"]
+    status, count, untasked_at = at["status"], at["request_count"], at["untasked"]
+    encoded = {started, last, finished, untasked_at, *(at[name] for name in COST_FIELDS)}
+    flags: dict[bool, Any] = {True: True, False: False}
+    make: _TaskRowOfRequest | None = None
+    if all(position in encoded for position, _ in prepared.converted):
+        for position, process in prepared.converted:
+            if position == untasked_at:
+                flags = {True: process(True), False: process(False)}
+        columns = store._REQUEST_COLUMNS
+        get = itemgetter(
+            *(columns.index(_TASK_ATTRIBUTES.get(name, "created_at")) for name in names)
+        )
+
+        def make(request_row: tuple[Any, ...], untasked: bool) -> tuple[Any, ...]:
+            values = list(get(request_row))  # created_at's text where no attribute maps
+            values[finished] = values[started] if untasked else None
+            values[status] = UNTASKED if untasked else OPEN
+            values[count] = 1
+            values[untasked_at] = flags[untasked]
+            return tuple(values)
+
+    _task_row_makers[prepared] = make
+    return make
 
 
 _TASK_ATTRIBUTES = {
@@ -313,7 +434,7 @@ async def _apply_sqlite(connection: AsyncConnection, plan: Plan) -> list[Request
         records, rows = [records[i] for i in kept], [rows[i] for i in kept]
         if not records:
             return []
-        statements = await derived(connection.dialect, records, plan.times, plan.step)
+        statements = await derived(connection.dialect, records, plan.times, plan.step, rows)
 
 
 async def _in_sqlite_thread(
