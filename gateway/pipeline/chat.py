@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from gateway.body_guard import SharedDeadlines
 from gateway.compact_patch import patch_rendered
@@ -27,7 +28,7 @@ from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.decide import decide
 from gateway.pipeline.entitle import entitle
-from gateway.pipeline.finish import finish
+from gateway.pipeline.finish import bill, finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.offload import patch_size, sized
@@ -134,10 +135,19 @@ async def _complete(ctx: RequestContext, services: Services) -> Response:
     reply_json = reply.payload  # parsed and checked by the adapter: a bad reply is a 502
     meter.observe_reply(reply_json)
     ctx.dropped_params = dropped_notice(call.route.via_litellm, reply.headers)
-    await finish(ctx, meter, services)
-    body = with_cost(reply_json, reply.body, ctx)
-    headers = _headers(ctx) | cost_headers(ctx) | notice_headers(ctx.dropped_params)
-    return json_response(body, reply.status, headers)
+    # Priced and billed now (the cost goes in the reply); the rest of the booking (the
+    # ledger row, metrics, prefix history, observers) runs after the reply's last byte.
+    booking = await bill(ctx, meter, services)
+    try:
+        body = with_cost(reply_json, reply.body, ctx)
+        headers = _headers(ctx) | cost_headers(ctx) | notice_headers(ctx.dropped_params)
+        response = json_response(body, reply.status, headers)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await booking()
+        raise
+    response.background = booking
+    return response
 
 
 def json_response(body: bytes, status: int, headers: dict[str, str]) -> Response:
@@ -153,13 +163,13 @@ def json_response(body: bytes, status: int, headers: dict[str, str]) -> Response
         or status < 200
         or status in (204, 304)
     ):
-        return Response(body, status_code=status, media_type="application/json", headers=headers)
+        return WholeReply(body, status_code=status, media_type="application/json", headers=headers)
     raw = [
         (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
     ]
     raw.append((b"content-length", str(len(body)).encode("latin-1")))
     raw.append(_JSON_TYPE)
-    response = Response.__new__(Response)
+    response = WholeReply.__new__(WholeReply)
     response.status_code = status
     response.media_type = "application/json"
     response.background = None
@@ -169,6 +179,27 @@ def json_response(body: bytes, status: int, headers: dict[str, str]) -> Response
 
 
 _JSON_TYPE = (b"content-type", b"application/json")
+
+
+class WholeReply(Response):
+    """A whole reply, whose `background` (the attempt's booking) runs after its last byte.
+
+    As Starlette's `Response`, but the background also runs, shielded, when the sending
+    fails or is cut (a shutdown past its grace period): the paid call is still booked.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            status, headers = self.status_code, self.raw_headers
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": self.body})
+        except BaseException:
+            if self.background is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.background()
+            raise
+        if self.background is not None:
+            await self.background()
 
 
 async def _stream(ctx: RequestContext, services: Services) -> Response:
