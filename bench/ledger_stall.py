@@ -15,7 +15,11 @@ unlike wall-clock lateness):
   held the interpreter lock in one go (a C call that does not release it, such as sqlite3
   binding a statement's parameters, cannot be interrupted by the switch interval);
 - `probe`: a task that sleeps 0.5 ms and records how late it wakes (wall time: what a
-  request's wake-up waits; a busy box adds its own lateness, so compare runs in turns).
+  request's wake-up waits; a busy box adds its own lateness, so compare runs in turns);
+  `probe_beside_threads` the wakes whose sleep a writer thread call overlapped,
+  `probe_alone` the others: the box's own lateness falls on both alike, so the gap
+  between them is what the writer's threads cost a wake-up (run it pinned to one core,
+  `taskset -c 1`, as the gateway is in the hot-path benches).
 
 Prints one JSON object: for each, the count, p50, p99, p99.9 and max in milliseconds, the
 loop's and threads' total CPU per row in microseconds, and the writer's counters.
@@ -68,6 +72,10 @@ class Meter:
         self.loop: list[float] = []
         self.threads: list[float] = []
         self.lock = threading.Lock()
+        self.started = 0  # thread calls started so far
+        self.running = 0  # thread calls running now
+        self.beside: list[float] = []  # probe wakes that a thread call overlapped
+        self.alone: list[float] = []  # the others
 
     def install(self) -> None:
         handle_run = asyncio.events.Handle._run
@@ -88,6 +96,9 @@ class Meter:
         def timed(function: Any) -> Any:
             @wraps(function)
             def call(*args: Any, **kwargs: Any) -> Any:
+                with self.lock:
+                    self.started += 1
+                    self.running += 1
                 start = time.thread_time()
                 try:
                     return function(*args, **kwargs)
@@ -95,6 +106,7 @@ class Meter:
                     spent = time.thread_time() - start
                     with self.lock:
                         self.threads.append(spent)
+                        self.running -= 1
 
             return call
 
@@ -116,11 +128,18 @@ class Meter:
         aiosqlite.core.Connection._execute = timed_execute  # type: ignore[method-assign]
 
 
-async def _probe(stop: asyncio.Event, lateness: list[float]) -> None:
+async def _probe(stop: asyncio.Event, lateness: list[float], meter: Meter | None = None) -> None:
+    """Sleep 0.5 ms again and again; each wake's lateness, into `meter.beside` if a writer
+    thread call ran at some point of the sleep, else `meter.alone` (when given)."""
     while not stop.is_set():
+        calls, running = (meter.started, meter.running) if meter else (0, 0)
         asleep = time.perf_counter()
         await asyncio.sleep(0.0005)
-        lateness.append(max(time.perf_counter() - asleep - 0.0005, 0.0))
+        late = max(time.perf_counter() - asleep - 0.0005, 0.0)
+        lateness.append(late)
+        if meter is not None:
+            beside = running or meter.running or meter.started != calls
+            (meter.beside if beside else meter.alone).append(late)
 
 
 async def _run(args: argparse.Namespace, url: str, spool_dir: Path) -> dict[str, Any]:
@@ -142,7 +161,7 @@ async def _run(args: argparse.Namespace, url: str, spool_dir: Path) -> dict[str,
     meter.install()
     stop = asyncio.Event()
     lateness: list[float] = []
-    probe = asyncio.create_task(_probe(stop, lateness))
+    probe = asyncio.create_task(_probe(stop, lateness, meter))
     loop_cpu = time.thread_time()
     process_cpu = time.process_time()
     started = time.perf_counter()
@@ -163,6 +182,8 @@ async def _run(args: argparse.Namespace, url: str, spool_dir: Path) -> dict[str,
         "loop": _stats(meter.loop),
         "threads": _stats(meter.threads),
         "probe": _stats(lateness),
+        "probe_beside_threads": _stats(meter.beside),
+        "probe_alone": _stats(meter.alone),
         "ledger_loop_cpu_us_per_row": round(sum(meter.loop) / total * 1e6, 1),
         "threads_cpu_us_per_row": round(sum(meter.threads) / total * 1e6, 1),
         "process_cpu_us_per_row": round(process_cpu / total * 1e6, 1),
