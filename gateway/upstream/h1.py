@@ -51,8 +51,31 @@ DEFAULT_HEADERS = (
 USER_AGENT = f"User-Agent: Python/3 aiohttp/{aiohttp.__version__}\r\n".encode()
 
 
+HEAD_CACHE_SIZE = 256
+"""Request heads kept, framing aside: a route sends the same headers on every request (a
+trace header that changes per request only misses, at the cost of one lookup)."""
+_HEADS: dict[tuple[Origin, tuple[tuple[str, str], ...]], bytes] = {}
+
+
 def _head(where: Origin, headers: dict[str, str], length: int | None) -> bytes:
-    """The request's head; a newline in a header is refused, as aiohttp refuses it."""
+    """The request's head; a newline in a header is refused, as aiohttp refuses it.
+
+    All but its framing line is built once per origin and set of headers (`_HEADS`).
+    """
+    key = (where, tuple(headers.items()))
+    head = _HEADS.get(key)
+    if head is None:
+        head = _head_lines(where, headers)
+        if len(_HEADS) >= HEAD_CACHE_SIZE:
+            _HEADS.clear()
+        _HEADS[key] = head
+    if length is None:
+        return head + b"Transfer-Encoding: chunked\r\n\r\n"
+    return head + b"Content-Length: %d\r\n\r\n" % length
+
+
+def _head_lines(where: Origin, headers: dict[str, str]) -> bytes:
+    """The request line and headers, without the body's framing (checked for newlines)."""
     lines = [where.start]
     seen = set()
     for name, value in headers.items():
@@ -72,10 +95,6 @@ def _head(where: Origin, headers: dict[str, str], length: int | None) -> bytes:
         lines.append(USER_AGENT)
     if "host" not in seen:
         lines.append(where.authority)
-    if length is None:
-        lines.append(b"Transfer-Encoding: chunked\r\n\r\n")
-    else:
-        lines.append(b"Content-Length: %d\r\n\r\n" % length)
     return b"".join(lines)
 
 
@@ -370,6 +389,12 @@ class Reply:
     def closed(self) -> bool:
         return self._conn is None
 
+    def header_dict(self) -> dict[str, str] | None:
+        """The headers by lower-case name, when no name repeats (else None: join them)."""
+        raw = self._raw
+        headers = {n.decode("latin-1").lower(): v.decode("latin-1") for n, v in raw}
+        return headers if len(headers) == len(raw) else None
+
     def header_items(self) -> list[tuple[str, str]]:
         return [(n.decode("latin-1"), v.decode("latin-1")) for n, v in self._raw]
 
@@ -385,6 +410,17 @@ class Reply:
 
     def exception(self) -> BaseException | None:
         return None
+
+    def read_ready(self) -> bytes | None:
+        """`readany` when it would not wait: the bytes already here, else None.
+
+        None also where `readany` would raise or decode (an error, a compressed body), and
+        at the body's end: those are left to `readany`, which says them as it always has.
+        """
+        conn = self._conn
+        if conn is None or self._ended or self._decoder is not None or not conn.body:
+            return None
+        return conn.take()
 
     async def readany(self) -> bytes:
         """The decoded bytes that arrived (waiting for some); b'' at the body's end."""

@@ -34,9 +34,13 @@ KEEPALIVE_S = 4.0
 not retried on a connection that turned out dead)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HttpRequest:
-    """One POST to an upstream: its URL, body, headers and limits."""
+    """One POST to an upstream: its URL, body, headers and limits.
+
+    Not frozen, though nothing changes one once built: a frozen dataclass sets each field
+    through `object.__setattr__` (1.3-4.0 against 0.7-1.3 µs to build one, here).
+    """
 
     url: str
     body: bytes | AsyncIterator[bytes]
@@ -117,8 +121,12 @@ class HttpClient:
 
 def response_headers(response: Response) -> dict[str, str]:
     """The reply's headers, names in lower case, repeated ones joined as HTTP allows."""
-    headers: dict[str, str] = {}
+    if isinstance(response, h1.Reply):
+        fast = response.header_dict()
+        if fast is not None:
+            return fast
     items = response.header_items() if isinstance(response, h1.Reply) else response.headers.items()
+    headers: dict[str, str] = {}
     for name, value in items:
         key = name.lower()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
@@ -235,10 +243,20 @@ class SseEvents:
     the chat relay no longer goes through two generator levels per event.
     """
 
-    __slots__ = ("_content", "_done", "_index", "_ready", "_splitter", "_taken", "_where")
+    __slots__ = (
+        "_content",
+        "_done",
+        "_failed",
+        "_index",
+        "_ready",
+        "_splitter",
+        "_taken",
+        "_where",
+    )
 
     def __init__(self, content: Content, where: str) -> None:
         self._content, self._where = content, where
+        self._failed: UpstreamProtocolError | None = None  # found by `next_ready`, raised by a read
         self._splitter = EventSplitter(where=where)
         self._ready: list[bytes] = []  # complete events read, from `_index` on not taken
         self._index = 0
@@ -252,6 +270,33 @@ class SseEvents:
         while self._index >= len(self._ready):
             if not await self._read():
                 raise StopAsyncIteration
+        event = self._ready[self._index]
+        self._index += 1
+        self._taken = [event]
+        return event
+
+    def next_ready(self) -> bytes | None:
+        """`anext` when it would not wait: the next event if its bytes are already here.
+
+        None where `anext` would wait, end or raise: the caller then awaits `anext` (with
+        its deadline), which says the end or raises the error as before. A stream's first
+        event usually came with its reply's head (one packet), so the first-event wait and
+        its deadline need not be set up at all.
+        """
+        if self._index >= len(self._ready):
+            content = self._content
+            if self._done or self._failed is not None or not isinstance(content, h1.Reply):
+                return None
+            chunk = content.read_ready()
+            if not chunk:
+                return None
+            try:
+                self._ready, self._index = self._splitter.feed(chunk), 0
+            except UpstreamProtocolError as exc:  # raised by the next read, as `_read` would
+                self._failed = exc
+                return None
+            if not self._ready:
+                return None
         event = self._ready[self._index]
         self._index += 1
         self._taken = [event]
@@ -275,6 +320,10 @@ class SseEvents:
 
     async def aclose(self) -> None:
         """Read no more (the stream itself is closed by `SseStream.aclose`)."""
+        self.close()
+
+    def close(self) -> None:
+        """`aclose`, which waits for nothing: a relay that knows this type need not await."""
         self._done = True
         self._ready, self._index = [], 0
 
@@ -282,6 +331,9 @@ class SseEvents:
         """Read once; False at the body's end (after its unterminated last event, if any)."""
         if self._done:
             return False
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
         try:
             chunk = await self._content.readany()
         except (TimeoutError, aiohttp.ClientError) as exc:
@@ -299,6 +351,14 @@ class SseEvents:
     def delivered_final(self) -> bool:
         """Whether the last events handed out hold the stream's last event."""
         return any(_is_final(event) for event in reversed(self._taken))
+
+
+def ready_event(events: AsyncIterator[bytes]) -> bytes | None:
+    """The next event of `events` if it is already read (`SseEvents.next_ready`), else None.
+
+    Other event sources (litellm's, a thinking cap's) answer None: await them.
+    """
+    return events.next_ready() if isinstance(events, SseEvents) else None
 
 
 class SseStream:
@@ -321,6 +381,16 @@ class SseStream:
     def events(self) -> SseEvents:
         self._events = SseEvents(self._response.content, self._where)
         return self._events
+
+    def release_ended(self) -> bool:
+        """Release a stream whose body was read to its end (its last event and the body's
+        end came together, as vLLM and the mock send them): `aclose` without a wait.
+        False, and nothing done, for any other stream: `aclose` it."""
+        response = self._response
+        if response.closed or not isinstance(response, h1.Reply) or not response.is_eof():
+            return False
+        response.release()
+        return True
 
     async def aclose(self) -> None:
         response = self._response
