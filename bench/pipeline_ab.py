@@ -8,13 +8,13 @@ neighbours; here both versions run in one process, round after round, so the loa
 them alike. The app (`--src`'s checkout, else the installed gateway) serves 50 of
 bench/pipeline_inproc.py's requests to the perf floor's mock, as
 `bench/pipeline_parts.py --stages` does; the last request's context, meter and reply are
-kept. `--base` names another checkout whose copies of the stage modules
-(gateway/pipeline/record.py, respond.py, identify.py, gateway/pricing/cost.py and
-tiers.py, gateway/usage.py) are loaded beside the app's under other names (they import
-everything else from the app's checkout). Each stage is then called `n` times with the
-app's function and `n` times with the base's (each first in every other round),
-`--rounds` times; the minimum per call of each is printed (µs of process CPU), with
-their ratio.
+kept. `--base` names another checkout whose copies of the stage modules (`MODULES`:
+record, respond, identify and policy of gateway/pipeline, gateway/pricing/cost.py and
+tiers.py, gateway/usage.py, gateway/compact_patch.py) are loaded beside the app's under
+other names (they import everything else from the app's checkout). Each stage is then
+called `n` times with the app's function and `n` times with the base's (each first in
+every other round), `--rounds` times; the minimum per call of each is printed (µs of
+process CPU), with their ratio.
 """
 
 from __future__ import annotations
@@ -42,9 +42,11 @@ MODULES = (
     "gateway.pipeline.record",
     "gateway.pipeline.respond",
     "gateway.pipeline.identify",
+    "gateway.pipeline.policy",
     "gateway.pricing.cost",
     "gateway.pricing.tiers",
     "gateway.usage",
+    "gateway.compact_patch",
 )
 
 
@@ -100,7 +102,9 @@ async def _context(port: int, config_name: str) -> dict[str, Any]:
 
 def _stages(kept: dict[str, Any], base: dict[str, ModuleType]) -> dict[str, tuple[Any, Any]]:
     """Each stage as (this checkout's call, the base's call)."""
+    import gateway.compact_patch as compact_patch
     import gateway.pipeline.identify as identify
+    import gateway.pipeline.policy as policy
     import gateway.pipeline.record as record
     import gateway.pipeline.respond as respond
     import gateway.pricing.cost as cost
@@ -111,6 +115,9 @@ def _stages(kept: dict[str, Any], base: dict[str, ModuleType]) -> dict[str, tupl
     b_record, b_respond = base["gateway.pipeline.record"], base["gateway.pipeline.respond"]
     b_identify, b_cost = base["gateway.pipeline.identify"], base["gateway.pricing.cost"]
     b_tiers, b_usage = base["gateway.pricing.tiers"], base["gateway.usage"]
+    b_policy, b_patch = base["gateway.pipeline.policy"], base["gateway.compact_patch"]
+    edit = {"usage": {**payload["usage"], "cost": respond.cost_object(ctx)}}
+    body, edits = ctx.raw_body, ctx.edits
     price = services.prices.price(services.config.price_key(ctx.alias))
     reported, tier = payload["usage"], ctx.tier_served or "standard"
     booked, b_booked = record.BookedCost.of(ctx.cost), b_record.BookedCost.of(ctx.cost)
@@ -158,6 +165,18 @@ def _stages(kept: dict[str, Any], base: dict[str, ModuleType]) -> dict[str, tupl
         ),
         "with_cost": (with_cost(respond), with_cost(b_respond)),
         "cost_headers": (headers(respond), headers(b_respond)),
+        "patch_reply": (
+            lambda: compact_patch.patch_rendered(raw, payload, edit),
+            lambda: b_patch.patch_rendered(raw, payload, edit),
+        ),
+        "patch_request": (
+            lambda: compact_patch.patch_rendered(body, ctx.body, edits.set_fields, edits.remove),
+            lambda: b_patch.patch_rendered(body, ctx.body, edits.set_fields, edits.remove),
+        ),
+        "facts_of": (
+            lambda: policy.facts_of(ctx, ctx.alias),
+            lambda: b_policy.facts_of(ctx, ctx.alias),
+        ),
         "identity_of": (
             lambda: identify.identity_of(ctx.principal, ctx.headers),
             lambda: b_identify.identity_of(ctx.principal, ctx.headers),

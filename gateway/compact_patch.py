@@ -50,8 +50,9 @@ def patch_compact(
     try:
         if orjson.dumps(parsed) != raw:
             return None
-        if not all(key in parsed or _plain(key) for key in set_fields):
-            return None  # `patch_object` writes a new key ASCII-escaped, orjson does not
+        for key in set_fields:
+            if key not in parsed and not _plain(key):
+                return None  # `patch_object` writes a new key ASCII-escaped, orjson does not
         edited = _kept(parsed, set_fields, remove)
         edited.update(set_fields)  # a present key keeps its place, a new one goes last
         return orjson.dumps(edited)
@@ -75,6 +76,8 @@ def _kept(
     parsed: Mapping[str, Any], set_fields: Mapping[str, Any], remove: Iterable[str]
 ) -> dict[str, Any]:
     """`parsed`'s members less those removed (a key also set stays, to be overwritten)."""
+    if not remove:  # the usual edit (an empty tuple, list or set; an iterator is truthy)
+        return dict(parsed)  # a copy in C
     removed = set(remove) - set(set_fields)
     return {k: v for k, v in parsed.items() if k not in removed}
 

@@ -9,7 +9,9 @@ assignment between classes of the same slots: no copy), so what it returns *is* 
 equal to and as frozen as one `cls(...)` builds (gateway/ledger/records.py's
 `RoundedRecord` does the same for the ledger row).
 
-Only for classes without a `__post_init__` of their own: the twin would skip its checks.
+The twin skips `cls.__post_init__`: so a class that checks or normalises its fields there
+is refused, unless the caller says its arguments need none of it (`unchecked=True`, and a
+comment at the call saying why).
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def mutable_twin(cls: type[T]) -> Callable[..., T]:
+def mutable_twin(cls: type[T], *, unchecked: bool = False) -> Callable[..., T]:
     """A constructor taking `cls`'s fields (those with `init=False` too, as arguments) that
     returns a `cls` built with one store per field."""
     if not is_dataclass(cls) or "__slots__" not in cls.__dict__:
         raise TypeError(f"{cls.__name__} is not a slotted dataclass")
-    if "__post_init__" in cls.__dict__:
+    if "__post_init__" in cls.__dict__ and not unchecked:
         raise TypeError(f"{cls.__name__} checks its fields in __post_init__: build it whole")
     specs: list[tuple[str, Any, Any]] = []
     for spec in fields(cls):

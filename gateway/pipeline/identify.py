@@ -123,9 +123,12 @@ def _str(value: Any) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
+_HEADER_OF = {key: "x-" + key.replace("_", "-") for key in TASK_KEYS}  # `x-task-id`, ...
+
+
 def _named(headers: dict[str, str], meta: dict[str, Any], key: str, limit: int) -> str | None:
     """The `X-Task-...` header, else `metadata.<key>`, each checked where it was given."""
-    header = "x-" + key.replace("_", "-")
+    header = _HEADER_OF[key]
     from_header = check_header(headers.get(header), header, limit)
     from_body = _str(meta.get(key))
     if from_body is not None:

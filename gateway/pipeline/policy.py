@@ -11,6 +11,7 @@ from typing import Any
 
 from gateway.config import GatewayConfig
 from gateway.errors import InvalidRequestError
+from gateway.frozen import mutable_twin
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.entitle import within_key
 from gateway.policy.decision import Decision
@@ -49,6 +50,11 @@ dict; the entry holds its book, so no id is reused while it lives."""
 MAX_CAPABILITIES = 1024
 
 
+# `RequestFacts(...)` with a store per field: its `__post_init__` only lowers headers that
+# are not `LoweredHeaders` already, and `facts_of` passes `lowered_headers`' copy.
+_FACTS = mutable_twin(RequestFacts, unchecked=True)
+
+
 def facts_of(ctx: RequestContext, alias: str, task_effort: Any = None) -> RequestFacts:
     """What rules match on: caller, team, project, headers, tags, explicit step kind."""
     assert ctx.task is not None
@@ -58,7 +64,7 @@ def facts_of(ctx: RequestContext, alias: str, task_effort: Any = None) -> Reques
     headers = lowered_headers(ctx.headers)
     if explicit and STEP_KIND_HEADER not in ctx.headers:
         headers[STEP_KIND_HEADER] = explicit
-    return RequestFacts(
+    return _FACTS(
         alias=alias,
         caller=ctx.identity.caller,
         # Team and project as identify decoded them (UTF-8), the same the ledger books.

@@ -55,6 +55,7 @@ class BookedCost:
         if cost is None:
             return _booked(_ZERO_COMPONENTS.copy(), sum(_ZERO_COMPONENTS.values(), ZERO))
         components = {}
+        total = ZERO_MONEY
         for name, value in zip(COMPONENTS, _COMPONENT_VALUES(cost), strict=True):
             # `_bounded(value, name)` for the usual amounts, inline: a zero is the one
             # rounded zero (most components of most calls), any other one is quantized.
@@ -66,7 +67,12 @@ class BookedCost:
             else:
                 value = _bounded(value, name)
             components[name] = value
-        return _booked(components, sum(components.values(), ZERO))
+            if value:
+                # Every component has ten places, so their sum has too, whatever the
+                # order: adding only the non-zero ones to the rounded zero gives the digits
+                # (and exponent and sign) of `sum(components.values(), ZERO)`.
+                total += value
+        return _booked(components, total)
 
 
 _COMPONENT_VALUES = attrgetter(*COMPONENTS)

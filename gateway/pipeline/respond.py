@@ -23,7 +23,8 @@ def cost_object(ctx: RequestContext) -> dict[str, Any]:
     """The `usage.cost` breakdown: USD as exact decimal strings, per component."""
     booked = booked_cost(ctx)
     body: dict[str, Any] = {"currency": "USD", "total": money_str(booked.total)}
-    body.update({name: money_str(value) for name, value in booked.components.items()})
+    for name, value in booked.components.items():  # a loop: no comprehension's frame and dict
+        body[name] = money_str(value)
     body["tier"] = ctx.tier_served or "standard"
     body["tier_confirmed"] = ctx.tier_confirmed
     body["priced"] = ctx.cost is not None
