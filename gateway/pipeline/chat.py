@@ -135,9 +135,9 @@ async def _complete(ctx: RequestContext, services: Services) -> Response:
     reply_json = reply.payload  # parsed and checked by the adapter: a bad reply is a 502
     meter.observe_reply(reply_json)
     ctx.dropped_params = dropped_notice(call.route.via_litellm, reply.headers)
-    # Priced and billed now (the cost goes in the reply); the rest of the booking (the
-    # ledger row, metrics, prefix history, observers) runs after the reply's last byte.
-    booking = await bill(ctx, meter, services)
+    # Priced, billed and told to the observers now (the cost goes in the reply); the rest
+    # of the booking (ledger row, metrics, prefix history) runs after the reply's last byte.
+    booking = await bill(ctx, meter, services, notify=True)
     try:
         body = with_cost(reply_json, reply.body, ctx)
         headers = _headers(ctx) | cost_headers(ctx) | notice_headers(ctx.dropped_params)

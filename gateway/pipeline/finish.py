@@ -92,10 +92,15 @@ async def bill(
     error: FareboxError | None = None,
     cancelled: bool = False,
     final: bool = True,
+    notify: bool = False,
 ) -> Booking:
     """Settle and price the attempt and book its cost against the quota and the task: all
     that its reply needs (the cost headers and `usage.cost`). What is left to record, the
     returned `Booking` does: a whole reply calls it after its last byte (`finish`, at once).
+
+    `notify`: the observers hear of the attempt now (its prefix judged first), before its
+    reply goes out, so that an observer's failure is the reply's (a 500), as it was when
+    everything was recorded before the reply.
 
     A failure here still records the attempt (the row is never lost): the booking runs,
     shielded, before the error goes on.
@@ -107,16 +112,18 @@ async def bill(
         usage = await usage_of(ctx, meter, cancelled)
     if ctx.cost is None or ctx.usage is not usage:
         price_usage(ctx, usage, services.prices, services.config.price_key(ctx.alias))
-    booked = booked_cost(ctx)
-    booking = Booking(ctx, services, booked, final)
+    booking = Booking(ctx, services, booked_cost(ctx), final)
     try:
         if ctx.quota is not None:  # else no limit applies: nothing to book
-            await quota.book(ctx, services, booked.total, usage.total_tokens, final)
+            await quota.book(ctx, services, booking.booked.total, usage.total_tokens, final)
         if ctx.task.implicit:  # a task of this request alone: its cost is its attempts' sum
-            ctx.task_cost = (ctx.task_cost or Decimal(0)) + booked.total
+            ctx.task_cost = (ctx.task_cost or Decimal(0)) + booking.booked.total
         else:
             ttl = services.config.tasks.idle_timeout_s * 2
-            ctx.task_cost = await services.state.add_task_cost(ctx.task.task_id, booked.total, ttl)
+            total = booking.booked.total
+            ctx.task_cost = await services.state.add_task_cost(ctx.task.task_id, total, ttl)
+        if notify:
+            booking.notify()
     except BaseException:
         with anyio.CancelScope(shield=True):
             await booking()
@@ -128,11 +135,12 @@ class Booking(BackgroundTask):
     """The rest of an attempt's recording once it is billed: the prefix verdict, the ledger
     row, the metrics, the task's end, the prompt's history and the observers.
 
-    Nothing in it changes the reply, so a whole reply runs it after its last byte is
-    written (`chat._complete`). The synchronous steps come first: a request that follows
-    the reply (a /metrics scrape, the ledger's next flush) finds them done. Then the
-    prompt's history is remembered (its write to a shared store goes out in the same turn
-    of the loop), and the observers hear of the request last, as before.
+    None of it changes the reply, so a whole reply runs it after its last byte is written
+    (`chat._complete`), all but the verdict and the observers (`notify`). The synchronous
+    steps come first: a request that follows the reply (a /metrics scrape, the ledger's
+    next flush) finds them done. Then the prompt's history is remembered (its write to a
+    shared store goes out in the same turn of the loop), and the observers hear of the
+    attempt last, unless they already have.
 
     A `BackgroundTask` for the response, without Starlette's `__init__` (its
     `is_async_callable` check: ~2 µs a request).
@@ -145,22 +153,35 @@ class Booking(BackgroundTask):
         self.services = services
         self.booked = booked
         self.final = final
+        self.judged = False
+        self.notified = False
+
+    def notify(self) -> None:
+        """Judge the prompt's prefix and hand the attempt to the observers now."""
+        self._judge()
+        self.notified = True  # once, even when an observer fails
+        self.services.notify(self.ctx)
+
+    def _judge(self) -> None:
+        if not self.judged:
+            self.judged = True
+            if self.ctx.prefix is not None and self.ctx.status_code == 200:
+                _judge_prefix(self.ctx, self.services)
 
     async def __call__(self) -> None:
         ctx, services = self.ctx, self.services
-        judged = ctx.prefix is not None and ctx.status_code == 200
-        if judged:
-            _judge_prefix(ctx, services)
+        self._judge()
         services.ledger.submit(ledger_record(ctx, self.booked, attempt=ctx.attempt))
         observe_metrics(services.metrics, ctx, self.booked)
         if self.final:
             end_task(ctx, services)
         try:
-            if judged:
-                assert ctx.prefix is not None
+            if ctx.prefix is not None and ctx.status_code == 200:
                 await remember(ctx.prefix, services.state)
         finally:  # a cut while a shared store is written still reaches the observers
-            services.notify(ctx)
+            if not self.notified:
+                self.notified = True
+                services.notify(ctx)
 
 
 def end_task(ctx: RequestContext, services: Services) -> None:
