@@ -1,7 +1,7 @@
 """The pipeline's own stages in two versions, timed in one process, interleaved.
 
 Run: `python bench/pipeline_ab.py --base CHECKOUT [--src CHECKOUT] [-n 2000] [--rounds 15]
-[--config hot]`.
+[--config hot] [--stream]`.
 
 On a shared, loaded box two benchmark processes run minutes apart see different
 neighbours; here both versions run in one process, round after round, so the load hits
@@ -10,8 +10,9 @@ bench/pipeline_inproc.py's requests to the perf floor's mock, as
 `bench/pipeline_parts.py --stages` does; the last request's context, meter and reply are
 kept. `--base` names another checkout whose copies of the stage modules (`MODULES`:
 record, respond, identify and policy of gateway/pipeline, gateway/pricing/cost.py and
-tiers.py, gateway/usage.py, gateway/compact_patch.py) are loaded beside the app's under
-other names (they import everything else from the app's checkout). Each stage is then
+tiers.py, gateway/usage.py, gateway/compact_patch.py, gateway/policy/steps.py) are
+loaded beside the app's under other names (they import everything else from the app's
+checkout). Each stage is then
 called `n` times with the app's function and `n` times with the base's (each first in
 every other round), `--rounds` times; the minimum per call of each is printed (µs of
 process CPU), with their ratio.
@@ -47,6 +48,7 @@ MODULES = (
     "gateway.pricing.tiers",
     "gateway.usage",
     "gateway.compact_patch",
+    "gateway.policy.steps",
 )
 
 
@@ -68,8 +70,9 @@ def _per_call(call: Callable[[], Any], n: int) -> float:
     return (time.process_time() - start) / n
 
 
-async def _context(port: int, config_name: str) -> dict[str, Any]:
+async def _context(port: int, config_name: str, stream: bool) -> dict[str, Any]:
     import gateway.pipeline.chat as chat
+    import gateway.pipeline.relay as relay
     from gateway.app import create_app
     from gateway.settings import Settings
 
@@ -93,10 +96,12 @@ async def _context(port: int, config_name: str) -> dict[str, Any]:
     app = create_app(Settings(data_dir=data, config=data / "config.yaml", log_level="warning"))
     async with app.router.lifespan_context(app) as given:
         chat.finish, chat.with_cost = keep_finish, keep_reply
+        relay.finish, relay.with_cost = keep_finish, keep_reply  # a stream's
         try:
-            await inproc._round(app, dict(given or {}), 50, 1, False)
+            await inproc._round(app, dict(given or {}), 50, 1, stream)
         finally:
             chat.finish, chat.with_cost = finish, reply_cost
+            relay.finish, relay.with_cost = finish, reply_cost
     return kept
 
 
@@ -107,15 +112,19 @@ def _stages(kept: dict[str, Any], base: dict[str, ModuleType]) -> dict[str, tupl
     import gateway.pipeline.policy as policy
     import gateway.pipeline.record as record
     import gateway.pipeline.respond as respond
+    import gateway.policy.steps as steps
     import gateway.pricing.cost as cost
     import gateway.pricing.tiers as tiers
     import gateway.usage as usage
 
-    ctx, services, payload, raw = kept["ctx"], kept["services"], kept["payload"], kept["raw"]
+    ctx, services = kept["ctx"], kept["services"]
+    # A stream whose client asked for no usage chunk has no reply of its own to patch.
+    payload, raw = kept.get("payload") or {"usage": {}}, kept.get("raw", b"{}")
     b_record, b_respond = base["gateway.pipeline.record"], base["gateway.pipeline.respond"]
     b_identify, b_cost = base["gateway.pipeline.identify"], base["gateway.pricing.cost"]
     b_tiers, b_usage = base["gateway.pricing.tiers"], base["gateway.usage"]
     b_policy, b_patch = base["gateway.pipeline.policy"], base["gateway.compact_patch"]
+    b_steps = base["gateway.policy.steps"]
     edit = {"usage": {**payload["usage"], "cost": respond.cost_object(ctx)}}
     body, edits = ctx.raw_body, ctx.edits
     price = services.prices.price(services.config.price_key(ctx.alias))
@@ -177,11 +186,18 @@ def _stages(kept: dict[str, Any], base: dict[str, ModuleType]) -> dict[str, tupl
             lambda: policy.facts_of(ctx, ctx.alias),
             lambda: b_policy.facts_of(ctx, ctx.alias),
         ),
+        "infer_step_kind": (
+            lambda: steps.infer_step_kind(ctx.body),
+            lambda: b_steps.infer_step_kind(ctx.body),
+        ),
         "identity_of": (
             lambda: identify.identity_of(ctx.principal, ctx.headers),
             lambda: b_identify.identity_of(ctx.principal, ctx.headers),
         ),
     }
+
+
+_OF_THE_REPLY = ("usage_from_openai", "with_cost", "patch_reply")
 
 
 def main() -> None:
@@ -190,6 +206,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--config", choices=("plain", "hot"), default="hot")
+    parser.add_argument("--stream", action="store_true", help="a streamed request's context")
     parser.add_argument("--src", help="import this checkout's gateway (default: installed)")
     args = parser.parse_args()
     use_checkout(args.src)
@@ -209,13 +226,16 @@ def main() -> None:
                 break
             except OSError:
                 time.sleep(0.05)
-        kept = asyncio.run(_context(port, args.config))
+        kept = asyncio.run(_context(port, args.config, args.stream))
     finally:
         mock.terminate()
         mock.wait(10)
     base = {name: _shadow(Path(args.base), name) for name in MODULES}
     result: dict[str, dict[str, float]] = {}
-    for name, (this, other) in _stages(kept, base).items():
+    stages = _stages(kept, base)
+    if "payload" not in kept:  # no reply was patched: nothing to read or patch again
+        stages = {k: v for k, v in stages.items() if k not in _OF_THE_REPLY}
+    for name, (this, other) in stages.items():
         mine, theirs = float("inf"), float("inf")
         for turn in range(args.rounds):  # each version first in every other round
             if turn % 2:

@@ -283,7 +283,8 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
     model = ctx.alias or "unknown"
     tier = ctx.tier_served or "standard"
     status = str(ctx.status_code or 0)
-    requests, tokens, costs, duration = _series(metrics, model, backend_of(ctx.route), tier, status)
+    backend = backend_of(ctx.route)
+    requests, tokens, costs, duration = _series(metrics, model, backend, tier, status)
     add(requests, 1)
     usage = ctx.usage
     if usage is not None and usage.suspect:
@@ -313,7 +314,7 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
     timings = ctx.timings
     if timings.finished is not None:
         observe(duration, timings.finished - timings.received)
-    _observe_latencies(metrics, ctx, model)
+    _observe_latencies(metrics, ctx, model, (backend, tier))
     _observe_prefix(metrics, ctx, model)
     enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")
     if enforcement is not None:
@@ -381,12 +382,14 @@ def _observe_prefix(metrics: Metrics, ctx: RequestContext, model: str) -> None:
             add(lost, float(judged.money_lost))
 
 
-def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> None:
+def _observe_latencies(
+    metrics: Metrics, ctx: RequestContext, model: str, where: tuple[str, str]
+) -> None:
+    """A stream's times to first (answer) token and decode speed; `where` is its backend
+    and tier, as farebox_requests_total labels them."""
     timings = ctx.timings
     if timings.first_token is None and timings.first_answer_token is None:
         return  # a whole reply: no token was seen arrive, so no latency to observe
-    assert ctx.route is not None
-    where = (backend_of(ctx.route), ctx.tier_served or "standard")  # as farebox_requests_total
     ttft = timings.ms_since_sent(timings.first_token)
     if ttft is not None:
         for child in _pair(metrics, metrics.ttft, metrics.backend_ttft, model, where):
@@ -397,7 +400,11 @@ def _observe_latencies(metrics: Metrics, ctx: RequestContext, model: str) -> Non
             observe(child, ttfat / 1000)
     speed = decode_speed(ctx)
     if speed is not None:
-        observe(_labels(metrics, metrics.decode_speed, model=model), speed)
+        key = (metrics.decode_speed, model)  # the metric itself: no other bundle's key
+        child = metrics.children.get(key)
+        if child is None:
+            child = metrics.keep(key, _labels(metrics, metrics.decode_speed, model=model))
+        observe(child, speed)
 
 
 def _pair(

@@ -34,14 +34,11 @@ def infer_step_kind(body: Mapping[str, Any], explicit: str | None = None) -> str
     messages = body.get("messages")
     if not isinstance(messages, list):
         return UNKNOWN
-    last = next(
-        (
-            m
-            for m in reversed(messages)
-            if not isinstance(m, dict) or m.get("role") not in _INSTRUCTIONS
-        ),
-        None,
-    )
+    last = None
+    for message in reversed(messages):  # a loop, not next() of a generator: per request
+        if not isinstance(message, dict) or message.get("role") not in _INSTRUCTIONS:
+            last = message
+            break
     if not isinstance(last, dict):
         return UNKNOWN
     role = last.get("role")
