@@ -26,7 +26,7 @@ from gateway.prefix.breakpoints import anthropic_cache_breakpoints, apply_breakp
 from gateway.prefix.cache_rules import CacheRule
 from gateway.prefix.cacheability import Uncacheable, uncacheable
 from gateway.prefix.checker import PrefixCheck, PrefixChecker
-from gateway.prefix.record import PrefixRecord
+from gateway.prefix.record import PrefixRecord, with_reported_tokens
 from gateway.prefix.strict import strict_error_message, strict_violations
 from gateway.prefix.verdict import CacheStatus, Verdict, verdict
 from gateway.state import SharedState
@@ -314,7 +314,7 @@ async def remember(outcome: PrefixOutcome, state: SharedState) -> None:
     record = await sized(count * CHAIN_BYTES_PER_SEGMENT, kept.to_dict)
     if outcome.verdict is not None:  # the provider's own count calibrates the next estimate
         record["reported_prompt_tokens"] = outcome.verdict.prompt_tokens
-        kept = dataclasses.replace(kept, reported_prompt_tokens=outcome.verdict.prompt_tokens)
+        kept = with_reported_tokens(kept, outcome.verdict.prompt_tokens)
     await state.remember_prefix(outcome.keys, record, ttl, HISTORY_PER_KEY)
     _keep_record(record, kept)  # the in-process state hands this very dict back
 

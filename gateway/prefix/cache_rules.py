@@ -20,6 +20,8 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Literal
 
+from gateway.frozen import mutable_twin
+
 Family = Literal["openai", "anthropic", "vllm"]
 
 _FAMILY_ALIASES: dict[str, Family] = {
@@ -158,6 +160,9 @@ class CacheExpectation:
         return round_cached(self.rule, int(self.read_tokens * ratio), prompt_tokens)
 
 
+_EXPECTATION = mutable_twin(CacheExpectation)  # a store per field (`gateway.frozen`)
+
+
 def round_cached(rule: CacheRule, boundary: int, prompt_tokens: int) -> int:
     """Apply the family's minimum and granularity to a readable prefix of `boundary` tokens."""
     if boundary < rule.min_tokens or prompt_tokens < rule.min_tokens:
@@ -193,7 +198,7 @@ def expect(
         shared_below = 0 < matched_tokens < rule.min_tokens
         below = total < rule.min_tokens
         read = matched_tokens
-        return CacheExpectation(
+        return _EXPECTATION(
             rule, total, matched, matched_tokens, read, cached, 0, below, shared_below
         )
     read_at = _readable_breakpoint(rule, matched, own_breakpoints, written_before)
@@ -204,7 +209,7 @@ def expect(
     write = end - cached if end >= rule.min_tokens and end > cached else 0
     below = total < rule.min_tokens or (last_own is not None and end < rule.min_tokens)
     shared_below = read_at is not None and read < rule.min_tokens
-    return CacheExpectation(
+    return _EXPECTATION(
         rule, total, matched, matched_tokens, read, cached, write, below, shared_below
     )
 

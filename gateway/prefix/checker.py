@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.frozen import mutable_twin
 from gateway.prefix.cache_rules import CacheExpectation, CacheRule, expect
 from gateway.prefix.compare import Comparison, Divergence, compare, explain
 from gateway.prefix.detectors import (
@@ -58,6 +59,9 @@ class PrefixCheck:
         After an avoidable break this is the forecast: what the cache would have given.
         """
         return (self.forecast or self.expectation).scaled(prompt_tokens)
+
+
+_PREFIX_CHECK = mutable_twin(PrefixCheck)  # a store per field (`gateway.frozen`)
 
 
 class PrefixChecker:
@@ -122,7 +126,7 @@ class PrefixChecker:
         divergence = None
         if comparison.closest is not None:
             divergence = explain(record, comparison.closest, comparison.matched, rule, findings)
-        return PrefixCheck(
+        return _PREFIX_CHECK(
             request=request,
             record=record,
             findings=tuple(findings),

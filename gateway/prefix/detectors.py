@@ -276,6 +276,8 @@ def scan_request(
     after every cached boundary, so nothing in it can break a cache read. Segments before
     `start` are skipped too: the caller knows them to repeat an earlier request verbatim.
     """
+    if start >= request.stable_count:  # nothing cacheable is new (a small request's header)
+        return [], acyclic_list()
     spend = budget or ScanBudget()
     # One entry per segment each, out of cyclic GC (see `acyclic_list`): else the
     # collections meanwhile walk 466,000 items apiece, on the event loop's thread too.

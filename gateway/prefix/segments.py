@@ -21,6 +21,7 @@ import orjson
 import xxhash
 
 from gateway import rawjson
+from gateway.frozen import mutable_twin
 from gateway.prefix.cache_rules import CacheRule, Family
 from gateway.prefix.locate import moved_tuple, native_step, untrack_tuples
 from gateway.prefix.locate import untracked as untracked_container
@@ -99,6 +100,9 @@ class RequestSegments:
     def names(self) -> list[str]:
         """Return the segment names in render order."""
         return [segment.name for segment in self.segments]
+
+
+_REQUEST_SEGMENTS = mutable_twin(RequestSegments)  # a store per field (`gateway.frozen`)
 
 
 def digest(data: bytes) -> bytes:
@@ -606,7 +610,7 @@ def split_request(
     newest = newest_turn(messages, n_system) if len(messages) > n_system else len(messages)
     stable = header_count + max(newest - n_system, 0)
     model = body.get("model")
-    return RequestSegments(
+    return _REQUEST_SEGMENTS(
         family=rule.family,
         model=model if isinstance(model, str) else "",
         # Moved, not copied (segments are atoms and their kind: in no cycle).

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
+from gateway.frozen import mutable_twin
+
 DEFAULT_TOLERANCE = Decimal("0.10")
 _MIN_SLACK_TOKENS = 128
 
@@ -35,6 +37,9 @@ class Verdict:
     prompt_tokens: int
     missed_tokens: int
     money_lost: Decimal
+
+
+_VERDICT = mutable_twin(Verdict)  # a store per field (`gateway.frozen`)
 
 
 def _money(value: object) -> Decimal:
@@ -74,4 +79,4 @@ def verdict(
     missed = expected - actual if status is CacheStatus.MISS else 0
     saving = max(_money(input_price) - _money(cached_price), Decimal(0))
     lost = Decimal(missed) * saving if missed else Decimal(0)
-    return Verdict(status, expected, actual, prompt_tokens, missed, lost)
+    return _VERDICT(status, expected, actual, prompt_tokens, missed, lost)
