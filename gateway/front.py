@@ -20,6 +20,7 @@ FastAPI as before; with tracing on, the chat path runs under the same tracing mi
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 import anyio
@@ -43,6 +44,8 @@ class Gateway(FastAPI):
     """FastAPI, with POST /v1/chat/completions handed to `chat` (when set) before it."""
 
     chat: ASGIApp | None = None
+    # The path `chat` serves; the server hands POST requests to it straight to this app.
+    chat_path = PATH
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         chat = self.chat
@@ -83,7 +86,9 @@ class ChatFront:
         header = (HEADER, request_id_of(scope).encode("ascii"))
         started = False
 
-        async def send_with_id(message: Message) -> None:
+        def send_with_id(message: Message) -> Awaitable[None]:
+            # Not a coroutine of its own: it hands back the server's `send(message)` for
+            # the caller to await (one frame less per message; a stream sends dozens).
             nonlocal started
             if not started and message["type"] == "http.response.start":
                 started = True
@@ -93,7 +98,7 @@ class ChatFront:
                     name.lower() == HEADER for name, _ in headers
                 ):
                     message = {**message, "headers": [*headers, header]}
-            await send(message)
+            return send(message)
 
         cut = self._cancel_scope()
         try:

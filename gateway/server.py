@@ -16,11 +16,14 @@ import asyncio
 import contextlib
 import importlib.util
 import re
+import urllib.parse
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, ClassVar, cast
 
 import uvicorn
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from gateway.drain import BACKSTOP_S
@@ -45,7 +48,10 @@ HTTP_PARSER = "httptools" if importlib.util.find_spec("httptools") else "h11"
 LOOP = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
 
 if HTTP_PARSER == "httptools":
+    from httptools import HttpParserError, HttpParserUpgrade, parse_url
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from gateway.http_cycle import Cycle
 else:  # pragma: no cover - the base is never used without httptools
     HttpToolsProtocol = H11Protocol  # type: ignore[misc,assignment]
 
@@ -115,6 +121,9 @@ class HeadWithBody:
     def close(self) -> None:
         self._write_held()
         self._transport.close()
+
+    def is_closing(self) -> bool:  # asked several times a request: not via __getattr__
+        return self._transport.is_closing()
 
     def __getattr__(self, name: str) -> Any:  # every other method: the transport's own
         return getattr(self._transport, name)
@@ -208,11 +217,19 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
     """uvicorn's httptools protocol with a header deadline, a connection cap, JSON errors.
 
     llhttp bounds nothing itself, so a request head over `MAX_HEAD_BYTES` is refused
-    here (h11 refuses one over 16 KiB the same way).
+    here (h11 refuses one over 16 KiB the same way). The parser's callbacks are
+    uvicorn's with less per request: one override each instead of an override and its
+    parent, a plain path read without `httptools.parse_url`, and `gateway.http_cycle.Cycle`
+    for the request's messages. POST /v1/chat/completions (the app's `chat_path`) goes to
+    the app itself, not through uvicorn's proxy-headers layer: the chat path reads neither
+    `client` nor `scheme`, which is all that layer sets (every other request still passes it).
     """
 
     _head_bytes = 0
     _in_head = True
+    # The app the chat path is served by (set by `protocol_class`); its path.
+    direct_app: ClassVar[Any] = None
+    direct_path: ClassVar[str | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -224,6 +241,15 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
                 lenient_data_after_close=True,  # as uvicorn sets it
                 lenient_headers=True,
             )
+        # Only the proxy-headers layer is skipped: with any other wrapping (uvicorn's
+        # message logger at log level trace), the chat path takes the whole app too.
+        app = self.app
+        direct = self.direct_app
+        self._direct = (
+            direct
+            if direct is not None and isinstance(app, ProxyHeadersMiddleware) and app.app is direct
+            else app
+        )
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # its flow control keeps the transport itself
@@ -236,7 +262,18 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self._idle_deadline = None  # not idle: uvicorn's keep-alive timeout is off
-        super().data_received(data)
+        try:
+            self.parser.feed_data(data)
+        except HttpParserError:
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+            return
+        except HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
         if self._in_head and not self.transport.is_closing():
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
@@ -244,7 +281,20 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._in_head, self._head_bytes = True, 0
-        super().on_message_begin()
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self.scope = {  # type: ignore[typeddict-item]
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,  # type: ignore[typeddict-item]
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+        }
 
     def on_headers_complete(self) -> None:
         # One search over every value, not a call per header (~0.5 µs each).
@@ -252,7 +302,73 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
             raise ValueError("a header value holds NUL, VT or FF")  # the parser's 400
         self._in_head = False
         self._cancel_header_timer()  # the deadline is met
-        super().on_headers_complete()
+        parser = self.parser
+        scope = self.scope
+        http_version = parser.get_http_version()
+        method = scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        if parser.should_upgrade() and self._should_upgrade():
+            return
+        url = self.url
+        if url[:1] == b"/" and b"?" not in url and b"#" not in url:
+            raw_path, query = url, b""  # what parse_url gives for an origin-form path
+        else:
+            parsed_url = parse_url(url)
+            raw_path, query = parsed_url.path, parsed_url.query or b""
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        root_path = self.root_path
+        if root_path:
+            path, raw_path = root_path + path, root_path.encode("ascii") + raw_path
+        scope["path"] = path
+        scope["raw_path"] = raw_path
+        scope["query_string"] = query
+        app: Any
+        if self.limit_concurrency is not None and (
+            len(self.connections) >= self.limit_concurrency
+            or len(self.tasks) >= self.limit_concurrency
+        ):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        elif path == self.direct_path and method == "POST":
+            app = self._direct
+        else:
+            app = self.app
+        existing_cycle = self.cycle
+        self.cycle = Cycle(
+            scope,
+            self.transport,
+            self.flow,
+            self.logger,
+            self.access_logger,
+            self.access_log,
+            self.server_state.default_headers,
+            self.expect_100_continue,
+            http_version != "1.0" and parser.should_keep_alive(),
+            self.on_response_complete,
+        )
+        if existing_cycle is None or existing_cycle.response_complete:
+            self._start_asgi_task(self.cycle, app)
+        else:  # pipelined: queued until the response before it is complete
+            self.flow.pause_reading()
+            self.pipeline.appendleft((self.cycle, app))
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if cycle.response_complete or (self.parser.should_upgrade() and self._should_upgrade()):
+            return
+        if cast(Cycle, cycle).add_body(body) > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
+        cycle.message_event.set()
+
+    def on_message_complete(self) -> None:
+        cycle = self.cycle
+        if cycle.response_complete or (self.parser.should_upgrade() and self._should_upgrade()):
+            return
+        cycle.more_body = False
+        cycle.message_event.set()
 
     def on_response_complete(self) -> None:
         """uvicorn's, with its keep-alive timeout kept as a deadline of the guard's timer.
@@ -309,10 +425,20 @@ async def _overloaded(scope: Any, receive: Any, send: Any) -> None:
     await send_error(send, error, ((b"retry-after", b"1"), request_id_header(scope)))
 
 
-def protocol_class(limits: ConnectionLimits, parser: str = HTTP_PARSER) -> type[_Guard]:
-    """A protocol class bound to `limits` (uvicorn builds one protocol per connection)."""
+def protocol_class(
+    limits: ConnectionLimits, parser: str = HTTP_PARSER, app: Any = None
+) -> type[_Guard]:
+    """A protocol class bound to `limits` (uvicorn builds one protocol per connection).
+
+    With `app` (an ASGI app with a `chat_path`, as `gateway.front.Gateway`), POST
+    requests to that path skip uvicorn's proxy-headers layer on httptools.
+    """
     base = FareboxHttpToolsProtocol if parser == "httptools" else FareboxH11Protocol
-    return type(base.__name__, (base,), {"limits": limits})
+    bound: dict[str, Any] = {"limits": limits}
+    path = getattr(app, "chat_path", None)
+    if base is FareboxHttpToolsProtocol and isinstance(path, str):
+        bound |= {"direct_app": app, "direct_path": path}
+    return type(base.__name__, (base,), bound)
 
 
 def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Config:
@@ -324,7 +450,7 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
         "log_level": settings.log_level,
         "access_log": False,
         "lifespan": "on",
-        "http": protocol_class(limits),
+        "http": protocol_class(limits, app=app),
         "loop": LOOP,
         "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
         # uvicorn's own limit answers in plain text; the protocol enforces ours.

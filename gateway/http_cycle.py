@@ -1,0 +1,203 @@
+"""One request and its response on an httptools connection, with less work per message.
+
+uvicorn's `RequestResponseCycle` runs, per response head, two regex searches and a
+`lower()` per header and a list grown four items per header; per body message two
+`message.get`s, a list and a join even for one chunk; and `receive` creates and awaits a
+coroutine on the body event even when the body is already in. `Cycle` writes the same
+bytes and raises the same errors with less of that: the names are checked in one search
+over their join and the values in one over theirs joined by a tab (the patterns are
+character classes and a tab is allowed in a value, so the join matches exactly when one
+of them does), names are lowercased only when one is not, and a body that came in one
+piece is handed on as the parser gave it (uvicorn copies it into a bytearray, then out).
+`gateway.server.FareboxHttpToolsProtocol` builds one per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    RequestResponseCycle,
+)
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+
+_FRAMING = frozenset((b"content-length", b"transfer-encoding", b"connection"))
+_CHUNKED_END = b"0\r\n\r\n"
+
+
+class Cycle(RequestResponseCycle):
+    """uvicorn's request-response cycle (same attributes, same bytes, same errors)."""
+
+    def __init__(  # positional: one call per request, no keyword matching
+        self,
+        scope: Any,
+        transport: asyncio.Transport,
+        flow: FlowControl,
+        logger: logging.Logger,
+        access_logger: logging.Logger,
+        access_log: bool,
+        default_headers: list[tuple[bytes, bytes]],
+        expect_100_continue: bool,
+        keep_alive: bool,
+        on_response: Callable[..., None],
+    ) -> None:
+        self.scope = scope
+        self.transport = transport
+        self.flow = flow
+        self.logger = logger
+        self.access_logger = access_logger
+        self.access_log = access_log
+        self.default_headers = default_headers
+        self.message_event = asyncio.Event()
+        self.on_response = on_response
+        self.disconnected = False
+        self.keep_alive = keep_alive
+        self.waiting_for_100_continue = expect_100_continue
+        self.body = b""  # type: ignore[assignment]  # bytes while one piece, then a bytearray
+        self.more_body = True
+        self.response_started = False
+        self.response_complete = False
+        self.chunked_encoding: bool | None = None
+        self.expected_content_length = 0
+
+    def add_body(self, body: bytes) -> int:
+        """Keep a piece of the request body; return how much is held."""
+        held = self.body
+        if not held:
+            self.body = body  # type: ignore[assignment]
+            return len(body)
+        if type(held) is bytes:
+            held = self.body = bytearray(held)
+        held += body
+        return len(held)
+
+    async def send(self, message: Any) -> None:
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()  # pragma: no cover - the client stopped reading
+        if self.disconnected:
+            return
+        if not self.response_started:
+            if message["type"] != "http.response.start":
+                raise RuntimeError(
+                    f"Expected ASGI message 'http.response.start', but got '{message['type']}'."
+                )
+            self._start(message)
+        elif not self.response_complete:
+            if message["type"] != "http.response.body":
+                raise RuntimeError(
+                    f"Expected ASGI message 'http.response.body', but got '{message['type']}'."
+                )
+            self._body(message.get("body", b""), message.get("more_body", False))
+        else:
+            kind = message["type"]
+            raise RuntimeError(
+                f"Unexpected ASGI message '{kind}' sent, after response already completed."
+            )
+
+    def _start(self, message: Any) -> None:
+        """Write the status line and headers (`HeadWithBody` holds them for the body)."""
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        status_code = message["status"]
+        headers = self.default_headers + list(message.get("headers", ()))
+        if self.access_log:
+            self.access_logger.info(
+                '%s - "%s %s HTTP/%s" %d',
+                get_client_addr(self.scope),
+                self.scope["method"],
+                get_path_with_query_string(self.scope),
+                self.scope["http_version"],
+                status_code,
+            )
+        names = b"".join([name for name, _ in headers])
+        if HEADER_RE.search(names):
+            raise RuntimeError("Invalid HTTP header name.")
+        if HEADER_VALUE_RE.search(b"\t".join([value for _, value in headers])):
+            raise RuntimeError("Invalid HTTP header value.")
+        if names.lower() != names:
+            headers = [(name.lower(), value) for name, value in headers]
+        content = [STATUS_LINE[status_code]]
+        has_connection_close = False
+        for name, value in headers:
+            if name in _FRAMING:
+                has_connection_close = self._framing(name, value) or has_connection_close
+            content += (name, b": ", value, b"\r\n")
+        if not self.keep_alive and not has_connection_close:
+            content.append(b"connection: close\r\n")
+        if (
+            self.chunked_encoding is None
+            and self.scope["method"] != "HEAD"
+            and status_code not in (204, 304)
+        ):
+            self.chunked_encoding = True
+            content.append(b"transfer-encoding: chunked\r\n")
+        content.append(b"\r\n")
+        self.transport.write(b"".join(content))
+
+    def _framing(self, name: bytes, value: bytes) -> bool:
+        """Read a framing header as uvicorn does; True if it is `connection: close`."""
+        if name == b"content-length":
+            if self.chunked_encoding is None:
+                self.expected_content_length = int(value.decode())
+                self.chunked_encoding = False
+        elif name == b"transfer-encoding":
+            if value.lower() == b"chunked":
+                self.expected_content_length = 0
+                self.chunked_encoding = True
+        elif b"close" in [token.lower().strip() for token in value.split(b",")]:
+            self.keep_alive = False
+            return True
+        return False
+
+    def _body(self, body: bytes, more_body: bool) -> None:
+        """Write a piece of the response body; on the last, complete the response."""
+        if self.scope["method"] == "HEAD":
+            self.expected_content_length = 0
+        elif self.chunked_encoding:
+            if body:
+                if more_body:
+                    self.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+                else:
+                    self.transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))
+            elif not more_body:
+                self.transport.write(_CHUNKED_END)
+        else:
+            if len(body) > self.expected_content_length:
+                raise RuntimeError("Response content longer than Content-Length")
+            self.expected_content_length -= len(body)
+            self.transport.write(body)
+        if not more_body:
+            if self.expected_content_length != 0:
+                raise RuntimeError("Response content shorter than Content-Length")
+            self.response_complete = True
+            self.message_event.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+
+    async def receive(self) -> Any:
+        if self.waiting_for_100_continue and not self.transport.is_closing():
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.waiting_for_100_continue = False
+        if not self.disconnected and not self.response_complete:
+            self.flow.resume_reading()
+            event = self.message_event
+            if not event.is_set():  # else `wait` would return at once: no coroutine
+                await event.wait()
+            event.clear()
+        if self.disconnected or self.response_complete:
+            return {"type": "http.disconnect"}
+        body = self.body
+        self.body = b""  # type: ignore[assignment]
+        return {
+            "type": "http.request",
+            "body": body if type(body) is bytes else bytes(body),
+            "more_body": self.more_body,
+        }
