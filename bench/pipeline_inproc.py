@@ -17,6 +17,9 @@ from neighbours on a shared box moves it much less than CPU read from /proc unde
 family openai) instead of pipeline_cpu's (family vllm, no rules). `--src` imports the
 gateway from another checkout (an A/B of two trees). `--cprofile` writes cProfile stats
 of one more round (deterministic call counts; the times are inflated by the profiler).
+`--serve-gc` freezes the imported heap and sets the young-generation threshold as `farebox
+serve` does (gateway/heap.py `freeze_imports`); without it the process keeps CPython's
+threshold of 700, and young collections land on whichever stage allocates.
 """
 
 from __future__ import annotations
@@ -133,6 +136,10 @@ async def _run(args: argparse.Namespace, port: int) -> dict[str, Any]:
     hot = FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
     config.write_text(hot if args.config == "hot" else PLAIN.format(port=port))
     settings = Settings(data_dir=data, config=config, log_level="warning")
+    if args.serve_gc:  # as gateway/cli.py does before the server starts
+        from gateway.heap import freeze_imports
+
+        freeze_imports()
     app = create_app(settings)
     rounds: list[float] = []
     async with app.router.lifespan_context(app) as given:
@@ -171,6 +178,11 @@ def main() -> None:
     parser.add_argument("--config", choices=("plain", "hot"), default="plain")
     parser.add_argument("--src", help="import the gateway from this checkout")
     parser.add_argument("--cprofile", help="write cProfile stats of one more round here")
+    parser.add_argument(
+        "--serve-gc",
+        action="store_true",
+        help="freeze the imports and raise the young GC threshold as `farebox serve` does",
+    )
     args = parser.parse_args()
     use_checkout(args.src)
     os.environ.pop("FAREBOX_CONFIG", None)
