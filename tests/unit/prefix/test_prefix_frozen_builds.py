@@ -6,6 +6,8 @@ dataclasses themselves, equal to what their own constructors build.
 - A check's `PrefixCheck`, record, segments, expectation, comparison and divergence, and a
   verdict, have their classes' own types, are frozen, and equal the objects those classes
   build from the same fields.
+- A small record (its header's columns kept when the header is the parts' shared absent
+  segments) is the zip of its segments, for any header parts, family and length.
 - `common_prefix` finds the first unequal pair wherever it lies, early or late, in records
   longer than its linear cut-off.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from decimal import Decimal
+from itertools import accumulate
 from typing import Any
 
 import pytest
@@ -22,7 +25,8 @@ from hypothesis import strategies as st
 
 from gateway.prefix import PrefixChecker, PrefixRecord, rule_for
 from gateway.prefix.compare import common_prefix
-from gateway.prefix.record import with_reported_tokens
+from gateway.prefix.record import build_record, with_reported_tokens, written_breakpoints
+from gateway.prefix.segments import SegmentKind, split_request
 from gateway.prefix.verdict import verdict
 
 
@@ -94,3 +98,54 @@ def test_common_prefix_finds_the_first_difference_anywhere(size: int, data: Any)
     a = PrefixRecord(segment_names=digests, segment_digests=digests, **fields)
     b = PrefixRecord(segment_names=other, segment_digests=other, **fields)
     assert common_prefix(a, b) == cut
+
+
+def _reference_record(request: Any, rule: Any) -> PrefixRecord:
+    """The small record as `_small_record` built it before its header columns were kept."""
+    segments = request.segments
+    names, _, datas, digests, _, canonical, _ = zip(*segments, strict=True)
+    return PrefixRecord(
+        family=request.family,
+        model=request.model,
+        segment_names=names,
+        segment_digests=tuple(map(bytes.hex, digests)),
+        canonical_digests=tuple(map(bytes.hex, canonical)),
+        cumulative_tokens=tuple(accumulate([(n + 3) >> 2 for n in map(len, datas)])),
+        stable_count=request.stable_count,
+        header_count=request.header_count,
+        breakpoints=written_breakpoints(request, rule),
+        settings={
+            s.name: s.data.decode("utf-8", "replace")[:200]
+            for s in segments[: request.header_count]
+            if s.kind is SegmentKind.SETTING and s.data != b"null"
+        },
+    )
+
+
+_EXTRAS = st.fixed_dictionaries(
+    {},
+    optional={
+        "tools": st.just([{"type": "function", "function": {"name": "f"}}]),
+        "reasoning_effort": st.sampled_from(["low", "high"]),
+        "service_tier": st.just("flex"),
+        "response_format": st.just({"type": "json_object"}),
+        "tool_choice": st.just("auto"),
+    },
+)
+
+
+@given(
+    turns=st.integers(0, 20),
+    system=st.sampled_from(["", "be brief"]),
+    extras=_EXTRAS,
+    family=st.sampled_from(["openai", "anthropic", "vllm"]),
+)
+def test_a_small_record_is_the_zip_of_its_segments(
+    turns: int, system: str, extras: dict[str, Any], family: str
+) -> None:
+    rule = rule_for(family)
+    for _ in range(2):  # the second time the header's columns are the kept ones
+        request = split_request({**_body(turns, system), **extras}, rule)
+        made = build_record(request, rule)
+        assert made == _reference_record(request, rule)
+        assert made.settings == _reference_record(request, rule).settings
