@@ -45,6 +45,7 @@ from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.settings import Timeouts
 from gateway.upstream.base import UpstreamCall, UpstreamStream
+from gateway.upstream.http_stream import ready_event
 from gateway.upstream.param_support import dropped_notice, notice_headers
 
 
@@ -234,7 +235,14 @@ def _first_event_deadlines(seconds: float) -> SharedDeadlines:
 async def first_event(
     stream: UpstreamStream, events: AsyncIterator[bytes], call: UpstreamCall
 ) -> bytes:
-    """The stream's first event, within the route's first-token limit (one shared timer)."""
+    """The stream's first event, within the route's first-token limit (one shared timer).
+
+    An event whose bytes came with the reply's head (as a fast upstream sends them) is
+    taken at once: no wait, so no deadline to set up.
+    """
+    ready = ready_event(events)
+    if ready is not None:
+        return ready
     seconds = call.timeouts.first_token
     try:
         return await _first_event_deadlines(seconds).within(anext(events))
