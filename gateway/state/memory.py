@@ -56,22 +56,28 @@ class MemoryState:
     async def prefix_history(self, keys: list[str]) -> list[dict[str, Any]]:
         now = time.monotonic()
         found: dict[int, dict[str, Any]] = {}  # by identity: one record is kept under two keys
+        prefixes = self._prefixes
         for key in keys:
-            entry = self._prefixes.get(key)
+            entry = prefixes.get(key)
             if entry is not None and entry[1] >= now:
-                found.update((id(record), record) for record in entry[0])
+                for record in entry[0]:  # a loop, not a generator per key
+                    found[id(record)] = record
         return list(found.values())
 
     async def remember_prefix(
         self, keys: list[str], record: dict[str, Any], ttl_s: float, keep: int
     ) -> None:
         expires = time.monotonic() + ttl_s
+        prefixes = self._prefixes
         for key in keys:
-            records, _ = self._prefixes.get(key, ([], 0.0))
-            self._prefixes[key] = ([record, *records][:keep], expires)
-            self._prefixes.move_to_end(key)
-        while len(self._prefixes) > self.max_prefix_keys:
-            self._prefixes.popitem(last=False)
+            entry = prefixes.get(key)
+            if entry is None:  # a new key goes last, as move_to_end would put it
+                prefixes[key] = ([record][:keep], expires)
+            else:
+                prefixes[key] = ([record, *entry[0]][:keep], expires)
+                prefixes.move_to_end(key)
+        while len(prefixes) > self.max_prefix_keys:
+            prefixes.popitem(last=False)
 
     async def task_value(self, task_id: str, name: str) -> str | None:
         entry = self._values.get(f"{task_id}:{name}")
