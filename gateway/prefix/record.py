@@ -22,7 +22,7 @@ import xxhash
 from gateway.frozen import mutable_twin
 from gateway.prefix.cache_rules import CacheMode, CacheRule
 from gateway.prefix.locate import acyclic_list, moved_tuple, native_step
-from gateway.prefix.segments import ABSENT_IDS, DIGEST_SIZE, RequestSegments, SegmentKind
+from gateway.prefix.segments import DIGEST_SIZE, RequestSegments, SegmentKind
 
 TokenCounter = Callable[[bytes], int]
 _BREAKPOINT_KINDS = (SegmentKind.TOOLS, SegmentKind.SYSTEM, SegmentKind.MESSAGE)
@@ -324,66 +324,25 @@ def _record(
     )
 
 
-Columns = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[int, ...]]
-_HEAD_COLUMNS: dict[tuple[int, ...], Columns] = {}
-"""The columns of a header made only of the parts' shared absent segments (most small
-requests: no system prompt, tools or settings), by those segments' ids (`ABSENT_IDS`, kept
-for the process): made once per header order, not per request."""
-
-
 def _small_record(request: RequestSegments, rule: CacheRule) -> PrefixRecord:
-    """`build_record` of a request of few segments (most): its columns by one zip, the
-    header's taken from `_HEAD_COLUMNS` when it is the shared absent one."""
-    segments, head = request.segments, request.header_count
-    key = tuple(map(id, segments[:head]))
-    kept = _HEAD_COLUMNS.get(key)
-    if kept is None and head and len(_HEAD_COLUMNS) < 64 and ABSENT_IDS.issuperset(key):
-        kept = _HEAD_COLUMNS[key] = _columns(segments[:head])
-    if kept is None:
-        names, digests, canonical, cumulative = _columns(segments)
-        settings = {
-            s.name: s.data.decode("utf-8", "replace")[:_SETTING_PREVIEW]
-            for s in segments[:head]
-            if s.kind is SegmentKind.SETTING and s.data != b"null"
-        }
-    else:  # an absent setting's bytes are b"null": no settings
-        names, digests, canonical, cumulative = _columns(segments[head:], kept)
-        settings = {}
+    """`build_record` of a request of few segments (most): its columns by one zip."""
+    segments = request.segments
+    names, _, datas, digests, _, canonical, _ = zip(*segments, strict=True)
     return _BUILD(
         family=request.family,
         model=request.model,
         segment_names=names,
-        segment_digests=digests,
-        canonical_digests=canonical,
-        cumulative_tokens=cumulative,
+        segment_digests=tuple(map(bytes.hex, digests)),
+        canonical_digests=tuple(map(bytes.hex, canonical)),
+        cumulative_tokens=tuple(accumulate([(n + 3) >> 2 for n in map(len, datas)])),
         stable_count=request.stable_count,
-        header_count=head,
+        header_count=request.header_count,
         breakpoints=written_breakpoints(request, rule),
-        settings=settings,
-    )
-
-
-def _columns(segments: Sequence[Any], before: Columns | None = None) -> Columns:
-    """The names, hex digests, hex canonical digests and running token sums of a few
-    segments, after the columns of those `before` them."""
-    if not segments:
-        return before or ((), (), (), ())
-    names, _, datas, digests, _, canonical, _ = zip(*segments, strict=True)
-    sizes = [(n + 3) >> 2 for n in map(len, datas)]
-    if before is None:
-        return (
-            names,
-            tuple(map(bytes.hex, digests)),
-            tuple(map(bytes.hex, canonical)),
-            tuple(accumulate(sizes)),
-        )
-    sums = accumulate(sizes, initial=before[3][-1] if before[3] else 0)
-    next(sums)  # `initial` itself comes first
-    return (
-        before[0] + names,
-        before[1] + tuple(map(bytes.hex, digests)),
-        before[2] + tuple(map(bytes.hex, canonical)),
-        before[3] + tuple(sums),
+        settings={
+            s.name: s.data.decode("utf-8", "replace")[:_SETTING_PREVIEW]
+            for s in segments[: request.header_count]
+            if s.kind is SegmentKind.SETTING and s.data != b"null"
+        },
     )
 
 

@@ -420,7 +420,6 @@ def _segment(name: str, kind: SegmentKind, value: Any) -> Segment:
         absent = _ABSENT.get((name, kind))
         if absent is None:
             absent = _ABSENT[(name, kind)] = _make_segment(name, kind, None)
-            ABSENT_IDS.add(id(absent))
         return absent
     return _make_segment(name, kind, value)
 
@@ -447,9 +446,6 @@ def _make_segment(name: str, kind: SegmentKind, value: Any) -> Segment:
 
 
 _ABSENT: dict[tuple[str, SegmentKind], Segment] = {}
-ABSENT_IDS: set[int] = set()
-"""The `id` of each segment in `_ABSENT`, which keeps them for the process: an id here is
-always that segment's (`record._small_record` keeps their columns by these ids)."""
 """Header segments of a part the body leaves out, by name and kind: a handful."""
 _SORTED: dict[tuple[SegmentKind, bytes], bytes] = {}
 """Sorted-key digests by the digest of the header's canonical bytes (bounded)."""
@@ -494,7 +490,6 @@ def _header(body: Mapping[str, Any], part: str, system: list[Any]) -> Segment:
             if absent is None:
                 absent = Segment("system", SegmentKind.SYSTEM, b"[]", digest(b"[]"), False)
                 _ABSENT[("system", SegmentKind.SYSTEM)] = absent
-                ABSENT_IDS.add(id(absent))
             return absent
         data = canonical_bytes([rendered_message(m) for m in system])
         marked = any(_has_marker(m) for m in system)

@@ -6,8 +6,8 @@ dataclasses themselves, equal to what their own constructors build.
 - A check's `PrefixCheck`, record, segments, expectation, comparison and divergence, and a
   verdict, have their classes' own types, are frozen, and equal the objects those classes
   build from the same fields.
-- A small record (its header's columns kept when the header is the parts' shared absent
-  segments) is the zip of its segments, for any header parts, family and length.
+- A small record is the zip of its segments, for any header parts, family and length,
+  at first and second sight of its header.
 - `common_prefix` finds the first unequal pair wherever it lies, early or late, in records
   longer than its linear cut-off.
 """
@@ -101,7 +101,7 @@ def test_common_prefix_finds_the_first_difference_anywhere(size: int, data: Any)
 
 
 def _reference_record(request: Any, rule: Any) -> PrefixRecord:
-    """The small record as `_small_record` built it before its header columns were kept."""
+    """The small record as the plain zip of its segments builds it."""
     segments = request.segments
     names, _, datas, digests, _, canonical, _ = zip(*segments, strict=True)
     return PrefixRecord(
@@ -144,7 +144,7 @@ def test_a_small_record_is_the_zip_of_its_segments(
     turns: int, system: str, extras: dict[str, Any], family: str
 ) -> None:
     rule = rule_for(family)
-    for _ in range(2):  # the second time the header's columns are the kept ones
+    for _ in range(2):  # first and second sight of the header
         request = split_request({**_body(turns, system), **extras}, rule)
         made = build_record(request, rule)
         assert made == _reference_record(request, rule)
