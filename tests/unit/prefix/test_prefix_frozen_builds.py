@@ -20,7 +20,7 @@ from itertools import accumulate
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.prefix import PrefixChecker, PrefixRecord, rule_for
@@ -55,6 +55,7 @@ def _body(turns: int, system: str) -> dict[str, Any]:
     return {"model": "m", "messages": messages}
 
 
+@settings(deadline=None)  # a loaded box: no per-example time limit
 @given(turns=st.integers(0, 80), system=st.sampled_from(["", "be brief", "be kind"]))
 def test_a_check_builds_its_classes_own_frozen_values(turns: int, system: str) -> None:
     rule, checker = rule_for("openai"), PrefixChecker()
@@ -71,6 +72,7 @@ def test_a_check_builds_its_classes_own_frozen_values(turns: int, system: str) -
     _assert_frozen_equal(judged)
 
 
+@settings(deadline=None)  # a loaded box: no per-example time limit
 @given(tokens=st.integers(0, 10**9))
 def test_with_reported_tokens_is_replace(tokens: int) -> None:
     record = PrefixChecker().check(_body(2, "be brief"), rule_for("vllm")).record
@@ -82,6 +84,7 @@ def test_with_reported_tokens_is_replace(tokens: int) -> None:
     _assert_frozen_equal(made)
 
 
+@settings(deadline=None)  # a loaded box: no per-example time limit
 @given(size=st.integers(0, 300), data=st.data())
 def test_common_prefix_finds_the_first_difference_anywhere(size: int, data: Any) -> None:
     digests = tuple(f"{i:032x}" for i in range(size))
@@ -134,6 +137,7 @@ _EXTRAS = st.fixed_dictionaries(
 )
 
 
+@settings(deadline=None)  # a loaded box: no per-example time limit
 @given(
     turns=st.integers(0, 20),
     system=st.sampled_from(["", "be brief"]),
