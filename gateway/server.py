@@ -241,20 +241,22 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
                 lenient_data_after_close=True,  # as uvicorn sets it
                 lenient_headers=True,
             )
-        # Only the proxy-headers layer is skipped: with any other wrapping (uvicorn's
-        # message logger at log level trace), the chat path takes the whole app too.
-        app = self.app
-        direct = self.direct_app
-        self._direct = (
-            direct
-            if direct is not None and isinstance(app, ProxyHeadersMiddleware) and app.app is direct
-            else app
-        )
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # its flow control keeps the transport itself
         self.transport = cast(asyncio.Transport, HeadWithBody(transport, self.loop))
         self._guard_connection()
+        self._direct = self._chat_app()
+
+    def _chat_app(self) -> Any:
+        """The app the chat path is served by on this connection: the one the connection
+        got (a connection over the cap gets the 503 app, whatever its path) less uvicorn's
+        proxy-headers layer. With any other wrapping (uvicorn's message logger at log level
+        trace), the chat path takes the whole app too."""
+        app, direct = self.app, self.direct_app
+        if direct is not None and isinstance(app, ProxyHeadersMiddleware) and app.app is direct:
+            return direct
+        return app
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_timer()

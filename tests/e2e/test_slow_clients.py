@@ -152,6 +152,26 @@ def test_malformed_http_gets_an_openai_error(gateway: Gateway) -> None:
     assert status == 400 and body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
 
 
+def test_a_chat_request_over_the_connection_limit_gets_503_too(
+    make_gateway: GatewayFactory,
+) -> None:
+    """The chat path skips uvicorn's proxy-headers layer, not the connection cap."""
+    gateway = make_gateway(max_connections=3)
+    idle = [socket.create_connection(("127.0.0.1", gateway.server.port)) for _ in range(3)]
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    try:
+        status, answer = _raw_exchange(gateway.server.port, request)
+    finally:
+        for sock in idle:
+            sock.close()
+    assert status == 503
+    assert answer["error"]["code"] == "overloaded"  # type: ignore[index]
+
+
 def test_a_connection_over_the_limit_gets_503_in_openai_shape(
     make_gateway: GatewayFactory,
 ) -> None:
