@@ -84,13 +84,10 @@ class _Release(BackgroundTask):
         self.before = before
 
     async def __call__(self) -> None:
-        before = self.before
-        if before is not None:
-            try:
-                await before()
-            finally:
-                await _release(self.ctx)
-        else:
+        try:
+            if self.before is not None:
+                await self.before()
+        finally:
             await _release(self.ctx)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from gateway.config import ModelRoute
+from gateway.frozen import mutable_twin
 from gateway.ledger import RequestRecord
 from gateway.ledger.records import (
     MONEY_LIMIT,
@@ -53,7 +54,7 @@ class BookedCost:
     @classmethod
     def of(cls, cost: CostBreakdown | None) -> BookedCost:
         if cost is None:
-            return _booked(_ZERO_COMPONENTS.copy(), sum(_ZERO_COMPONENTS.values(), ZERO))
+            return _BOOKED(_ZERO_COMPONENTS.copy(), sum(_ZERO_COMPONENTS.values(), ZERO), True)
         components = {}
         total = ZERO_MONEY
         for name, value in zip(COMPONENTS, _COMPONENT_VALUES(cost), strict=True):
@@ -72,26 +73,14 @@ class BookedCost:
                 # order: adding only the non-zero ones to the rounded zero gives the digits
                 # (and exponent and sign) of `sum(components.values(), ZERO)`.
                 total += value
-        return _booked(components, total)
+        return _BOOKED(components, total, True)
 
 
 _COMPONENT_VALUES = attrgetter(*COMPONENTS)
 _ZERO_COMPONENTS = dict.fromkeys(COMPONENTS, ZERO_MONEY)  # `as_money(ZERO, name)` for each
-_NEW = object.__new__
-_SET_COMPONENTS = BookedCost.__dict__["components"].__set__  # the slots' own setters
-_SET_TOTAL = BookedCost.__dict__["total"].__set__
-_SET_ROUNDED = BookedCost.__dict__["rounded"].__set__
-
-
-def _booked(components: dict[str, Decimal], total: Decimal) -> BookedCost:
-    """`BookedCost(components, rounded=True)` with its `total` given (their sum, as
-    `__post_init__` makes it), built through its slots: a frozen dataclass's `__init__`
-    calls `object.__setattr__` per field and `__post_init__` once more."""
-    booked = _NEW(BookedCost)
-    _SET_COMPONENTS(booked, components)
-    _SET_TOTAL(booked, total)
-    _SET_ROUNDED(booked, True)
-    return booked
+# `BookedCost(components, rounded=True)` with its `total` given (their sum, as its
+# `__post_init__` makes it: the one check it skips), a store per field (`gateway.frozen`).
+_BOOKED = mutable_twin(BookedCost, unchecked=True)
 
 
 def booked_cost(ctx: RequestContext) -> BookedCost:

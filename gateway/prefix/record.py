@@ -326,23 +326,14 @@ def _record(
 
 def _small_record(request: RequestSegments, rule: CacheRule) -> PrefixRecord:
     """`build_record` of a request of few segments (most): its columns by one zip."""
-    segments = request.segments
-    names, _, datas, digests, _, canonical, _ = zip(*segments, strict=True)
-    return _BUILD(
-        family=request.family,
-        model=request.model,
-        segment_names=names,
-        segment_digests=tuple(map(bytes.hex, digests)),
-        canonical_digests=tuple(map(bytes.hex, canonical)),
-        cumulative_tokens=tuple(accumulate([(n + 3) >> 2 for n in map(len, datas)])),
-        stable_count=request.stable_count,
-        header_count=request.header_count,
-        breakpoints=written_breakpoints(request, rule),
-        settings={
-            s.name: s.data.decode("utf-8", "replace")[:_SETTING_PREVIEW]
-            for s in segments[: request.header_count]
-            if s.kind is SegmentKind.SETTING and s.data != b"null"
-        },
+    names, _, datas, digests, _, canonical, _ = zip(*request.segments, strict=True)
+    return _record(
+        request,
+        rule,
+        names,
+        tuple(map(bytes.hex, digests)),
+        tuple(map(bytes.hex, canonical)),
+        tuple(accumulate([(n + 3) >> 2 for n in map(len, datas)])),
     )
 
 
