@@ -14,6 +14,8 @@ import itertools
 import json
 import os
 import select
+import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -50,7 +52,7 @@ class Browser:
         self.timeout = timeout
         self._ids = itertools.count(1)
         self._buffer = b""
-        self._profile = tempfile.TemporaryDirectory(prefix="farebox-chromium-")
+        self._profile = tempfile.mkdtemp(prefix="farebox-chromium-")
         to_browser, self._commands = os.pipe()
         self._replies, from_browser = os.pipe()
         # bash puts our pipe ends on fds 3 and 4, where Chromium looks for them (dash
@@ -58,8 +60,11 @@ class Browser:
         script = f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}'
         self._process = subprocess.Popen(
             ["/bin/bash", "-c", script, CHROMIUM, *FLAGS, "--remote-debugging-pipe",
-             f"--user-data-dir={self._profile.name}", "about:blank"],
+             f"--user-data-dir={self._profile}", "about:blank"],
             pass_fds=(to_browser, from_browser),
+            # Its own process group, so close() can stop the helpers (crashpad, zygote)
+            # that go on writing to the profile after the main process has gone.
+            start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -78,15 +83,23 @@ class Browser:
         self.close()
 
     def close(self) -> None:
+        self.timeout = min(self.timeout, 5)
+        try:
+            self.call("Browser.close")
+        except (BrowserError, OSError):
+            pass  # it has gone already; the group kill below stops what is left
         for fd in (self._commands, self._replies):
             os.close(fd)
-        self._process.terminate()
         try:
             self._process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-        self._profile.cleanup()
+            pass
+        try:
+            os.killpg(self._process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._process.wait()
+        _remove_profile(self._profile)
 
     def call(self, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
         """Send one command and return its result (events in between are dropped)."""
@@ -150,3 +163,12 @@ class Browser:
                   deviceScaleFactor=1, mobile=False)  # fmt: skip
         shot = self.call("Page.captureScreenshot", session, format="png")
         path.write_bytes(base64.b64decode(shot["data"]))
+
+
+def _remove_profile(path: str) -> None:
+    """Remove Chromium's profile; a helper still exiting may add a file in between."""
+    for _ in range(50):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            return
+        time.sleep(0.1)
