@@ -37,7 +37,7 @@ STYLES = [
 ]
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(OBJECTS, SETS, REMOVES)
 def test_compact_bodies_patch_to_the_spliced_bytes(
     body: dict[str, Any], set_fields: dict[str, Any], remove: set[str]
@@ -55,7 +55,7 @@ def test_compact_bodies_patch_to_the_spliced_bytes(
         assert fast in (None, spliced)  # a new key `patch_object` escapes: its splice
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(OBJECTS, SETS, REMOVES, st.integers(min_value=0, max_value=len(STYLES) - 1))
 def test_other_renderings_are_patched_exactly_or_left_to_the_splice(
     body: dict[str, Any], set_fields: dict[str, Any], remove: set[str], style: int
@@ -102,7 +102,7 @@ def test_a_compact_reply_is_patched_in_place_and_appended_to() -> None:
     )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(OBJECTS, SETS, REMOVES)
 def test_spaced_bodies_patch_to_the_spliced_bytes(
     body: dict[str, Any], set_fields: dict[str, Any], remove: set[str]
@@ -119,7 +119,7 @@ def test_spaced_bodies_patch_to_the_spliced_bytes(
         assert fast == spliced  # edits every rendering writes alike: always the fast path
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(OBJECTS, SETS, REMOVES, st.integers(min_value=0, max_value=len(STYLES) - 1))
 def test_spaced_patch_leaves_other_renderings_to_the_splice(
     body: dict[str, Any], set_fields: dict[str, Any], remove: set[str], style: int
