@@ -20,10 +20,11 @@ what is written (no send syscall: that cost is the kernel's and every server pay
 alternately). Prints one JSON line: the best and the median round, microseconds of the
 loop thread's CPU (thread_time) per request.
 
-`--ab BASE` runs BASE's `gateway/server.py` and `gateway/front.py` beside this tree's in
-one process (the rest of `gateway` is this tree's), rounds alternating, and prints both
-sides and how many rounds this tree was faster: on a loaded box the two sides share the
-load, where separate runs minutes apart do not.
+`--ab BASE` runs BASE's server and chat front (`AB_MODULES`: server.py, http_cycle.py,
+front.py, body_guard.py, api/chat.py, request_id.py, http_headers.py, json_body.py)
+beside this tree's in one process (the rest of `gateway` is this tree's), rounds
+alternating, and prints both sides and how many rounds this tree was faster: on a loaded
+box the two sides share the load, where separate runs minutes apart do not.
 
 `--callgrind` runs the bench under `valgrind --tool=callgrind` with instrumentation on
 only around one measured round (`callgrind_control -i`), and prints the loop thread's
@@ -179,38 +180,68 @@ async def _round(protocol: Any, transport: Transport, requests: int, measured: b
     return spent
 
 
-def _base_modules(base: str) -> tuple[Any, Any]:
-    """`gateway/server.py` and `gateway/front.py` of checkout `base`, beside this tree's.
+# The modules of the server and the chat front that `--ab` takes from the base checkout.
+AB_MODULES = (
+    "request_id",
+    "http_headers",
+    "json_body",
+    "http_cycle",
+    "body_guard",
+    "server",
+    "api.chat",
+    "front",
+)
 
-    Loaded under other names: everything else they import is this tree's `gateway`, so
-    only the server's protocol and the chat front differ between the two sides.
+
+def _base_modules(base: str) -> dict[str, Any]:
+    """BASE's `AB_MODULES`, loaded beside this tree's under other names.
+
+    Each is loaded as `farebox_base_<name>`; what it imports from another of them is
+    then rebound to that one's base version (`from gateway.http_cycle import Cycle` in
+    the base server.py is the base Cycle), and everything else is this tree's `gateway`,
+    so only these modules differ between the two sides.
     """
-    loaded = []
-    for name in ("server", "front"):
+    loaded: dict[str, Any] = {}
+    for name in AB_MODULES:
         spec = importlib.util.spec_from_file_location(
-            f"base_{name}", Path(base) / "gateway" / f"{name}.py"
+            f"farebox_base_{name.replace('.', '_')}",
+            Path(base) / "gateway" / (name.replace(".", "/") + ".py"),
         )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
-        loaded.append(module)
-    return loaded[0], loaded[1]
+        loaded[f"gateway.{name}"] = module
+    for module in loaded.values():
+        for attr, value in list(vars(module).items()):
+            home = loaded.get(getattr(value, "__module__", None) or "")
+            if home is not None and hasattr(home, attr):
+                setattr(module, attr, getattr(home, attr))
+    return loaded
 
 
 async def _measure_ab(requests: int, rounds: int, events: int, base: str) -> dict[str, list[float]]:
     """Both sides in one process, rounds alternating: a loaded box slows both alike."""
-    base_server, base_front = _base_modules(base)
+    modules = _base_modules(base)
+    base_server, base_front = modules["gateway.server"], modules["gateway.front"]
 
     async def fixed(ctx: Any, services: Any) -> Reply:
         return Reply(ctx.request_id, events)
 
     chat.handle_chat = fixed
+    modules["gateway.api.chat"].handle_chat = fixed
     freeze_imports()
     settings = Settings(data_dir=Path(tempfile.mkdtemp(prefix="farebox-server-front-")))
     app = create_app(settings)
     new_front = app.chat
-    old_front = base_front.ChatFront(app.state.in_flight, new_front.auth, new_front.guard)
+    guard = new_front.guard
+    base_guard = modules["gateway.body_guard"].BodyGuard(
+        guard.app,
+        prompt_limit=guard.prompt_limit,
+        api_limit=guard.api_limit,
+        timeout_s=guard.timeout_s,
+    )
+    old_front = base_front.ChatFront(app.state.in_flight, new_front.auth, base_guard)
     sides: dict[str, tuple[Any, Any]] = {}
     for name, module in (("base", base_server), ("new", sys.modules["gateway.server"])):
         config = module.server_config(app, settings, log_level="warning")
