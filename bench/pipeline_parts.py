@@ -159,11 +159,13 @@ async def _time_stages(
     from gateway.settings import Settings
 
     kept: dict[str, Any] = {}
-    finish, reply_cost = chat.finish, chat.with_cost
+    bill, reply_cost = chat.bill, chat.with_cost
 
-    async def keep_finish(ctx: Any, meter: Any, services: Any, **kwargs: Any) -> None:
-        await finish(ctx, meter, services, **kwargs)
+    async def keep_bill(ctx: Any, meter: Any, services: Any, **kwargs: Any) -> Any:
+        # A whole reply is billed before it is sent and booked after (chat._complete).
+        booking = await bill(ctx, meter, services, **kwargs)
         kept.update(ctx=copy.copy(ctx), meter=meter, services=services)  # before its release
+        return booking
 
     def keep_reply(payload: Any, raw: bytes, ctx: Any) -> bytes:
         kept.update(payload=payload, raw=raw)
@@ -178,11 +180,11 @@ async def _time_stages(
     app = create_app(Settings(data_dir=data, config=data / "config.yaml", log_level="warning"))
     async with app.router.lifespan_context(app) as given:
         state = dict(given or {})
-        chat.finish, chat.with_cost = keep_finish, keep_reply
+        chat.bill, chat.with_cost = keep_bill, keep_reply
         try:
             await inproc._round(app, state, 50, 1, False)
         finally:
-            chat.finish, chat.with_cost = finish, reply_cost
+            chat.bill, chat.with_cost = bill, reply_cost
         ctx, meter, services = kept["ctx"], kept["meter"], kept["services"]
         payload, raw = kept["payload"], kept["raw"]
         config, prices = services.config, services.prices

@@ -20,11 +20,11 @@ values in force, so a client cannot pick a plan its key does not have.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from gateway.auth.principal import Principal
 from gateway.errors import PermissionDeniedError
+from gateway.keys.secrets import sha256_hex
 from gateway.pipeline.context import Identity, RequestContext, TaskRef
 from gateway.pipeline.identifiers import (
     MAX_NAME,
@@ -47,7 +47,7 @@ def caller_id(authorization: str | None) -> str | None:
     token = authorization.removeprefix("Bearer ").strip()
     if not token:
         return None
-    return "key-" + hashlib.sha256(token.encode()).hexdigest()[:16]
+    return "key-" + sha256_hex(token.encode())[:16]
 
 
 def _truthy(value: Any) -> bool:
