@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.frozen import mutable_twin
 from gateway.prefix.cache_rules import CacheExpectation, CacheRule, expect
+from gateway.prefix.clean_runs import CleanRuns
 from gateway.prefix.compare import Comparison, Divergence, compare, explain
 from gateway.prefix.detectors import (
     HOT_PATH_SCAN_BUDGET,
@@ -75,6 +76,7 @@ class PrefixChecker:
         counter: TokenCounter = estimate_tokens,
     ) -> None:
         self.cache = cache or ScanCache()
+        self.clean_runs = CleanRuns()
         self.reuse = SegmentReuse()
         self.scan_budget = scan_budget
         self.counter = counter
@@ -122,7 +124,12 @@ class PrefixChecker:
         if comparison.closest is not None:  # the shared part of the chain is not hashed again
             record.share_chain(comparison.closest, comparison.matched)
         budget = ScanBudget(self.scan_budget)
-        findings, unscanned = scan_request(request, self.cache, budget, comparison.matched)
+        clean = range(0)
+        if comparison.closest is not None:  # what repeats the closest's clean run: no lookups
+            clean = self.clean_runs.repeated(record, comparison.closest, comparison.matched)
+        findings, unscanned = scan_request(request, self.cache, budget, comparison.matched, clean)
+        if not findings and not unscanned:
+            self.clean_runs.keep(record, comparison.matched, request.stable_count)
         divergence = None
         if comparison.closest is not None:
             divergence = explain(record, comparison.closest, comparison.matched, rule, findings)

@@ -269,12 +269,15 @@ def scan_request(
     cache: ScanCache,
     budget: ScanBudget | None = None,
     start: int = 0,
+    clean: range = range(0),
 ) -> tuple[list[Finding], list[str]]:
     """Return the findings in the cacheable part and the names of segments left unscanned.
 
     The newest turn (the last user message and what follows it) is never scanned: it sits
     after every cached boundary, so nothing in it can break a cache read. Segments before
     `start` are skipped too: the caller knows them to repeat an earlier request verbatim.
+    Segments at the positions in `clean` are known to hold nothing (`CleanRuns`): they are
+    not looked up.
     """
     if start >= request.stable_count:  # nothing cacheable is new (a small request's header)
         return [], acyclic_list()
@@ -283,9 +286,19 @@ def scan_request(
     # collections meanwhile walk 466,000 items apiece, on the event loop's thread too.
     segments = untracked_tuple(request.segments, start, request.stable_count)
     known: list[tuple[Hit, ...] | None] = acyclic_list()
-    known += cache.get_many(list(map(_DIGEST, segments)))
-    if None not in known and not any(known):  # all seen, none holds anything: most requests
-        return [], acyclic_list()
+    low = min(max(clean.start - start, 0), len(segments))
+    high = min(max(clean.stop - start, low), len(segments))
+    if low < high:  # only the segments around the clean run are looked up
+        looked = cache.get_many([*map(_DIGEST, segments[:low]), *map(_DIGEST, segments[high:])])
+        if None not in looked and not any(looked):
+            return [], acyclic_list()
+        known += looked[:low]
+        known += repeat((), high - low)
+        known += looked[low:]
+    else:
+        known += cache.get_many(list(map(_DIGEST, segments)))
+        if None not in known and not any(known):  # all seen, none holds anything: most
+            return [], acyclic_list()
     small: list[int] = acyclic_list()
     first_of: dict[bytes, int] = {}  # repeats within the request ("null" settings) scan once
     repeats: list[tuple[int, int]] = []

@@ -1,0 +1,94 @@
+"""Which recent requests' cacheable segments were all scanned and held nothing.
+
+A caller whose system prompt changes every request (a session id, the date) resends the
+rest of its prompt byte for byte: the check breaks at the system segment, so every segment
+after it is new to the comparison and went to the scan cache, ~0.3 ms of lookups for a
+1 MB prompt's 1,245 segments, though the closest earlier request had just found each of
+them clean. A segment's hits are a function of its bytes (its digest: the scan cache's key
+too), so where the closest request's segments were all scanned and held nothing, the
+segments that repeat them at the same positions hold nothing either, without a lookup.
+
+Only runs that were scanned whole and found clean are kept (no finding, nothing left
+unscanned for the budget), by the record's segment digests (compared by value, so a record
+rebuilt from the store finds its run too), for a bounded number of recent records. Where a
+kept segment's cache entry was evicted since, the answer is still the scan's own: a scan
+is a function of the bytes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from gateway.prefix.record import PrefixRecord
+
+# Runs shorter than this are not kept: a small request's lookups cost less than the keeping.
+MIN_RUN = 64
+MAX_RECORDS = 64
+MAX_SEGMENTS = 32 * 1024  # digests held by all kept keys: ~100 bytes each, ~3 MB at most
+
+
+class CleanRuns:
+    """A bounded LRU of records' segment digests -> the range of them scanned and clean.
+
+    Kept by the digests themselves (hashing a 1 MB prompt's 1,245 new ones: ~20 µs).
+    """
+
+    def __init__(self, max_records: int = MAX_RECORDS, max_segments: int = MAX_SEGMENTS) -> None:
+        self._runs: OrderedDict[tuple[str, ...], tuple[int, int]] = OrderedDict()
+        self._max_records = max_records
+        self._max_segments = max_segments
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def keep(self, record: PrefixRecord, start: int, stop: int) -> None:
+        """Remember that `record`'s segments `start..stop-1` were all scanned, none with a hit."""
+        digests = record.segment_digests
+        if stop - start < MIN_RUN or len(digests) > self._max_segments:
+            return
+        with self._lock:
+            if self._runs.pop(digests, None) is not None:
+                self._held -= len(digests)
+            self._runs[digests] = (start, stop)
+            self._held += len(digests)
+            while len(self._runs) > self._max_records or self._held > self._max_segments:
+                self._held -= len(self._runs.popitem(last=False)[0])
+
+    def repeated(self, record: PrefixRecord, closest: PrefixRecord, matched: int) -> range:
+        """The positions of `record`'s segments known clean: those after the first
+        difference (`matched`) that repeat `closest`'s, in its clean run (empty if none)."""
+        digests = closest.segment_digests
+        if len(digests) < MIN_RUN:
+            return range(0)
+        run = self._runs.get(digests)
+        if run is None:
+            return range(0)
+        try:  # noqa: SIM105 - as `ScanCache.get`: evicted meanwhile costs only the refresh
+            self._runs.move_to_end(digests)
+        except KeyError:
+            pass
+        start = max(matched + 1, run[0])
+        stop = min(run[1], len(record.segment_digests))
+        return range(start, _first_difference(record.segment_digests, digests, start, stop))
+
+
+def _first_difference(a: tuple[str, ...], b: tuple[str, ...], start: int, stop: int) -> int:
+    """The first index from `start` on where `a` and `b` differ, or `stop` (>= `start`).
+
+    Most runs repeat to their end: one comparison of the two slices, in C. Else a binary
+    search on the equality of slices from `start` (true up to the first difference, false
+    from it on), as `compare.common_prefix`.
+    """
+    if stop <= start or a[start:stop] == b[start:stop]:
+        return max(start, stop)
+    low, high = start, stop - 1  # the answer: a[start:answer] is equal, a[answer] is not
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
