@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import httpx
 import orjson
 from aiohttp.http_exceptions import ContentEncodingError
 
@@ -24,6 +23,9 @@ from gateway.errors import (
     UpstreamUnreachableError,
 )
 from gateway.http_headers import safe_headers
+
+if TYPE_CHECKING:  # raised only by litellm's client, which loads httpx itself
+    import httpx
 
 REDACTED = "[redacted]"
 
@@ -62,6 +64,8 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
 
 def from_transport_error(exc: httpx.HTTPError, where: str) -> UpstreamError:
     """An httpx exception raised before or while reading a reply."""
+    import httpx  # loaded already: `exc` is one of its exceptions
+
     if isinstance(exc, httpx.TimeoutException):
         phase = "connecting" if isinstance(exc, httpx.ConnectTimeout) else "waiting for a reply"
         return UpstreamTimeoutError(f"upstream {where} timed out while {phase}")

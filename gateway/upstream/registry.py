@@ -13,8 +13,6 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from gateway.config import ModelRoute
 from gateway.heap import freeze_heap
 from gateway.settings import Timeouts
@@ -22,7 +20,9 @@ from gateway.upstream.base import Upstream, UpstreamCall
 from gateway.upstream.http_stream import HttpClient
 from gateway.upstream.openai_compat import OpenAICompatUpstream
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # httpx is litellm's client only: a process without litellm never loads it
+    import httpx
+
     from gateway.upstream.litellm_adapter import LiteLLMUpstream
 
 
@@ -66,6 +66,8 @@ class Upstreams:
     def _litellm_adapter(self) -> LiteLLMUpstream:
         if self._litellm is None:
             # Importing litellm costs seconds and ~200 MB: only configurations that need it pay.
+            import httpx
+
             from gateway.upstream.litellm_adapter import LiteLLMUpstream
 
             if self._client is None:
