@@ -78,6 +78,28 @@ class Cycle(RequestResponseCycle):
         held += body
         return len(held)
 
+    def take_body(self) -> bytes | None:
+        """The request's whole body when it is already in and unread, taken as `receive`
+        would take it; None when `receive` has to be awaited (more to come, a 100
+        Continue to send, taken already, or the client gone).
+
+        A small request's head and body come in one read, before its task first runs:
+        the body guard then takes the body without a deadline or a coroutine.
+        """
+        if (
+            self.more_body
+            or self.waiting_for_100_continue
+            or self.disconnected
+            or self.response_complete
+            or not self.message_event.is_set()
+        ):
+            return None
+        self.flow.resume_reading()
+        self.message_event.clear()
+        body = self.body
+        self.body = b""  # type: ignore[assignment]
+        return body if type(body) is bytes else bytes(body)
+
     async def send(self, message: Any) -> None:
         if self.flow.write_paused and not self.disconnected:
             await self.flow.drain()  # pragma: no cover - the client stopped reading
