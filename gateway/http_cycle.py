@@ -32,6 +32,43 @@ _FRAMING = frozenset((b"content-length", b"transfer-encoding", b"connection"))
 _CHUNKED_END = b"0\r\n\r\n"
 
 
+class _RenderedDefaults:
+    """The server's default headers (`date`, `server`) as header lines, made once per list.
+
+    uvicorn makes a new list each second (for `date`), and every response of that second
+    starts with it: checked and written once, not per response. A list that is not plain
+    (a name or value the checks refuse, a name not in lower case, a framing header) is
+    not rendered: those responses take uvicorn's path, which raises or frames as it does.
+    """
+
+    __slots__ = ("_for", "_lines")
+
+    def __init__(self) -> None:
+        self._for: list[tuple[bytes, bytes]] | None = None
+        self._lines: bytes | None = None
+
+    def lines(self, defaults: list[tuple[bytes, bytes]]) -> bytes | None:
+        if defaults is not self._for:
+            self._for, self._lines = defaults, _render(defaults)
+        return self._lines
+
+
+def _render(defaults: list[tuple[bytes, bytes]]) -> bytes | None:
+    names = b"".join([name for name, _ in defaults])
+    if (
+        HEADER_RE.search(names)
+        or HEADER_VALUE_RE.search(b"\t".join([value for _, value in defaults]))
+        or names.lower() != names
+        or any(name in _FRAMING for name, _ in defaults)
+    ):
+        return None
+    return b"".join([name + b": " + value + b"\r\n" for name, value in defaults])
+
+
+# One per process: each response of a second reads the same server defaults.
+_RENDERED = _RenderedDefaults()
+
+
 class Cycle(RequestResponseCycle):
     """uvicorn's request-response cycle (same attributes, same bytes, same errors)."""
 
@@ -128,7 +165,11 @@ class Cycle(RequestResponseCycle):
         self.response_started = True
         self.waiting_for_100_continue = False
         status_code = message["status"]
-        headers = self.default_headers + list(message.get("headers", ()))
+        defaults = self.default_headers
+        rendered = _RENDERED.lines(defaults)
+        headers = list(message.get("headers", ()))
+        if rendered is None:  # checked and written with the response's own, as uvicorn does
+            headers = defaults + headers
         if self.access_log:
             self.access_logger.info(
                 '%s - "%s %s HTTP/%s" %d',
@@ -146,6 +187,8 @@ class Cycle(RequestResponseCycle):
         if names.lower() != names:
             headers = [(name.lower(), value) for name, value in headers]
         content = [STATUS_LINE[status_code]]
+        if rendered is not None:
+            content.append(rendered)
         has_connection_close = False
         for name, value in headers:
             if name in _FRAMING:
