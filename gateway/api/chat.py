@@ -21,7 +21,7 @@ from gateway.auth.principal import principal_of
 from gateway.errors import FareboxError
 from gateway.pipeline.chat import handle_chat
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import release
+from gateway.pipeline.offload import RELEASE_BYTES, release
 from gateway.pipeline.parse import check_size
 from gateway.request_id import request_id_of
 from gateway.schemas.chat import ChatRequest
@@ -66,9 +66,11 @@ async def forward(scope: Scope, raw: bytes, services: Services) -> Response:
     except Exception:
         await _release(ctx)
         raise
-    # After the last byte (and its booking: a whole reply's is its background), never on
-    # the loop.
-    response.background = _Release(ctx, response.background)
+    if len(raw) > RELEASE_BYTES:
+        # After the last byte (and its booking: a whole reply's is its background), never
+        # on the loop. A smaller body's parse is freed with the request, where `release`
+        # would leave it anyway: no wrapper and two coroutines per request for nothing.
+        response.background = _Release(ctx, response.background)
     return response
 
 
