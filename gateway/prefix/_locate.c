@@ -1098,6 +1098,13 @@ static Py_ssize_t canon_string(const unsigned char *s, Py_ssize_t n, Py_ssize_t 
         __m128i quote = _mm_cmpeq_epi8(block, _mm_set1_epi8('"'));
         unsigned quotes = (unsigned)_mm_movemask_epi8(quote);
         unsigned slashes = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(block, _mm_set1_epi8('\\')));
+        if ((slashes | carry) == 0) {
+            /* No escape in the block (most of them): the first quote ends the string. */
+            if (quotes != 0)
+                return p + __builtin_ctz(quotes) + 1;
+            p += 16;
+            continue;
+        }
         __m128i short_escape = _mm_or_si128(
             _mm_or_si128(_mm_or_si128(quote, _mm_cmpeq_epi8(block, _mm_set1_epi8('b'))),
                          _mm_or_si128(_mm_cmpeq_epi8(block, _mm_set1_epi8('t')),

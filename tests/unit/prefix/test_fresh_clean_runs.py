@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from gateway.prefix import PrefixChecker, PrefixRecord, rule_for
 from gateway.prefix.clean_runs import MIN_RUN, CleanRuns, _first_difference
 from gateway.prefix.detectors import ScanCache
+from gateway.prefix.record import chain_fingerprints
 
 RULE = rule_for("openai")
 # Message contents: plain prose, and values the scan reports (a timestamp, a uuid).
@@ -182,3 +183,27 @@ def test_first_difference_is_the_loops(a: list[str], b: list[str], start: int, s
     while index < stop and a[index] == b[index]:
         index += 1
     assert _first_difference(tuple(a), tuple(b), start, stop) == max(index, start)
+
+
+def test_a_record_alike_in_its_key_does_not_take_anothers_run() -> None:
+    contents = _history(100)
+    kept = PrefixChecker().check(_body("Session 0.", contents, "go"), RULE).record
+    contents[10] = "an edited answer"  # neither the header, the middle nor the last
+    other = PrefixChecker().check(_body("Session 0.", contents, "go"), RULE).record
+    runs = CleanRuns()
+    runs.keep(kept, 1, kept.stable_count)
+    assert runs.repeated(other, other, 1) == range(0)
+    assert runs.repeated(other, kept, 1) == range(2, other.segment_names.index("messages[11]"))
+
+
+def test_a_fresh_prompts_chain_is_left_to_its_first_reader() -> None:
+    checker = PrefixChecker()
+    first = _run(checker, [_body("Session 0.", _history(100), "go")])[0]
+    stored = PrefixRecord.from_dict(first.record.to_dict())  # as the store hands it back
+    body = _body("Session 1.", _history(100), "go")
+    check = checker.check(body, RULE, [stored], raw=orjson.dumps(body))
+    assert check.divergence is not None and check.divergence.segment == "system"
+    assert not check.record._chain  # one segment shared of 105: not hashed before the call
+    whole = chain_fingerprints("openai", "bench-gpt", check.record.segment_digests)
+    assert check.record.to_dict()["fingerprints"] == list(whole)
+    assert check.record.fingerprints[:1] == stored.fingerprints[:1]
