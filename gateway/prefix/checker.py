@@ -124,9 +124,7 @@ class PrefixChecker:
         if comparison.closest is not None:  # the shared part of the chain is not hashed again
             record.share_chain(comparison.closest, comparison.matched)
         budget = ScanBudget(self.scan_budget)
-        clean = range(0)
-        if comparison.closest is not None:  # what repeats the closest's clean run: no lookups
-            clean = self.clean_runs.repeated(record, comparison.closest, comparison.matched)
+        clean, repaired = self._repeated_clean(record, comparison)
         findings, unscanned = scan_request(request, self.cache, budget, comparison.matched, clean)
         if not findings and not unscanned:
             self.clean_runs.keep(record, comparison.matched, request.stable_count)
@@ -140,19 +138,40 @@ class PrefixChecker:
             unscanned=moved_tuple(unscanned, acyclic=True),  # names: no copy, no cycle
             expectation=comparison.expectation,
             divergence=divergence,
-            forecast=forecast(record, comparison, divergence, rule),
+            forecast=forecast(record, comparison, divergence, rule, repaired),
             predicted_prompt_tokens=predicted_prompt_tokens(record, comparison.closest),
         )
 
+    def _repeated_clean(
+        self, record: PrefixRecord, comparison: Comparison
+    ) -> tuple[range, int | None]:
+        """The positions of `record`'s segments that repeat, after the break, the closest
+        request's clean run (`CleanRuns`: not looked up), and where that repeat ends
+        (`repaired_match`, for the forecast too; None where not needed)."""
+        closest, matched = comparison.closest, comparison.matched
+        run = self.clean_runs.run_of(closest) if closest is not None else range(0)
+        if closest is None or not run:
+            return range(0), None
+        repaired = repaired_match(record, closest, matched)
+        return range(max(matched + 1, run.start), min(run.stop, repaired)), repaired
+
 
 def forecast(
-    record: PrefixRecord, comparison: Comparison, divergence: Divergence | None, rule: CacheRule
+    record: PrefixRecord,
+    comparison: Comparison,
+    divergence: Divergence | None,
+    rule: CacheRule,
+    repaired: int | None = None,
 ) -> CacheExpectation | None:
-    """Return the cache read had the broken segment been kept, after an avoidable break."""
+    """Return the cache read had the broken segment been kept, after an avoidable break.
+
+    `repaired`: `repaired_match(record, comparison.closest, comparison.matched)`, if known.
+    """
     closest = comparison.closest
     if closest is None or divergence is None or not divergence.avoidable:
         return None
-    repaired = repaired_match(record, closest, comparison.matched)
+    if repaired is None:
+        repaired = repaired_match(record, closest, comparison.matched)
     written = [p for p in closest.breakpoints if p < repaired]
     return expect(rule, record.cumulative_tokens, repaired, record.breakpoints, written)
 

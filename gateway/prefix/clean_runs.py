@@ -76,9 +76,9 @@ class CleanRuns:
             while len(self._runs) > self._max_records or self._held > self._max_segments:
                 self._held -= len(self._runs.popitem(last=False)[1][0])
 
-    def repeated(self, record: PrefixRecord, closest: PrefixRecord, matched: int) -> range:
-        """The positions of `record`'s segments known clean: those after the first
-        difference (`matched`) that repeat `closest`'s, in its clean run (empty if none)."""
+    def run_of(self, closest: PrefixRecord) -> range:
+        """The positions of `closest`'s segments scanned whole and found clean (empty if
+        not kept): a later request's segments that repeat them there hold nothing either."""
         digests = closest.segment_digests
         if len(digests) < MIN_RUN:
             return range(0)
@@ -92,25 +92,4 @@ class CleanRuns:
             self._runs.move_to_end(key)
         except KeyError:
             pass
-        start = max(matched + 1, run[1])
-        stop = min(run[2], len(record.segment_digests))
-        return range(start, _first_difference(record.segment_digests, digests, start, stop))
-
-
-def _first_difference(a: tuple[str, ...], b: tuple[str, ...], start: int, stop: int) -> int:
-    """The first index from `start` on where `a` and `b` differ, or `stop` (>= `start`).
-
-    Most runs repeat to their end: one comparison of the two slices, in C. Else a binary
-    search on the equality of slices from `start` (true up to the first difference, false
-    from it on), as `compare.common_prefix`.
-    """
-    if stop <= start or a[start:stop] == b[start:stop]:
-        return max(start, stop)
-    low, high = start, stop - 1  # the answer: a[start:answer] is equal, a[answer] is not
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[low:middle] == b[low:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
+        return range(run[1], run[2])

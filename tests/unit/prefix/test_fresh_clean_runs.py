@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.prefix import PrefixChecker, PrefixRecord, rule_for
-from gateway.prefix.clean_runs import MIN_RUN, CleanRuns, _first_difference
+from gateway.prefix.checker import repaired_match
+from gateway.prefix.clean_runs import MIN_RUN, CleanRuns
 from gateway.prefix.detectors import ScanCache
 from gateway.prefix.record import chain_fingerprints
 
@@ -55,10 +56,15 @@ def _run(checker: PrefixChecker, bodies: list[dict[str, Any]]) -> list[Any]:
     return checks
 
 
-def _without_runs() -> PrefixChecker:
-    checker = PrefixChecker()
-    checker.clean_runs = CleanRuns(max_records=0)  # keeps nothing: every segment looked up
-    return checker
+def _repeated(runs: CleanRuns, record: PrefixRecord, closest: PrefixRecord, matched: int) -> range:
+    """What `PrefixChecker` skips: `record`'s segments after the break that repeat
+    `closest`'s clean run."""
+    run = runs.run_of(closest)
+    if not run:
+        return range(0)
+    return range(
+        max(matched + 1, run.start), min(run.stop, repaired_match(record, closest, matched))
+    )
 
 
 EDIT = st.tuples(
@@ -89,13 +95,9 @@ def test_checks_with_clean_runs_equal_checks_without(
             del contents[at % len(contents)]
         bodies.append(_body(system, list(contents), f"step {step}"))
     with_runs = PrefixChecker(scan_budget=budget)
-    assert _run(with_runs, bodies) == _run(_without(budget), bodies)
-
-
-def _without(budget: int | None) -> PrefixChecker:
-    checker = PrefixChecker(scan_budget=budget)
-    checker.clean_runs = CleanRuns(max_records=0)
-    return checker
+    without = PrefixChecker(scan_budget=budget)
+    without.clean_runs = CleanRuns(max_records=0)  # keeps nothing: every segment looked up
+    assert _run(with_runs, bodies) == _run(without, bodies)
 
 
 def test_a_fresh_prompt_looks_up_only_its_new_segments() -> None:
@@ -135,7 +137,7 @@ def test_a_record_rebuilt_from_the_store_finds_its_run() -> None:
     assert stored.segment_digests is not first.record.segment_digests
     later = _body("Session 1.", _history(100), "go on")
     check = checker.check(later, RULE, [stored], raw=orjson.dumps(later))
-    found = checker.clean_runs.repeated(check.record, stored, check.divergence.index)
+    found = _repeated(checker.clean_runs, check.record, stored, check.divergence.index)
     assert found == range(check.divergence.index + 1, stored.stable_count)
 
 
@@ -147,7 +149,7 @@ def test_the_run_ends_at_the_first_changed_segment() -> None:
     body = _body("Session 1.", contents, "go")
     second = checker.check(body, RULE, [first.record], raw=orjson.dumps(body))
     changed = second.record.segment_names.index("messages[71]")
-    assert checker.clean_runs.repeated(second.record, first.record, 1) == range(2, changed)
+    assert _repeated(checker.clean_runs, second.record, first.record, 1) == range(2, changed)
 
 
 def test_runs_are_bounded_in_records_and_segments() -> None:
@@ -159,8 +161,8 @@ def test_runs_are_bounded_in_records_and_segments() -> None:
     for record in records:
         runs.keep(record, 1, record.stable_count)
     assert len(runs) == 3
-    assert runs.repeated(records[1], records[0], 1) == range(0)  # the oldest, evicted
-    assert runs.repeated(records[1], records[4], 1) != range(0)
+    assert _repeated(runs, records[1], records[0], 1) == range(0)  # the oldest, evicted
+    assert _repeated(runs, records[1], records[4], 1) != range(0)
     small = CleanRuns(max_segments=2 * len(records[0].segment_digests))
     for record in records:
         small.keep(record, 1, record.stable_count)
@@ -170,21 +172,6 @@ def test_runs_are_bounded_in_records_and_segments() -> None:
     assert len(short) == 0
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    a=st.lists(st.sampled_from("abc"), max_size=40),
-    b=st.lists(st.sampled_from("abc"), max_size=40),
-    start=st.integers(0, 45),
-    stop=st.integers(0, 45),
-)
-def test_first_difference_is_the_loops(a: list[str], b: list[str], start: int, stop: int) -> None:
-    stop = min(stop, len(a), len(b))
-    index = start
-    while index < stop and a[index] == b[index]:
-        index += 1
-    assert _first_difference(tuple(a), tuple(b), start, stop) == max(index, start)
-
-
 def test_a_record_alike_in_its_key_does_not_take_anothers_run() -> None:
     contents = _history(100)
     kept = PrefixChecker().check(_body("Session 0.", contents, "go"), RULE).record
@@ -192,8 +179,8 @@ def test_a_record_alike_in_its_key_does_not_take_anothers_run() -> None:
     other = PrefixChecker().check(_body("Session 0.", contents, "go"), RULE).record
     runs = CleanRuns()
     runs.keep(kept, 1, kept.stable_count)
-    assert runs.repeated(other, other, 1) == range(0)
-    assert runs.repeated(other, kept, 1) == range(2, other.segment_names.index("messages[11]"))
+    assert _repeated(runs, other, other, 1) == range(0)
+    assert _repeated(runs, other, kept, 1) == range(2, other.segment_names.index("messages[11]"))
 
 
 def test_a_fresh_prompts_chain_is_left_to_its_first_reader() -> None:
