@@ -1,11 +1,11 @@
 """How long the ledger writer's background work holds the event loop, and the GIL, at a time.
 
 Run: `python bench/ledger_stall.py [--src CHECKOUT] [--db sqlite|postgresql] [--rate 700]
-[--seconds 6] [--flush-interval 0.2]`. A `LedgerWriter` runs as in the gateway (its spool
-and drain loops, `sys.setswitchinterval(0.001)` as the serving process sets it) while this
-process submits `--rate` records a second (a gateway at concurrency 1 serves ~700 small
-requests a second), and measures, by CPU time (`time.thread_time`: robust to a busy box,
-unlike wall-clock lateness):
+[--seconds 6] [--flush-interval 0.2] [--probe-work-us 0]`. A `LedgerWriter` runs as in the
+gateway (its spool and drain loops, `sys.setswitchinterval(0.001)` as the serving process
+sets it) while this process submits `--rate` records a second (a gateway at concurrency 1
+serves ~700 small requests a second), and measures, by CPU time (`time.thread_time`:
+robust to a busy box, unlike wall-clock lateness):
 
 - `loop`: each callback the event loop runs for the writer's tasks (`ledger-spool`,
   `ledger-drain`): how long the loop was held in one go by ledger code; no request can
@@ -15,8 +15,9 @@ unlike wall-clock lateness):
   held the interpreter lock in one go (a C call that does not release it, such as sqlite3
   binding a statement's parameters, cannot be interrupted by the switch interval);
 - `probe`: a task that sleeps 0.5 ms and records how late it wakes (wall time: what a
-  request's wake-up waits; a busy box adds its own lateness, so compare runs in turns);
-  `probe_beside_threads` the wakes whose sleep a writer thread call overlapped,
+  request's wake-up waits; `--probe-work-us N` then runs N µs of Python, holding the
+  interpreter lock as a request's work does; a busy box adds its own lateness, so compare
+  runs in turns); `probe_beside_threads` the wakes whose sleep a writer thread call overlapped,
   `probe_alone` the others: the box's own lateness falls on both alike, so the gap
   between them is what the writer's threads cost a wake-up (run it pinned to one core,
   `taskset -c 1`, as the gateway is in the hot-path benches).
@@ -128,18 +129,29 @@ class Meter:
         aiosqlite.core.Connection._execute = timed_execute  # type: ignore[method-assign]
 
 
-async def _probe(stop: asyncio.Event, lateness: list[float], meter: Meter | None = None) -> None:
+async def _probe(
+    stop: asyncio.Event, lateness: list[float], meter: Meter | None = None, work_s: float = 0.0
+) -> None:
     """Sleep 0.5 ms again and again; each wake's lateness, into `meter.beside` if a writer
-    thread call ran at some point of the sleep, else `meter.alone` (when given)."""
+    thread call ran at some point of the sleep, else `meter.alone` (when given). After each
+    wake, `work_s` of Python (CPU time) holds the interpreter lock, as a request does."""
     while not stop.is_set():
         calls, running = (meter.started, meter.running) if meter else (0, 0)
         asleep = time.perf_counter()
         await asyncio.sleep(0.0005)
         late = max(time.perf_counter() - asleep - 0.0005, 0.0)
         lateness.append(late)
+        _spin(work_s)
         if meter is not None:
             beside = running or meter.running or meter.started != calls
             (meter.beside if beside else meter.alone).append(late)
+
+
+def _spin(seconds: float) -> None:
+    """Run Python for `seconds` of this thread's CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
 
 
 async def _run(args: argparse.Namespace, url: str, spool_dir: Path) -> dict[str, Any]:
@@ -161,7 +173,7 @@ async def _run(args: argparse.Namespace, url: str, spool_dir: Path) -> dict[str,
     meter.install()
     stop = asyncio.Event()
     lateness: list[float] = []
-    probe = asyncio.create_task(_probe(stop, lateness, meter))
+    probe = asyncio.create_task(_probe(stop, lateness, meter, args.probe_work_us / 1e6))
     loop_cpu = time.thread_time()
     process_cpu = time.process_time()
     started = time.perf_counter()
@@ -238,6 +250,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--flush-interval", type=float, default=0.2)
     parser.add_argument("--baseline", action="store_true", help="also run without flushes")
+    parser.add_argument(
+        "--probe-work-us", type=float, default=0.0, help="Python run after each probe wake"
+    )
     args = parser.parse_args()
     use_checkout(args.src)
     print(json.dumps(asyncio.run(_both(args))))

@@ -8,7 +8,8 @@ lock throughout (the switch interval cannot interrupt a C call): every request t
 meanwhile waited (bench/ledger_stall.py). Here the Python work runs on the loop
 `SLICE_ROWS` records at a time, yielding between slices, and the database gets only
 tuples: on SQLite one call into the connection's thread runs every statement with
-sqlite3's `executemany` (which lets go of the lock while SQLite steps each row); on
+sqlite3's `executemany` (which lets go of the lock while SQLite steps each row), a slice of
+rows at a time with a short sleep between slices (`_execute_paced`); on
 PostgreSQL the request and task rows go as one JSON text each (`gateway.ledger.pgjson`).
 
 The rows are built assuming every request row is new (a replayed segment is the rare
@@ -19,6 +20,7 @@ for the rows actually written, before anything is added.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +49,14 @@ from gateway.ledger.records import (
 
 SLICE_ROWS = 32
 """Records handled between two yields to the loop: ~0.1-0.2 ms of Python here."""
+
+THREAD_SLICE_ROWS = 16
+"""Rows the SQLite thread writes per statement between two pauses (`_sqlite_write`), at
+`SLICE_ROWS`: a writer that has fallen behind (larger steps) writes more per pause."""
+
+THREAD_PAUSE_S = 1e-6
+"""The SQLite thread's pause between slices: any sleep blocks the thread (the kernel's
+timer slack makes it ~50-60 us here), which is what lets a waiting loop in."""
 
 TASK_KEYS = (
     "task_id", "team", "project", "status", "started_at", "last_activity_at", "finished_at",
@@ -426,7 +436,7 @@ async def _apply_sqlite(connection: AsyncConnection, plan: Plan) -> list[Request
     records, rows, statements = plan.records, plan.rows, plan.statements
     while True:
         ids = [record.id for record in records]
-        existing = await _in_sqlite_thread(connection, ids, rows, statements)
+        existing = await _in_sqlite_thread(connection, ids, rows, statements, plan.step)
         if not existing:
             return records
         # A replay: nothing was written; again with the rows the database lacks.
@@ -438,18 +448,39 @@ async def _apply_sqlite(connection: AsyncConnection, plan: Plan) -> list[Request
 
 
 async def _in_sqlite_thread(
-    connection: AsyncConnection, ids: list[str], rows: Rows, statements: list[Statement]
+    connection: AsyncConnection,
+    ids: list[str],
+    rows: Rows,
+    statements: list[Statement],
+    step: int = SLICE_ROWS,
 ) -> set[str]:
     """Run `_sqlite_write` in aiosqlite's thread with one hop (its queue, as SQLAlchemy's
-    aiosqlite dialect reaches it), or statement by statement where that is not there."""
+    aiosqlite dialect reaches it), paced for a plan of `step` records a slice, or statement
+    by statement where that is not there."""
     raw = await connection.get_raw_connection()
     run = _thread_of(raw.driver_connection)
     if run is not None:
-        existing: set[str] = await run(_sqlite_write, ids, rows, statements)
+        paced = _thread_pacing(step)
+        existing: set[str] = await run(_sqlite_write, ids, rows, statements, paced)
         return existing
+    # On the loop's own thread (SQLAlchemy's greenlet): a pause would stop the loop.
     return await connection.run_sync(
         lambda sync: _sqlite_write(sync.connection.dbapi_connection, ids, rows, statements)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Pacing:
+    """How `_sqlite_write` spreads its statements: `rows` per `executemany`, then a sleep."""
+
+    rows: int
+    pause_s: float
+
+
+def _thread_pacing(step: int) -> _Pacing:
+    """`THREAD_SLICE_ROWS` for a plan of `SLICE_ROWS` records a loop slice, in proportion
+    for a writer that has fallen behind (larger steps: fewer pauses per row)."""
+    return _Pacing(max(THREAD_SLICE_ROWS * step // SLICE_ROWS, 1), THREAD_PAUSE_S)
 
 
 def _thread_of(driver: Any) -> Callable[..., Any] | None:
@@ -460,7 +491,13 @@ def _thread_of(driver: Any) -> Callable[..., Any] | None:
     return lambda function, *args: execute(function, sqlite_connection, *args)
 
 
-def _sqlite_write(dbapi: Any, ids: list[str], rows: Rows, statements: list[Statement]) -> set[str]:
+def _sqlite_write(
+    dbapi: Any,
+    ids: list[str],
+    rows: Rows,
+    statements: list[Statement],
+    paced: _Pacing | None = None,
+) -> set[str]:
     """The ids already stored; if none, insert the rows and run the statements.
 
     Runs in the connection's thread: C calls only. sqlite3's `executemany` binds a row
@@ -479,14 +516,35 @@ def _sqlite_write(dbapi: Any, ids: list[str], rows: Rows, statements: list[State
             existing.update(row[0] for row in cursor.fetchall())
         if existing:
             return existing
-        cursor.executemany(_sqlite_insert_one(), rows)
-        if cursor.rowcount != len(rows):
-            raise LedgerRaceError(f"{len(rows) - cursor.rowcount} request ids appeared meanwhile")
+        inserted = _execute_paced(cursor, _sqlite_insert_one(), rows, paced)
+        if inserted != len(rows):
+            raise LedgerRaceError(f"{len(rows) - inserted} request ids appeared meanwhile")
         for sql, statement_rows in statements:
-            cursor.executemany(sql, statement_rows)
+            _execute_paced(cursor, sql, statement_rows, paced)
         return existing
     finally:
         cursor.close()
+
+
+def _execute_paced(cursor: Any, sql: str, rows: Rows, paced: _Pacing | None) -> int:
+    """`executemany` of `rows`, a slice at a time with a sleep before each but the first;
+    return the rows changed.
+
+    A long `executemany` keeps a loop that woke meanwhile waiting to its end (4-5 ms per
+    flush at concurrency 1): it lets go of the interpreter lock while SQLite steps a row,
+    but takes it back before the loop's thread, woken on the same core, gets to run, and a
+    waiter that sees the lock change hands does not ask for it. A sleep hands both over.
+    """
+    if paced is None or len(rows) <= paced.rows:
+        cursor.executemany(sql, rows)
+        return int(cursor.rowcount)
+    changed = 0
+    for start in range(0, len(rows), paced.rows):
+        if start:
+            time.sleep(paced.pause_s)
+        cursor.executemany(sql, rows[start : start + paced.rows])
+        changed += cursor.rowcount
+    return changed
 
 
 SQLITE_IDS_PER_LOOKUP = 500
