@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(_NATIVE is None, reason="needs the native _locat
 LONG_TEXT = st.text(
     alphabet=st.sampled_from('aaaaaaaaaab"\\/\n\t\r\x08\x0c\x01\x1fé€😀\u2028'),
     min_size=10,
-    max_size=90,
+    max_size=150,
 )
 STYLES = [
     orjson.dumps,
@@ -64,7 +64,7 @@ def test_orjsons_own_long_strings_are_taken_whole(texts: list[str]) -> None:
     assert items == [orjson.dumps(message) for message in messages]
 
 
-@pytest.mark.parametrize("offset", range(20))
+@pytest.mark.parametrize("offset", range(40))
 def test_an_escape_across_two_blocks_is_read_as_one(offset: int) -> None:
     """A backslash as a block's last byte escapes the next block's first."""
     for escape in ('\\"', "\\\\", "\\n", "\\u001f"):
