@@ -83,10 +83,10 @@ def conforming_chunk(payload: dict[str, Any]) -> dict[str, Any]:
 
 def conformed_reply_bytes(body: bytes, payload: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
     """A relayed reply's bytes and payload, with only the fields that break the schema changed."""
-    fixed = conforming_reply(payload)
-    if fixed == payload:
+    set_fields, remove = reply_fixes(payload)
+    if not set_fields and not remove:
         return body, payload
-    set_fields, remove = top_level_edits(payload, fixed)
+    fixed = {k: set_fields.get(k, v) for k, v in payload.items() if k not in remove}
     fast = patch_compact(body, payload, set_fields, remove)  # same bytes, no member scan
     if fast is not None:
         return fast, fixed
@@ -94,6 +94,35 @@ def conformed_reply_bytes(body: bytes, payload: dict[str, Any]) -> tuple[bytes, 
         return patch_object(body, set_fields, remove, trusted=True), fixed
     except RawJsonError:  # parsed, yet not patchable: render it whole
         return orjson.dumps(fixed), fixed
+
+
+def reply_fixes(payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`top_level_edits(payload, conforming_reply(payload))`, without building a conforming
+    copy of a reply that needs none, or comparing the two.
+
+    Only `choices` is ever set (when a choice breaks the schema), only the null members of
+    `REPLY_NOT_NULL` are removed; a whole reply is read once per request at concurrency 1.
+    """
+    remove = [k for k, v in payload.items() if v is None and k in REPLY_NOT_NULL]
+    choices = payload.get("choices")
+    if isinstance(choices, list) and any(_choice_breaks(c) for c in choices):
+        fixed = [_reply_choice(c) if isinstance(c, dict) else c for c in choices]
+        return {"choices": fixed}, remove
+    return {}, remove
+
+
+def _choice_breaks(choice: Any) -> bool:
+    """Whether `_reply_choice` would change `choice` (a key to add, a null to drop)."""
+    if not isinstance(choice, dict):
+        return False
+    if "logprobs" not in choice:  # REPLY_CHOICE_REQUIRED
+        return True
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        return False
+    if "content" not in message or "refusal" not in message:  # MESSAGE_REQUIRED
+        return True
+    return any(message.get(k, ...) is None for k in MESSAGE_NOT_NULL)
 
 
 def top_level_edits(
