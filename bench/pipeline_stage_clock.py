@@ -1,4 +1,4 @@
-"""Time per stage of a c=1 request before its upstream call, in-process.
+"""Time per stage of a c=1 request in-process, and of its spans from bytes in to booked.
 
 Run: `python bench/pipeline_stage_clock.py [--config plain|hot] [-n 2000] [--rounds 3]
 [--stream] [--src CHECKOUT] [--wrap module.function ...]`.
@@ -11,11 +11,13 @@ stage's span is its own work. The clock is `time.perf_counter` (the thread's CPU
 a system call costing ~0.6 µs on this box), and a request the OS preempted is left out by
 taking medians over the requests. Prints, per round, the median µs of each stage and of
 the spans `front` (the ASGI call to `handle_chat`), `to_upstream` (`handle_chat` to the
-upstream request written), `rest` (the reply, the response written and the booking) and
-`stages_sum`; then the median of the rounds. The first round only warms the caches. Each
-wrapper adds two clock reads (~0.1 µs). `--wrap module.function` (or
-`module.Class.method`, repeatable) clocks a stage's parts too, reported as `+name` and left
-out of `stages_sum`; wrap a name where its caller looks it up (`gateway.pipeline.chat.bill`).
+upstream request written), `upstream_wait` (to its reply's first bytes), `reply_to_body`
+(to the response's first body bytes sent: a stream's first event), `after_body` (the rest
+of the response and the booking) and `stages_sum`; then the median of the rounds. The
+first round only warms the caches. Each wrapper adds two clock reads (~0.1 µs). `--wrap
+module.function` (or `module.Class.method`, repeatable; not a class that is checked with
+`isinstance`) clocks a stage's parts too, reported as `+name` and left out of `stages_sum`;
+wrap a name where its caller looks it up (`gateway.pipeline.chat.bill`).
 At c=1 each stage runs with the caches cold from the wait before it, so stages cost 2-4x
 what bench/pipeline_parts.py's loops of one stage say.
 """
@@ -73,7 +75,9 @@ class Clocks:
         spent["stages_sum"] = sum(s for name, s in spent.items() if not name.startswith("+"))
         spent["front"] = marks["chat"] - marks["asgi"]
         spent["to_upstream"] = marks["sent"] - marks["chat"]
-        spent["rest"] = now - marks["sent"]
+        spent["upstream_wait"] = marks["reply"] - marks["sent"]
+        spent["reply_to_body"] = marks["body"] - marks["reply"]
+        spent["after_body"] = now - marks["body"]
         self.requests.append(spent)
         self.current, self.marks = {}, {}
 
@@ -156,6 +160,34 @@ def _instrument(clocks: Clocks, inner: list[str]) -> None:
         return send(self, *args, **kwargs)
 
     h1.Connection.send = marked_send
+    data_received = h1.Connection.data_received
+
+    def marked_data_received(self: Any, data: bytes) -> Any:
+        if "sent" in clocks.marks:
+            clocks.mark("reply")
+        return data_received(self, data)
+
+    h1.Connection.data_received = marked_data_received
+
+
+async def _one(app: Any, state: dict[str, Any], body: bytes, clocks: Clocks, inproc: Any) -> None:
+    """bench/pipeline_inproc.py's request, marking when the response's first body bytes go."""
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            await asyncio.Event().wait()  # the client stays until the reply is over
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message["status"] != 200:
+            raise RuntimeError(f"the gateway answered {message['status']}, not 200")
+        if message["type"] == "http.response.body" and message.get("body"):
+            clocks.mark("body")
+
+    await app(inproc._scope(state, body), receive, send)
 
 
 async def _rounds(inproc: Any, args: argparse.Namespace, port: int) -> list[dict[str, float]]:
@@ -182,7 +214,7 @@ async def _rounds(inproc: Any, args: argparse.Namespace, port: int) -> list[dict
             bodies = [inproc._body(i, args.stream) for i in range(args.n)]
             for body in bodies:
                 clocks.mark("asgi")
-                await inproc._one(app, state, body, [])
+                await _one(app, state, body, clocks, inproc)
                 clocks.close_request()
             if number:  # the first round warms the caches
                 results.append(clocks.report())

@@ -80,6 +80,7 @@ class Relay(BookedStream):
         self._ended = False  # the upstream's [DONE] was read
         self._settled = False
         self._slice_end = 0.0  # when this stream next lets the loop's other work run
+        self._held: list[bytes] = []  # the opening read's events after the first (`_opening`)
 
     async def _run(self) -> AsyncGenerator[bytes, None]:
         error: FareboxError | None = None
@@ -140,7 +141,9 @@ class Relay(BookedStream):
                     yield sent
                 if self._cut_now:
                     await self._continue()
-                batch = await self._next()
+                batch, self._held = self._held, []
+                if not batch:
+                    batch = await self._next()
                 slice_end = self._slice_end  # `_next` may have paused
             raise UpstreamUnreachableError(
                 f"upstream {self._where} ended the stream before it was complete"
@@ -165,11 +168,27 @@ class Relay(BookedStream):
                 await self._settle(error, cancelled)
 
     def _opening(self) -> list[bytes]:
-        """The first event, and the events its read brought with it."""
+        """The first event, and the events its read brought with it.
+
+        When this stream's call is the only one in flight (`alone`: concurrency 1), the
+        first event goes out on its own and the rest of the read is held for the next
+        batch: a fast upstream sends a short stream whole in one read, and the client's
+        first token would wait for all of it to be metered, its usage chunk priced. With
+        other calls in flight the loop is busy, and one write per read is cheaper.
+        """
         first, self._first = self._first, None
         ready = getattr(self._events, "ready", None)
         rest: list[bytes] = ready() if ready is not None else []
-        return [first, *rest] if first is not None else rest
+        if first is None:
+            return rest
+        if rest and self._alone():
+            self._held = rest
+            return [first]
+        return [first, *rest]
+
+    def _alone(self) -> bool:
+        alone = getattr(self._stream, "alone", None)
+        return alone is not None and bool(alone())
 
     async def _next(self) -> list[bytes]:
         """The events of the next read (one event from a plain iterator); [] at the end."""
@@ -227,6 +246,7 @@ class Relay(BookedStream):
         assert self._cap is not None
         self._will_wait()  # on the continuation's call
         self._cut_now = False
+        self._held = []  # the cut call's: never relayed
         await _close(self._events)
         await self._stream.aclose()
         self._stream = await self._cap.continue_stream()

@@ -385,6 +385,11 @@ class Reply:
     def content(self) -> Reply:
         return self
 
+    def calls_in_flight(self) -> int:
+        """Its pool's `in_use` (this reply's own call included); 0 once it is released."""
+        conn = self._conn
+        return conn._pool.in_use() if conn is not None else 0
+
     @property
     def closed(self) -> bool:
         return self._conn is None
@@ -488,6 +493,10 @@ class Pool:
         self._waiters: list[asyncio.Future[None]] = []
         self._sweep: asyncio.TimerHandle | None = None
         self.closed = False
+
+    def in_use(self) -> int:
+        """The connections open and not idle: the upstream calls in flight (or connecting)."""
+        return len(self._open) - sum(map(len, self._idle.values()))
 
     def forget(self, conn: Connection) -> None:
         if conn in self._open:

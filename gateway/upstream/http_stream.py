@@ -382,6 +382,12 @@ class SseStream:
         self._events = SseEvents(self._response.content, self._where)
         return self._events
 
+    def alone(self) -> bool:
+        """Whether this stream's call is the only native upstream call in flight: no other
+        request is waiting on an upstream, so the loop has little else to do."""
+        response = self._response
+        return isinstance(response, h1.Reply) and response.calls_in_flight() <= 1
+
     def release_ended(self) -> bool:
         """Release a stream whose body was read to its end (its last event and the body's
         end came together, as vLLM and the mock send them): `aclose` without a wait.

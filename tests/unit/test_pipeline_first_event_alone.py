@@ -1,0 +1,132 @@
+"""A stream's first event goes out on its own when its call is the only one in flight.
+
+A real upstream on a real port (tests/e2e/test_relay_batches.py's) writes a whole stream
+in one write, so the relay gets every event in one read. Alone (concurrency 1) the client
+gets the first event as a message of its own, then the rest of the read; with other calls
+in flight the read goes out whole, as before. Either way the bytes are the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.app import create_app
+from gateway.settings import Settings
+from gateway.upstream import http_stream
+from tests.e2e.test_relay_batches import CONFIG, EVENTS, USAGE_EVENT, Upstream
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Upstream]:
+    server = Upstream().start()
+    yield server
+    server.stop()
+
+
+async def _bodies(app: Any, state: dict[str, Any], streams: int = 1) -> list[list[bytes]]:
+    """The body messages each of `streams` concurrent streamed requests was sent."""
+    body = orjson.dumps(
+        {"model": "batch", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    )
+
+    async def one() -> list[bytes]:
+        messages: list[bytes] = []
+        given = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal given
+            if given:
+                await asyncio.Event().wait()
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                assert message["status"] == 200
+            elif message.get("body"):
+                messages.append(message["body"])
+
+        headers = [(b"content-type", b"application/json"), (b"host", b"127.0.0.1")]
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "raw_path": b"/v1/chat/completions",
+            "query_string": b"",
+            "headers": headers,
+            "server": ("127.0.0.1", 4000),
+            "client": ("127.0.0.1", 50000),
+            "scheme": "http",
+            "root_path": "",
+            "state": dict(state),
+        }
+        await app(scope, receive, send)
+        return messages
+
+    return list(await asyncio.gather(*(one() for _ in range(streams))))
+
+
+def _run(upstream: Upstream, tmp_path: Path, streams: int) -> list[list[bytes]]:
+    config = tmp_path / "farebox.yaml"
+    config.write_text(CONFIG.format(url=f"http://127.0.0.1:{upstream.port}"))
+    app = create_app(Settings(data_dir=tmp_path, config=config, log_level="warning"))
+
+    async def main() -> list[list[bytes]]:
+        async with app.router.lifespan_context(app) as given:
+            return await _bodies(app, dict(given or {}), streams)
+
+    return asyncio.run(main())
+
+
+EXPECTED = b"".join(event for event in EVENTS if event != USAGE_EVENT)
+
+
+def test_alone_the_first_event_is_sent_before_the_rest(upstream: Upstream, tmp_path: Path) -> None:
+    upstream.piece = 0
+    [messages] = _run(upstream, tmp_path, streams=1)
+    assert messages[0] == EVENTS[0]
+    assert len(messages) == 2  # the first event, then the rest of the one read
+    assert b"".join(messages) == EXPECTED
+
+
+def test_with_other_calls_in_flight_the_read_goes_whole(
+    upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream.piece = 0
+    monkeypatch.setattr(http_stream.SseStream, "alone", lambda self: False)
+    [messages] = _run(upstream, tmp_path, streams=1)
+    assert messages == [EXPECTED]
+
+
+def test_concurrent_streams_are_not_alone_and_get_the_same_bytes(
+    upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream.piece = 0
+    seen: list[bool] = []
+    alone = http_stream.SseStream.alone
+
+    def counted(self: http_stream.SseStream) -> bool:
+        seen.append(alone(self))
+        return seen[-1]
+
+    monkeypatch.setattr(http_stream.SseStream, "alone", counted)
+    results = _run(upstream, tmp_path, streams=4)
+    assert all(b"".join(messages) == EXPECTED for messages in results)
+    assert False in seen  # some opened while another call was in flight
+
+
+def test_a_stream_written_in_pieces_is_relayed_the_same(upstream: Upstream, tmp_path: Path) -> None:
+    upstream.piece = 100
+    try:
+        [messages] = _run(upstream, tmp_path, streams=1)
+    finally:
+        upstream.piece = 0
+    assert b"".join(messages) == EXPECTED
