@@ -45,7 +45,6 @@ OPENAI_ERROR_TYPES = frozenset(
 
 
 @lru_cache(maxsize=256)  # a handful of routes; urlsplit was ~5 µs of every request
-@lru_cache(maxsize=256)
 def describe_upstream(alias: str, base_url: str) -> str:
     """`alias (host:port)`, with no path, query or credentials (a handful: each built once,
     where it was ~1 µs of `urlsplit` per upstream call)."""
