@@ -4,13 +4,24 @@ httpx imports its command-line module (`httpx._main`: click's rich help, rich, p
 whenever those are installed, as they are beside typer: 1.5 MiB of RSS and ~15 ms of CPU
 in every gateway process (measured: the app's imports 104.8 -> 103.3 MiB), for
 `httpx.main`, which the gateway never calls. Marking the module absent before the first
-`import httpx` leaves httpx its fallback `main` (it says to install `httpx[cli]`). Only
-for `farebox serve`: any other command line, and an importing test, gets httpx as it is.
+`import httpx` leaves httpx its fallback `main` (it says to install `httpx[cli]`).
+
+FastAPI asks of every route's fields whether they are pydantic v1 models, and to ask it
+imports `pydantic.v1` (23 modules, 15-25 ms of CPU before the port opens; the serve
+imports' instructions 4,836 -> 4,750 M under callgrind) though no gateway model is one.
+Marked absent, the import fails and FastAPI takes its own "no pydantic.v1" branch (written
+for a pydantic without v1): every answer is "not a v1 model", the one the gateway's models
+give anyway (tests/e2e/test_startup_imports.py: the same OpenAPI schema).
+
+Only for `farebox serve`: any other command line, and an importing test, gets both as they
+are.
 """
 
 from __future__ import annotations
 
 import sys
 
-if sys.argv[1:2] == ["serve"] and "httpx" not in sys.modules:
-    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+if sys.argv[1:2] == ["serve"]:
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+    sys.modules.setdefault("pydantic.v1", None)  # type: ignore[arg-type]

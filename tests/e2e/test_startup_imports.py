@@ -1,26 +1,36 @@
-"""What `farebox serve` no longer imports to serve a route that litellm does not serve.
+"""What `farebox serve` no longer imports, and what it serves all the same.
 
 httpx is litellm's HTTP client only (the native adapters use aiohttp and the gateway's own
 HTTP/1.1 client): a gateway whose routes are all native never loads it (25 modules, 12-18
-ms of CPU at every start). The process is a real `farebox serve` (tests/e2e/
-test_serve_imports.py's probe), after a chat request, a ledger read and a 404 task read.
+ms of CPU at every start). pydantic.v1 was imported by FastAPI only to ask whether a
+route's fields are v1 models (gateway/serve_imports.py): 23 modules, 15-25 ms. The process
+is a real `farebox serve` (tests/e2e/test_serve_imports.py's probe), after a chat request,
+a ledger read and a 404 task read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from gateway.settings import Timeouts
+from gateway.app import create_app
+from gateway.config import parse_config
+from gateway.settings import Settings, Timeouts
 from gateway.sim.app import create_sim_app
 from gateway.sim.config import SimConfig
 from gateway.upstream.registry import Upstreams
 from tests.e2e.test_serve_imports import _modules_after_serving
-from tests.servers import ServerThread, running
+from tests.servers import ServerThread, free_port, running, wait_ready
 
 
 @pytest.fixture
@@ -36,6 +46,48 @@ def test_a_gateway_without_litellm_routes_never_imports_httpx(
     assert statuses == [200, 200, 404]
     assert "gateway.upstream.registry" in modules and "aiohttp" in modules  # it served
     assert not {m for m in modules if m == "httpx" or m.startswith("httpx.")} - {"httpx._main"}
+
+
+def test_serve_never_imports_pydantic_v1_and_serves_the_same_openapi_schema(
+    tmp_path: Path, sim: ServerThread
+) -> None:
+    modules, statuses = _modules_after_serving(tmp_path, sim.url)
+    assert statuses == [200, 200, 404]
+    assert not {m for m in modules if m.startswith("pydantic.v1.")}  # its 23 submodules
+    served = _openapi_of_serve(tmp_path / "again", sim.url)
+    config = parse_config(
+        f"models:\n  chat:\n    provider: openai\n    model: sim-chat\n    base_url: {sim.url}/v1\n"
+    )
+    here = create_app(Settings(data_dir=tmp_path / "here"), config).openapi()  # v1 importable
+    assert served == json.loads(json.dumps(here))
+
+
+def _openapi_of_serve(tmp_path: Path, sim_url: str) -> dict[str, Any]:
+    """/openapi.json of a real `farebox serve` on `sim_url`'s simulator."""
+    tmp_path.mkdir()
+    config = tmp_path / "farebox.yaml"
+    config.write_text(
+        f"models:\n  chat:\n    provider: openai\n    model: sim-chat\n    base_url: {sim_url}/v1\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
+    env.update(FAREBOX_CONFIG=str(config), FAREBOX_DATA_DIR=str(tmp_path / "data"))
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_ready(port, process)
+        reply = httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=30)
+        assert reply.status_code == 200
+        schema: dict[str, Any] = reply.json()
+        return schema
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
 
 
 def test_the_litellm_adapter_still_gets_its_httpx_client() -> None:
