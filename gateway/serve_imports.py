@@ -11,7 +11,10 @@ imports `pydantic.v1` (23 modules, 15-25 ms of CPU before the port opens; the se
 imports' instructions 4,836 -> 4,750 M under callgrind) though no gateway model is one.
 Marked absent, the import fails and FastAPI takes its own "no pydantic.v1" branch (written
 for a pydantic without v1): every answer is "not a v1 model", the one the gateway's models
-give anyway (tests/e2e/test_startup_imports.py: the same OpenAPI schema).
+give anyway (tests/e2e/test_startup_imports.py: the same OpenAPI schema). The one other
+importer: pydantic, to word its warning about a type with only v1's `__get_validators__`
+hook, which would fail in `serve` instead (none installed here: FastAPI's fallback
+`EmailStr` has the v2 hook too).
 
 Only for `farebox serve`: any other command line, and an importing test, gets both as they
 are.
