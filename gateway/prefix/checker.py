@@ -75,7 +75,7 @@ class PrefixChecker:
         scan_budget: int | None = HOT_PATH_SCAN_BUDGET,
         counter: TokenCounter = estimate_tokens,
     ) -> None:
-        self.cache = cache or ScanCache()
+        self.cache = cache if cache is not None else ScanCache()  # an empty one is falsy
         self.clean_runs = CleanRuns()
         self.reuse = SegmentReuse()
         self.scan_budget = scan_budget

@@ -105,8 +105,8 @@ def test_a_fresh_prompt_looks_up_only_its_new_segments() -> None:
     looked: list[int] = []
     get_many = cache.get_many
     cache.get_many = lambda keys: looked.append(len(keys)) or get_many(keys)  # type: ignore[method-assign]
-    checker = PrefixChecker()
-    checker.cache = cache  # an empty cache is falsy: `cache=` would not take it
+    checker = PrefixChecker(cache=cache)
+    assert checker.cache is cache  # an empty cache is falsy: it was replaced by a new one
     contents = _history(200)
     bodies = [_body(f"Session {i}.", contents, f"step {i}") for i in range(3)]
     first, second, third = _run(checker, bodies)
