@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.frozen import mutable_twin
 from gateway.prefix.cache_rules import CacheExpectation, CacheRule, expect
+from gateway.prefix.clean_runs import MIN_RUN as CLEAN_RUN
 from gateway.prefix.clean_runs import CleanRuns
 from gateway.prefix.compare import Comparison, Divergence, compare, explain
 from gateway.prefix.detectors import (
@@ -63,6 +64,7 @@ class PrefixCheck:
 
 
 _PREFIX_CHECK = mutable_twin(PrefixCheck)  # a store per field (`gateway.frozen`)
+_NOTHING_CLEAN = range(0)  # a small request's: no run of the closest's to skip
 
 
 class PrefixChecker:
@@ -124,9 +126,12 @@ class PrefixChecker:
         if comparison.closest is not None:  # the shared part of the chain is not hashed again
             record.share_chain(comparison.closest, comparison.matched)
         budget = ScanBudget(self.scan_budget)
-        clean, repaired = self._repeated_clean(record, comparison)
+        clean, repaired = _NOTHING_CLEAN, None
+        long_run = request.stable_count - comparison.matched >= CLEAN_RUN  # not a small request
+        if long_run:
+            clean, repaired = self._repeated_clean(record, comparison)
         findings, unscanned = scan_request(request, self.cache, budget, comparison.matched, clean)
-        if not findings and not unscanned:
+        if long_run and not findings and not unscanned:
             self.clean_runs.keep(record, comparison.matched, request.stable_count)
         divergence = None
         if comparison.closest is not None:

@@ -107,14 +107,16 @@ class PrefixRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict for the history store."""
+        # One length for all the columns; a small record's are plain lists (most requests).
+        stored = list if len(self.segment_digests) <= SMALL_COLUMN else _untracked_list
         return {
             "family": self.family,
             "model": self.model,
-            "fingerprints": _stored(self.fingerprints),
-            "segment_names": _stored(self.segment_names),
-            "segment_digests": _stored(self.segment_digests),
-            "canonical_digests": _stored(self.canonical_digests),
-            "cumulative_tokens": _stored(self.cumulative_tokens),
+            "fingerprints": stored(self.fingerprints),
+            "segment_names": stored(self.segment_names),
+            "segment_digests": stored(self.segment_digests),
+            "canonical_digests": stored(self.canonical_digests),
+            "cumulative_tokens": stored(self.cumulative_tokens),
             "stable_count": self.stable_count,
             "header_count": self.header_count,
             "breakpoints": list(self.breakpoints),
@@ -144,12 +146,10 @@ class PrefixRecord:
         return record
 
 
-def _stored(column: tuple[Any, ...]) -> list[Any]:
-    """`list(column)`, out of cyclic GC when long: a column holds strings or ints, never a
-    container, and the history keeps it for minutes, where each collection walked it (a
-    young one ~25 µs for a 1 MB prompt's five columns of 1,245; then the older ones)."""
-    if len(column) <= SMALL_COLUMN:
-        return list(column)
+def _untracked_list(column: tuple[Any, ...]) -> list[Any]:
+    """`list(column)` out of cyclic GC, for a long stored column: it holds strings or ints,
+    never a container, and the history keeps it for minutes, where each collection walked
+    it (a young one ~25 µs for a 1 MB prompt's five columns of 1,245; then the older ones)."""
     stored = acyclic_list()
     stored += column
     return stored
