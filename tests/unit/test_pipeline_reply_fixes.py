@@ -10,10 +10,9 @@ from hypothesis import strategies as st
 
 from gateway.upstream import conform
 
+INTS = st.integers(-(2**53), 2**53)  # what orjson renders
 NAMES = ["role", "content", "refusal", "annotations", "function_call", "tool_calls", "extra"]
-VALUES = st.one_of(
-    st.none(), st.text(max_size=4), st.integers(), st.lists(st.integers(), max_size=2)
-)
+VALUES = st.one_of(st.none(), st.text(max_size=4), INTS, st.lists(INTS, max_size=2))
 MESSAGES = st.dictionaries(st.sampled_from(NAMES), VALUES, max_size=6)
 CHOICES = st.one_of(
     st.fixed_dictionaries(
@@ -24,7 +23,7 @@ CHOICES = st.one_of(
             "finish_reason": st.one_of(st.none(), st.just("stop")),
         },
     ),
-    st.integers(),
+    INTS,
     st.none(),
 )
 REPLIES = st.fixed_dictionaries(
