@@ -25,7 +25,9 @@ from gateway.prefix.record import PrefixRecord
 # Runs shorter than this are not kept: a small request's lookups cost less than the keeping.
 MIN_RUN = 64
 MAX_RECORDS = 64
-MAX_SEGMENTS = 32 * 1024  # digests held by all kept keys: ~100 bytes each, ~3 MB at most
+# Digests held by all the kept runs, ~90 bytes each (~1.5 MB at most): thirteen 1 MB
+# prompts' records, most of them still in their callers' histories anyway.
+MAX_SEGMENTS = 16 * 1024
 
 
 Key = tuple[int, tuple[str, ...], str, str]
