@@ -10,6 +10,7 @@ starts empty) and is read once `<body data-ready="true">` says every panel has l
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -84,20 +85,15 @@ class Browser:
 
     def close(self) -> None:
         self.timeout = min(self.timeout, 5)
-        try:
+        # It may have gone already; the group kill below stops what is left.
+        with contextlib.suppress(BrowserError, OSError):
             self.call("Browser.close")
-        except (BrowserError, OSError):
-            pass  # it has gone already; the group kill below stops what is left
         for fd in (self._commands, self._replies):
             os.close(fd)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self._process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self._process.wait()
         _remove_profile(self._profile)
 
