@@ -10,6 +10,7 @@ from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from gateway.ledger import template
 from gateway.settings import default_data_dir
 
 if TYPE_CHECKING:  # Alembic (and Mako, Pygments) is imported only to migrate: 12 MiB
@@ -128,7 +129,14 @@ def _upgrade(connection: Connection, config: Config, revision: str) -> None:
 
 
 async def migrate(url: str | URL | None = None, revision: str = "head") -> None:
-    """Apply the ledger's Alembic migrations to the database at `url` (default: head)."""
+    """Apply the ledger's Alembic migrations to the database at `url` (default: head).
+
+    A new SQLite ledger is copied from the template an earlier migration kept, when there
+    is one (gateway/ledger/template.py), and kept as that template when there is not.
+    """
+    fresh = _new_sqlite_file(url) if revision == "head" else None
+    if fresh is not None and template.copy_into(fresh, head_revision()):
+        return
     engine = make_engine(url)
     try:
         async with engine.begin() as connection:
@@ -137,3 +145,14 @@ async def migrate(url: str | URL | None = None, revision: str = "head") -> None:
             await connection.run_sync(_upgrade, alembic_config(url), revision)
     finally:
         await engine.dispose()
+    if fresh is not None:
+        template.keep(fresh, head_revision())
+
+
+def _new_sqlite_file(url: str | URL | None) -> Path | None:
+    """The file of a SQLite ledger that does not exist yet, else None."""
+    target = async_url(url)
+    if target.get_backend_name() != "sqlite":
+        return None
+    path = _sqlite_file(target)
+    return path if path is not None and template.is_new(path) else None
