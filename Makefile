@@ -87,9 +87,10 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check gateway tests $(wildcard bench)
 	$(BIN)/mypy
 
-# Four workers, each test file on one of them (files share their servers and fixtures).
+# Four workers, each test file on one of them (files share their servers and fixtures);
+# the 25 slowest steps are listed at the end, to keep CI under its 10 minutes.
 test: $(VENV)/.installed-test $(VENV)/.bytecode services chromium prometheus agent-clis lint
-	$(BIN)/pytest -q -n 4 --dist loadfile
+	$(BIN)/pytest -q -n 4 --dist loadfile --durations=25
 
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit

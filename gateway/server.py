@@ -24,7 +24,6 @@ from typing import Any, ClassVar, cast
 import uvicorn
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from gateway.drain import BACKSTOP_S
 from gateway.errors import (
@@ -53,7 +52,7 @@ if HTTP_PARSER == "httptools":
 
     from gateway.http_cycle import Cycle
 else:  # pragma: no cover - the base is never used without httptools
-    HttpToolsProtocol = H11Protocol  # type: ignore[misc,assignment]
+    from uvicorn.protocols.http.h11_impl import H11Protocol as HttpToolsProtocol  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,33 +393,6 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
         self._answer_and_close(BadHttpError(f"malformed HTTP request: {msg}"))
 
 
-class FareboxH11Protocol(_Guard, H11Protocol):
-    """The same on uvicorn's h11 protocol: the fallback where httptools is missing."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._guard_connection()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_header_timer()
-        super().connection_lost(exc)
-
-    def handle_events(self) -> None:
-        cycle = self.cycle
-        super().handle_events()
-        if self.cycle is not cycle:  # a request's headers arrived: the deadline is met
-            self._cancel_header_timer()
-
-    def on_response_complete(self) -> None:
-        # Armed before the parent runs, which may start a pipelined request at once.
-        self._arm_header_timer()  # the next request's headers
-        super().on_response_complete()
-
-    def send_400_response(self, msg: str) -> None:
-        """Answer malformed HTTP in OpenAI's error shape, then close."""
-        self._answer_and_close(BadHttpError(f"malformed HTTP request: {msg}"))
-
-
 async def _overloaded(scope: Any, receive: Any, send: Any) -> None:
     """The app a connection over the limit gets: 503, and the connection closes."""
     error = OverloadedError("the gateway has too many open connections; retry shortly")
@@ -435,7 +407,12 @@ def protocol_class(
     With `app` (an ASGI app with a `chat_path`, as `gateway.front.Gateway`), POST
     requests to that path skip uvicorn's proxy-headers layer on httptools.
     """
-    base = FareboxHttpToolsProtocol if parser == "httptools" else FareboxH11Protocol
+    if parser == "httptools":
+        base: type[_Guard] = FareboxHttpToolsProtocol
+    else:  # h11 and uvicorn's protocol on it are imported only where they serve
+        from gateway.server_h11 import FareboxH11Protocol
+
+        base = FareboxH11Protocol
     bound: dict[str, Any] = {"limits": limits}
     path = getattr(app, "chat_path", None)
     if base is FareboxHttpToolsProtocol and isinstance(path, str):
@@ -455,6 +432,10 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
         "http": protocol_class(limits, app=app),
         "loop": LOOP,
         "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
+        # No route is a WebSocket: without this uvicorn imports the websockets package
+        # (17 modules, ~10 ms before the port opens) to hand an `Upgrade: websocket`
+        # request to an app that refuses it; now it is answered as the HTTP request it is.
+        "ws": "none",
         # uvicorn's own limit answers in plain text; the protocol enforces ours.
         "limit_concurrency": None,
         # On SIGTERM: stop accepting, let in-flight requests (streams) finish; past the

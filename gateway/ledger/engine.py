@@ -134,9 +134,12 @@ async def migrate(url: str | URL | None = None, revision: str = "head") -> None:
     A new SQLite ledger is copied from the template an earlier migration kept, when there
     is one (gateway/ledger/template.py), and kept as that template when there is not.
     """
-    fresh = _new_sqlite_file(url) if revision == "head" else None
+    path = _sqlite_path(url) if revision == "head" else None
+    fresh = path if path is not None and template.is_new(path) else None
     if fresh is not None and template.copy_into(fresh, head_revision()):
         return
+    if path is not None and fresh is None and template.recorded_version(path) == head_revision():
+        return  # at head, read with the sqlite3 module: no engine, no aiosqlite thread
     engine = make_engine(url)
     try:
         async with engine.begin() as connection:
@@ -149,10 +152,7 @@ async def migrate(url: str | URL | None = None, revision: str = "head") -> None:
         template.keep(fresh, head_revision())
 
 
-def _new_sqlite_file(url: str | URL | None) -> Path | None:
-    """The file of a SQLite ledger that does not exist yet, else None."""
+def _sqlite_path(url: str | URL | None) -> Path | None:
+    """The file of a SQLite ledger (there or not), else None."""
     target = async_url(url)
-    if target.get_backend_name() != "sqlite":
-        return None
-    path = _sqlite_file(target)
-    return path if path is not None and template.is_new(path) else None
+    return _sqlite_file(target) if target.get_backend_name() == "sqlite" else None

@@ -19,6 +19,7 @@ import contextlib
 import os
 import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 _OFF = {"0", "false", "no", "off"}
 
@@ -62,8 +63,8 @@ def copy_into(path: Path, head: str) -> bool:
     scratch = path.with_name(f".{path.name}.{os.getpid()}.template")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _backup(f"file:{template}?mode=ro", scratch)
-        if _version(scratch) != head:
+        _backup(_read_only(template), scratch)
+        if recorded_version(scratch) != head:
             return False
         os.link(scratch, path)
         return True
@@ -82,8 +83,8 @@ def keep(path: Path, head: str) -> None:
     scratch = template.with_name(f".{template.name}.{os.getpid()}")
     try:
         template.parent.mkdir(parents=True, exist_ok=True)
-        _backup(f"file:{path}?mode=ro", scratch)
-        if _version(scratch) == head:
+        _backup(_read_only(path), scratch)
+        if recorded_version(scratch) == head:
             os.replace(scratch, template)
     except (OSError, sqlite3.Error):
         pass  # no template: the next new ledger is migrated, as this one was
@@ -108,9 +109,12 @@ def _backup(source_uri: str, target: Path) -> None:
         source.close()
 
 
-def _version(path: Path) -> str | None:
+def recorded_version(path: Path) -> str | None:
     """The Alembic revision recorded in the SQLite file at `path`, or None."""
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        connection = sqlite3.connect(_read_only(path), uri=True)
+    except sqlite3.Error:
+        return None
     try:
         rows = connection.execute("SELECT version_num FROM alembic_version").fetchall()
     except sqlite3.Error:
@@ -118,3 +122,8 @@ def _version(path: Path) -> str | None:
     finally:
         connection.close()
     return rows[0][0] if len(rows) == 1 else None
+
+
+def _read_only(path: Path) -> str:
+    """A read-only SQLite URI for `path` (quoted: a '?' or '#' in a folder name stays in it)."""
+    return f"file:{quote(str(path.resolve()))}?mode=ro"

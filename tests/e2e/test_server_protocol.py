@@ -112,6 +112,17 @@ def test_pipelined_requests_are_all_answered_past_the_header_deadline(server: in
     assert reply.endswith(b"/b")
 
 
+def test_a_websocket_upgrade_is_answered_as_the_http_request_it_is(server: int) -> None:
+    # No route is a WebSocket (`ws="none"`: uvicorn imports no websockets package).
+    head = (
+        b"GET /a HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: websocket\r\n"
+        b"sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+    reply = _exchange(server, head, until=b"/a")
+    assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"/a")
+    assert _exchange(server, b"GET /b HTTP/1.1\r\nhost: x\r\n\r\n", until=b"/b").endswith(b"/b")
+
+
 @pytest.mark.parametrize("value", [b"a\x7fb", b"a\xc2\x85b", b"a\x01b", b"a\tb"])
 def test_header_values_h11_accepts_reach_the_app(server: int, value: bytes) -> None:
     # Which header may hold what is the app's to say (it names the header).

@@ -39,13 +39,17 @@ def sim() -> Iterator[ServerThread]:
         yield server
 
 
-def test_a_gateway_without_litellm_routes_never_imports_httpx(
+def test_a_native_gateway_imports_no_httpx_h11_or_websockets(
     tmp_path: Path, sim: ServerThread
 ) -> None:
     modules, statuses = _modules_after_serving(tmp_path, sim.url)
     assert statuses == [200, 200, 404]
     assert "gateway.upstream.registry" in modules and "aiohttp" in modules  # it served
     assert not {m for m in modules if m == "httpx" or m.startswith("httpx.")} - {"httpx._main"}
+    # uvicorn's h11 protocol only where httptools is missing; no WebSocket library (ws="none").
+    assert "httptools" in modules
+    assert not {m for m in modules if m.split(".")[0] in {"h11", "websockets", "wsproto"}}
+    assert "uvicorn.protocols.http.h11_impl" not in modules
 
 
 def test_serve_never_imports_pydantic_v1_and_serves_the_same_openapi_schema(

@@ -111,3 +111,26 @@ async def test_a_cache_folder_that_cannot_be_made_leaves_it_to_the_migrations(
     await migrate(_url(tmp_path / "b.db"))
     assert _rows(tmp_path / "a.db")["alembic_version"] == 1
     assert _schema(tmp_path / "b.db") == _schema(tmp_path / "a.db")
+
+
+async def test_a_ledger_behind_head_is_still_migrated(tmp_path: Path, cache: Path) -> None:
+    await migrate(_url(tmp_path / "a.db"))  # the template, at head
+    await migrate(_url(tmp_path / "old.db"), revision="0008")
+    with sqlite3.connect(tmp_path / "old.db") as connection:
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            ("0008",)
+        ]
+    await migrate(_url(tmp_path / "old.db"))
+    assert template.recorded_version(tmp_path / "old.db") == head_revision()
+    assert _schema(tmp_path / "old.db") == _schema(tmp_path / "a.db")
+
+
+async def test_a_folder_named_with_uri_characters_is_read_where_it_is(
+    tmp_path: Path, cache: Path
+) -> None:
+    folder = tmp_path / "a#b c"  # a URI fragment, unquoted
+    await migrate(_url(folder / "first.db"))
+    await migrate(_url(folder / "second.db"))  # copied from the template
+    await migrate(_url(folder / "second.db"))  # at head, read through a read-only URI
+    assert template.recorded_version(folder / "second.db") == head_revision()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a#b c", "cache"]
