@@ -12,26 +12,11 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from gateway.http_cycle import Cycle
+from tests.unit.recording_transport import RecordingTransport
 
 
-class _Transport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.data = b""
-        self.closed = False
-
-    def write(self, data: Any) -> None:
-        self.data += bytes(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def _make(kind: type, method: str, keep_alive: bool) -> tuple[Any, _Transport, list[int]]:
-    transport = _Transport()
+def _make(kind: type, method: str, keep_alive: bool) -> tuple[Any, RecordingTransport, list[int]]:
+    transport = RecordingTransport()
     completed: list[int] = []
     scope = {
         "method": method,

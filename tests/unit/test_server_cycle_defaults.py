@@ -17,6 +17,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from gateway.http_cycle import Cycle
+from tests.unit.recording_transport import RecordingTransport
 
 DEFAULTS = {
     "plain": [(b"date", b"Wed, 02 Dec 2026 04:40:00 GMT"), (b"server", b"uvicorn")],
@@ -41,24 +42,8 @@ RESPONSES = {
 }
 
 
-class _Transport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.data = b""
-        self.closed = False
-
-    def write(self, data: Any) -> None:
-        self.data += bytes(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-
 async def _respond(kind: type, defaults: list[tuple[bytes, bytes]], messages: list[Any]) -> Any:
-    transport = _Transport()
+    transport = RecordingTransport()
     scope = {"method": "POST", "http_version": "1.1", "client": None, "path": "/"}
     logger = logging.getLogger("test")
     args = (scope, transport, FlowControl(transport), logger, logger, False, defaults, False, True)
