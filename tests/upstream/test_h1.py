@@ -7,6 +7,7 @@ server received, which connections it saw, and what http_stream handed back or r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -36,14 +37,22 @@ class Server:
         self.ended = 0
         self.requests: list[tuple[bytes, bytes]] = []
         self.server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> Server:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        """Stop listening and end every connection while the loop still runs: a handler
+        left hanging would close its socket at garbage collection, after the loop, and the
+        ResourceWarning would fail whichever test runs then."""
         assert self.server is not None
         self.server.close()
+        for handler in self._handlers:
+            handler.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self.server.wait_closed()
 
     @property
     def url(self) -> str:
@@ -54,6 +63,9 @@ class Server:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -86,6 +98,9 @@ class Server:
             pass
         finally:
             writer.close()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await writer.wait_closed()
+            self._handlers.discard(handler)
 
 
 def whole(body: bytes, extra: str = "") -> bytes:
