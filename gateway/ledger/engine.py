@@ -135,10 +135,11 @@ async def migrate(url: str | URL | None = None, revision: str = "head") -> None:
     is one (gateway/ledger/template.py), and kept as that template when there is not.
     """
     path = _sqlite_path(url) if revision == "head" else None
+    head = head_revision() if path is not None else ""  # read once: it scans every migration
     fresh = path if path is not None and template.is_new(path) else None
-    if fresh is not None and template.copy_into(fresh, head_revision()):
+    if fresh is not None and template.copy_into(fresh, head):
         return
-    if path is not None and fresh is None and template.recorded_version(path) == head_revision():
+    if path is not None and fresh is None and template.recorded_version(path) == head:
         return  # at head, read with the sqlite3 module: no engine, no aiosqlite thread
     engine = make_engine(url)
     try:
@@ -149,7 +150,7 @@ async def migrate(url: str | URL | None = None, revision: str = "head") -> None:
     finally:
         await engine.dispose()
     if fresh is not None:
-        template.keep(fresh, head_revision())
+        template.keep(fresh, head)
 
 
 def _sqlite_path(url: str | URL | None) -> Path | None:
