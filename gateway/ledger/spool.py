@@ -18,6 +18,7 @@ derived from the segment's, so a replay rewrites the same file instead of adding
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import logging
@@ -44,6 +45,7 @@ def default_spool_dir() -> Path:
 
 SEGMENT_SUFFIX = ".jsonl"
 REJECTED_DIR = "rejected"
+_CREATE_ONLY = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
 # A temporary file this old belongs to a process that died mid-write; anything younger may
 # be a sibling worker's write in progress.
 _STALE_TEMP_SECONDS = 300.0
@@ -130,7 +132,6 @@ class Spool:
         The writer encodes each entry when it is queued, on the event loop, and hands only
         this to a thread: file writes and fsyncs, which let go of the interpreter lock.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
         name = f"{time.time_ns():020d}-{self._token}-{next(self._counter):06d}{SEGMENT_SUFFIX}"
         if refused:
             self.set_aside(f"{name.removesuffix(SEGMENT_SUFFIX)}.unencodable", refused)
@@ -140,12 +141,28 @@ class Spool:
         return Segment(final, len(lines), tuple(refused))
 
     def _write_whole(self, final: Path, data: bytes) -> None:
-        """Write under a temporary name, fsync, rename into place, fsync the directory."""
+        """Write under a temporary name, fsync, rename into place, fsync the directory.
+
+        Through the file descriptor, not a Python file object (whose buffer, fstat, ioctl
+        and seek cost ~0.1 ms a segment on the core the event loop shares), and with no
+        mkdir of the directory per segment: it is made when the first open finds it missing.
+        """
         temp = final.with_name(f".{final.name}.tmp")
-        with open(temp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            fd = os.open(temp, _CREATE_ONLY, 0o666)
+        except FileNotFoundError:  # the first segment, or the directory was removed
+            final.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(temp, _CREATE_ONLY, 0o666)
+        try:
+            view = memoryview(data)
+            while view:  # a regular file takes it whole, unless the disk fills meanwhile
+                written = os.write(fd, view)
+                if not written:  # never for a regular file; not a reason to spin
+                    raise OSError(errno.ENOSPC, f"no byte of {len(view)} written", str(temp))
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(temp, final)
         self._sync_directory(final.parent)
 
