@@ -7,19 +7,31 @@ its ledger row): the row would be lost. So `farebox serve` cuts them itself at
 FAREBOX_SHUTDOWN_GRACE_S through anyio cancel scopes, which those shields hold against;
 uvicorn's own timeout, `BACKSTOP_S` later, is only a backstop. Then the lifespan closes
 the ledger writer, which commits every row.
+
+The chat path (`gateway.front.ChatFront`) enters no anyio scope per request: entering one
+in a fresh task costs ~4-8 µs (anyio's state for the task, in a weak-key map), and a
+whole reply enters no other. It tracks the request's task (`TrackedRequest`), and the cut
+cancels that task natively, as anyio's scope would: at every turn of the loop until the
+request ends, never while the task is inside a `Shield` (the chat path's shielded
+clean-up, which counts itself on the request), and through an anyio scope while a
+streamed reply is sent (`ScopedReply`: the relay's own shields are anyio's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import socket
 from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, cast
 
 import anyio
 import uvicorn
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.accept_turns import Loads, TakeTurns
@@ -30,13 +42,14 @@ BACKSTOP_S = 5.0
 
 
 class InFlight:
-    """The cancel scopes of the HTTP requests in progress."""
+    """The HTTP requests in progress: cancel scopes, and the chat path's tracked tasks."""
 
     def __init__(self) -> None:
         self._scopes: set[anyio.CancelScope] = set()
+        self.requests: set[TrackedRequest] = set()
 
     def __len__(self) -> int:
-        return len(self._scopes)
+        return len(self._scopes) + len(self.requests)
 
     @contextlib.contextmanager
     def track(self) -> Iterator[anyio.CancelScope]:
@@ -50,10 +63,147 @@ class InFlight:
 
     def cut_all(self) -> None:
         """Cancel every request in progress (their shielded clean-up still runs)."""
-        if self._scopes:
-            log.warning("shutdown grace period over: cutting %d request(s)", len(self._scopes))
+        if len(self):
+            log.warning("shutdown grace period over: cutting %d request(s)", len(self))
         for scope in list(self._scopes):
             scope.cancel()
+        for request in list(self.requests):
+            request.cut()
+
+
+_REQUEST: contextvars.ContextVar[TrackedRequest | None] = contextvars.ContextVar(
+    "farebox_tracked_request", default=None
+)
+"""The chat request its task serves (set by `TrackedRequest`, in the task's context)."""
+
+
+class TrackedRequest:
+    """One chat request in progress, cut without an anyio scope of its own.
+
+    Made in the request's task, and `leave` called there when it ends; `cut` cancels that
+    task natively at once and again at each turn of the loop until it leaves (as an anyio
+    scope delivers its cancellation), except while it is inside a `Shield` or while a
+    streamed reply is sent in `ScopedReply`'s anyio scope, which is cancelled instead. `leave`
+    takes back the cancellations the cut made (as the scope's exit would) and tells
+    whether the task has one to raise that is not the cut's (the server's own).
+    """
+
+    __slots__ = (
+        "_in_flight",
+        "_token",
+        "base",
+        "called",
+        "cancels",
+        "scope",
+        "shields",
+        "task",
+    )
+
+    def __init__(self, in_flight: InFlight) -> None:
+        """Track the request the current task serves."""
+        self._in_flight = in_flight
+        self.task = cast("asyncio.Task[Any]", asyncio.current_task())
+        self.called = False  # `cut` was called: the request is being cut
+        self.base = 0  # the task's `cancelling()` when the cut began
+        self.cancels = 0  # native cancellations made by the cut, to take back
+        self.shields = 0  # `Shield`s the task is inside
+        self.scope: anyio.CancelScope | None = None  # a `ScopedReply`'s, while it is sent
+        self._token: contextvars.Token[TrackedRequest | None] | None = _REQUEST.set(self)
+        in_flight.requests.add(self)
+
+    def leave(self) -> bool:
+        """Stop tracking the request, in its task; after a cut, take back the cut's
+        cancellations and return True when the task has another one pending."""
+        self._in_flight.requests.discard(self)
+        if self._token is not None:
+            _REQUEST.reset(self._token)
+            self._token = None
+        if not self.called:
+            return False
+        for _ in range(self.cancels):
+            self.task.uncancel()
+        self.cancels = 0
+        return self.task.cancelling() > self.base
+
+    def cut(self) -> None:
+        """Cancel the request (its shielded clean-up still runs)."""
+        if not self.called:
+            self.called = True
+            self.base = self.task.cancelling()
+            self._deliver()
+
+    def _deliver(self) -> None:
+        if self not in self._in_flight.requests or self.task.done():
+            return  # over: nothing more to cut
+        if self.scope is not None:
+            self.scope.cancel()  # anyio delivers it from here, shields and all
+            return
+        if not self.shields:
+            self.task.cancel()
+            self.cancels += 1
+        self.task.get_loop().call_soon(self._deliver)
+
+
+class Shield:
+    """`anyio.CancelScope(shield=True)` that the chat path's native cut respects as well.
+
+    Clean-up that must finish when a request is cut (booking a paid call) runs inside one.
+    """
+
+    __slots__ = ("_request", "_scope")
+
+    def __enter__(self) -> anyio.CancelScope:
+        self._request = _REQUEST.get()
+        if self._request is not None:
+            self._request.shields += 1
+        self._scope = anyio.CancelScope(shield=True)
+        return self._scope.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        try:
+            return self._scope.__exit__(exc_type, exc, traceback)
+        finally:
+            if self._request is not None:
+                self._request.shields -= 1
+
+
+class ScopedReply(Response):
+    """`reply`, sent inside an anyio cancel scope that the cut of its request cancels.
+
+    For a streamed reply, whose relay shields its booking with anyio's own scopes: a native
+    cancellation would break through them. Outside a tracked request (a route served in
+    `InFlightMiddleware`'s scope) the reply is sent as it is.
+    """
+
+    def __init__(self, reply: Response) -> None:  # no super().__init__: a view of `reply`
+        self.reply = reply
+
+    @property
+    def background(self) -> Any:
+        return self.reply.background
+
+    @background.setter
+    def background(self, value: Any) -> None:
+        self.reply.background = value
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = _REQUEST.get()
+        if request is None:
+            await self.reply(scope, receive, send)
+            return
+        with anyio.CancelScope() as cut:
+            request.scope = cut
+            if request.called:
+                cut.cancel()
+            try:
+                await self.reply(scope, receive, send)
+            finally:
+                request.scope = None
 
 
 class InFlightMiddleware:

@@ -14,12 +14,12 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.body_guard import SharedDeadlines
 from gateway.compact_patch import patch_rendered
+from gateway.drain import ScopedReply, Shield
 from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
@@ -67,7 +67,7 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)
     except BaseException:
-        with anyio.CancelScope(shield=True):
+        with Shield():
             await quota.close(ctx, services)  # no error path keeps a hold
         raise
 
@@ -130,7 +130,7 @@ async def _complete(ctx: RequestContext, services: Services) -> Response:
     except asyncio.CancelledError:
         # Cut while the upstream works on it (shutdown past its grace period): the call
         # is paid for, so it is booked, as 499 with its tokens estimated.
-        with anyio.CancelScope(shield=True):
+        with Shield():
             await finish(ctx, meter, services, cancelled=True)
         raise
     reply_json = reply.payload  # parsed and checked by the adapter: a bad reply is a 502
@@ -144,7 +144,7 @@ async def _complete(ctx: RequestContext, services: Services) -> Response:
         headers = _headers(ctx) | cost_headers(ctx) | notice_headers(ctx.dropped_params)
         response = json_response(body, reply.status, headers)
     except BaseException:
-        with anyio.CancelScope(shield=True):
+        with Shield():
             await booking()
         raise
     response.background = booking
@@ -196,7 +196,7 @@ class WholeReply(Response):
             await send({"type": "http.response.body", "body": self.body})
         except BaseException:
             if self.background is not None:
-                with anyio.CancelScope(shield=True):
+                with Shield():
                     await self.background()
             raise
         if self.background is not None:
@@ -218,7 +218,8 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     first = await first_event(stream, events, call)
     ctx.dropped_params = dropped_notice(call.route.via_litellm, stream.headers)
     body = Relay(ctx, first, events, stream, meter, services, thinking_cap_for(ctx, call, services))
-    return RelayResponse(body, headers=_headers(ctx) | notice_headers(ctx.dropped_params))
+    response = RelayResponse(body, headers=_headers(ctx) | notice_headers(ctx.dropped_params))
+    return ScopedReply(response)  # the relay's shields are anyio's: cut it through a scope
 
 
 # The first-event deadline of each length in use: one timer for every stream waiting.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 
-import anyio
 from starlette.background import BackgroundTask
 
+from gateway.drain import Shield
 from gateway.errors import FareboxError, UpstreamError, UpstreamStatusError
 from gateway.pipeline import quota
 from gateway.pipeline.context import RequestContext
@@ -125,7 +125,7 @@ async def bill(
         if notify:
             booking.notify()
     except BaseException:
-        with anyio.CancelScope(shield=True):
+        with Shield():
             await booking()
         raise
     return booking
