@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import INLINE_BYTES, OFF_LOOP_BYTES, RELEASE_BYTES, sized
+from gateway.pipeline.parse import keep_messages
 from gateway.prefix import cache_rules
 from gateway.prefix.actions import normalize, sticky_cache_key
 from gateway.prefix.breakpoints import anthropic_cache_breakpoints, apply_breakpoints
@@ -117,6 +120,29 @@ def forget_parsed_for_litellm(ctx: RequestContext, checker: PrefixChecker) -> No
     route, task = ctx.route, ctx.task
     if route is not None and route.via_litellm and task is not None and not task.implicit:
         checker.reuse.forget_parsed(history_keys(ctx)[0])
+    if route is not None and route.via_litellm:
+        _unshare(ctx, checker)
+
+
+def _keep_or_unshare(ctx: RequestContext, checker: PrefixChecker) -> None:
+    """Keep a large body's parsed messages for its caller's next parse, or, where litellm
+    is handed them (it may change them), give this request its own copies instead."""
+    assert ctx.route is not None
+    if ctx.route.via_litellm:
+        _unshare(ctx, checker)
+    elif len(ctx.raw_body) >= checker.reuse.messages.min_bytes:
+        keep_messages(ctx, checker.reuse)
+
+
+def _unshare(ctx: RequestContext, checker: PrefixChecker) -> None:
+    """Copy the messages a body's parse took from another request's (`_parse_sharing`,
+    `_parse_reusing`), so what litellm changes is this request's own."""
+    if not checker.reuse.messages.is_shared(ctx.raw_body):
+        return
+    ctx.body = {**ctx.body, "messages": orjson.loads(orjson.dumps(ctx.body["messages"]))}
+    edited = ctx.edits.set_fields.get("messages")
+    if edited is not None:
+        ctx.edits.set_fields["messages"] = orjson.loads(orjson.dumps(edited))
 
 
 async def check_prefix(
@@ -197,6 +223,8 @@ def _check(
         validated=validated,
         keep_parsed=validated is not None and not ctx.route.via_litellm,
     )
+    if unedited and not explicit:
+        _keep_or_unshare(ctx, checker)
     check_seconds = time.perf_counter() - started
     if "strict" in actions:
         violations = strict_violations(check.findings, check.divergence)

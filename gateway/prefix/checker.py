@@ -34,7 +34,7 @@ from gateway.prefix.rawcut import MIN_BYTES as RAW_MIN_BYTES
 from gateway.prefix.rawcut import raw_messages
 from gateway.prefix.record import PrefixRecord, TokenCounter, build_record, estimate_tokens
 from gateway.prefix.reuse import SegmentReuse
-from gateway.prefix.segments import RequestSegments, split_request
+from gateway.prefix.segments import FEW_MESSAGES, RequestSegments, split_request
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +114,17 @@ class PrefixChecker:
         if raw is not None and reuse_key is not None:
             request = self.reuse.split(reuse_key, raw, body, rule, validated, keep_parsed, like)
         else:
-            pieces = None
-            if raw is not None and len(raw) >= RAW_MIN_BYTES:  # a small body: dumped
-                messages = body.get("messages")
-                pieces = raw_messages(raw, messages) if isinstance(messages, list) else None
-            request = split_request(body, rule, None, pieces)
+            pieces = known = None
+            messages = body.get("messages")
+            large = raw is not None and len(raw) >= RAW_MIN_BYTES  # a small body: dumped
+            if raw is not None and large and isinstance(messages, list):
+                # a run its parse took from the caller's previous body: that body's segments
+                known = self.reuse.messages.known(raw, messages)
+                if known is None or len(messages) - known.upto > FEW_MESSAGES:
+                    pieces = raw_messages(raw, messages)
+            request = split_request(body, rule, known, pieces)
+            if raw is not None and large:
+                self.reuse.messages.checked(raw, request)  # for its `keep`: the next `known`
         record = build_record(request, rule, self.counter, like[0] if like else None)
         if raw is not None and reuse_key is not None:
             self.reuse.keep_record(reuse_key, raw, record)

@@ -28,6 +28,7 @@ from typing import Any
 
 from gateway import rawjson
 from gateway.prefix.cache_rules import CacheRule
+from gateway.prefix.message_reuse import MessageReuse
 from gateway.prefix.rawcut import messages_start, raw_messages
 from gateway.prefix.segments import Known, RequestSegments, split_request
 
@@ -91,6 +92,8 @@ class SegmentReuse:
         self._held = 0
         self._lock = threading.Lock()  # a body over 2 MiB is checked in a worker thread
         self._surveys: OrderedDict[tuple[str, int], _Survey] = OrderedDict()
+        # Large bodies without a task: their callers' next parse (`_parse_sharing`)
+        self.messages = MessageReuse()
 
     def _survey(self, key: str, raw: bytes, last: bool = False) -> _Survey:
         """Where `raw`'s messages open and what it repeats of `key`'s latest request.
