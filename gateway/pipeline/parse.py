@@ -17,7 +17,6 @@ import gc
 from collections.abc import Mapping
 from typing import Any, get_args, get_type_hints
 
-import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from gateway.errors import BodyTooLargeError, InvalidRequestError
@@ -25,7 +24,7 @@ from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import OFF_LOOP_BYTES, RELEASE_BYTES, inline_bound, parses_inline
 from gateway.prefix.locate import acyclic_list, native_step
 from gateway.prefix.reuse import SegmentReuse
-from gateway.rawjson import NATIVE, bracket_depth, plain_messages, space_end
+from gateway.rawjson import NATIVE, plain_messages, space_end
 from gateway.schemas import sliced
 from gateway.schemas.body import MAX_DEPTH, invalid_field, load_object
 from gateway.schemas.chat import ChatRequest, Message, StreamOptions
@@ -180,8 +179,9 @@ def _parse_reusing(ctx: RequestContext, reuse: SegmentReuse) -> bool:
     `SegmentReuse` matches bytes exactly, so only the body with those messages cut out is
     parsed, and they are put back in front of the new ones: the same values, shared with
     the previous request (kept only where nothing changes them, see `SegmentReuse.split`).
-    The whole body is still checked for depth; any error, and a body too large to parse
-    here, is left to the whole parse.
+    Only the rest is checked for depth: the repeated messages nest in the body as they
+    did in the request they were parsed from, which passed. Any error, and a body too
+    large to parse here, is left to the whole parse.
     """
     task, raw = ctx.headers.get("x-task-id"), ctx.raw_body
     if not task or len(raw) > RELEASE_BYTES:
@@ -192,13 +192,12 @@ def _parse_reusing(ctx: RequestContext, reuse: SegmentReuse) -> bool:
     rest = _without_repeat(raw, repeat.value_start, repeat.end)
     if rest is None or (len(rest) > OFF_LOOP_BYTES and not parses_inline(rest)):
         return False
-    try:
-        body = orjson.loads(rest)
-    except orjson.JSONDecodeError:
+    try:  # the repeated messages nest as in the body they were parsed from, which passed
+        body = load_object(rest, MAX_DEPTH)
+    except InvalidRequestError:
         return False
-    messages = body.get("messages") if type(body) is dict else None
-    bound = bracket_depth(raw)
-    if type(messages) is not list or bound is None or bound > MAX_DEPTH:
+    messages = body.get("messages")
+    if type(messages) is not list:
         return False
     messages[0:0] = repeat.parsed[: repeat.count]
     request = _validated_reusing(ctx, body, reuse)
