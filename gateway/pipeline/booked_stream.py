@@ -29,6 +29,9 @@ class BookedStream:
     _body: AsyncGenerator[bytes, None] | None = None
     settling = False
     """Set by `_run` when its body is over and it books: a disconnect no longer cancels it."""
+    ends = False
+    """Set by `_run` before it yields the body's last bytes, booked: the response sends the
+    body's end with them (one write, not two)."""
     _scope_type: ClassVar[type[anyio.CancelScope] | None] = None
     on_wait: Callable[[], None] | None = None
     """Set by the response: called (once) before the body first waits on its upstream."""
@@ -110,10 +113,16 @@ class BookedStreamResponse(Response):
         try:
             start = {"type": "http.response.start", "status": self.status_code}
             await send(start | {"headers": self.raw_headers})
-            async for chunk in self._booked:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            self._stop_watch()  # the end of the body is not a client leaving
-            await send(_END)
+            body = self._booked
+            async for chunk in body:
+                if body.ends:  # the last bytes, booked: the end of the body goes with them
+                    self._stop_watch()
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                else:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if not body.ends:
+                self._stop_watch()  # the end of the body is not a client leaving
+                await send(_END)
         except asyncio.CancelledError:
             if not self._left:
                 raise

@@ -2,6 +2,10 @@
 
 All the events one read of the upstream brought go out as one message (one write to the
 client): nothing waits for more, and a read that completes one event sends that event.
+The read that brings `[DONE]` with the end of the upstream's body (as vLLM and a fast
+server send them) is booked first, then goes out with the end of the client's body: the
+client's stream never ends before its attempt is booked, and that end is not a write of
+its own.
 
 Events go out as the upstream's own bytes. Two exceptions: the usage-only chunk is
 dropped when the client did not ask for it (the gateway asked on its behalf), and a
@@ -79,6 +83,7 @@ class Relay(BookedStream):
         self._cut_now = False
         self._ended = False  # the upstream's [DONE] was read
         self._settled = False
+        self._let_go = False  # released to the pool, its body read to the end (`_released`)
         self._slice_end = 0.0  # when this stream next lets the loop's other work run
         self._held: list[bytes] = []  # the opening read's events after the first (`_opening`)
 
@@ -125,14 +130,18 @@ class Relay(BookedStream):
                     if data is not None and data[:1] != b"{" and data.strip() == DONE:
                         self._ended = True
                         out.append(_terminated(event))
+                        if self._released():  # its body's end came with it: booked, then
+                            break  # these last bytes go with the client's end (below)
                         sent, out = b"".join(out), []
-                        yield sent
+                        yield sent  # the booking, then the wait for the body's end
                         return
                     outgoing = self._outgoing(event, data)
                     if outgoing is not None:
                         out.append(outgoing)
                     if self._cut_now:
                         break  # the rest of this read is the cut call's: never relayed
+                if self._ended:
+                    break
                 if run:
                     meter.observe_contents(run, run_at)
                     run, run_at = [], None
@@ -145,9 +154,10 @@ class Relay(BookedStream):
                 if not batch:
                     batch = await self._next()
                 slice_end = self._slice_end  # `_next` may have paused
-            raise UpstreamUnreachableError(
-                f"upstream {self._where} ended the stream before it was complete"
-            )
+            if not self._ended:
+                raise UpstreamUnreachableError(
+                    f"upstream {self._where} ended the stream before it was complete"
+                )
         except FareboxError as exc:
             error = exc
             yield b"".join(out) + stream_error_event(exc)  # what came before it, then the error
@@ -166,6 +176,11 @@ class Relay(BookedStream):
             self.settling = True
             with self._shield():
                 await self._settle(error, cancelled)
+        if self._ended:
+            # Booked: the last read's events, `[DONE]` among them, go out with the body's
+            # end in one write (after the booking, as the end always went).
+            self.ends = True
+            yield b"".join(out)
 
     def _opening(self) -> list[bytes]:
         """The first event, and the events its read brought with it.
@@ -272,12 +287,14 @@ class Relay(BookedStream):
 
     def _released(self) -> bool:
         """Whether the stream was released at once: its body had ended with `[DONE]`."""
+        if self._let_go:
+            return True
         release = getattr(self._stream, "release_ended", None)
         try:
-            return release is not None and bool(release())
+            self._let_go = release is not None and bool(release())
         except Exception:  # logged; `aclose` then closes what is left
             log.exception("releasing the stream of %s failed", self._where)
-            return False
+        return self._let_go
 
 
 RelayResponse = BookedStreamResponse
