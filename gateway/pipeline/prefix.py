@@ -124,13 +124,14 @@ def forget_parsed_for_litellm(ctx: RequestContext, checker: PrefixChecker) -> No
         _unshare(ctx, checker)
 
 
-def _keep_or_unshare(ctx: RequestContext, checker: PrefixChecker) -> None:
-    """Keep a large body's parsed messages for its caller's next parse, or, where litellm
-    is handed them (it may change them), give this request its own copies instead."""
+def _keep_or_unshare(ctx: RequestContext, checker: PrefixChecker, keep: bool) -> None:
+    """Keep a large body's parsed messages for its caller's next parse (`keep`: unedited,
+    no task), or, where litellm is handed them (it may change them), give this request
+    its own copies of any it shares instead."""
     assert ctx.route is not None
     if ctx.route.via_litellm:
         _unshare(ctx, checker)
-    elif len(ctx.raw_body) >= checker.reuse.messages.min_bytes:
+    elif keep:
         keep_messages(ctx, checker.reuse)
 
 
@@ -223,8 +224,8 @@ def _check(
         validated=validated,
         keep_parsed=validated is not None and not ctx.route.via_litellm,
     )
-    if unedited and not explicit:
-        _keep_or_unshare(ctx, checker)
+    if len(ctx.raw_body) >= checker.reuse.messages.min_bytes:  # else nothing is shared
+        _keep_or_unshare(ctx, checker, keep=unedited and not explicit)
     check_seconds = time.perf_counter() - started
     if "strict" in actions:
         violations = strict_violations(check.findings, check.divergence)

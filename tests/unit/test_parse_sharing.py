@@ -194,7 +194,7 @@ def test_litellm_gets_its_own_copies_of_shared_messages(provider: str) -> None:
     ctx.task = TaskRef(task_id="implicit", implicit=True)
     ctx.route = ModelRoute(provider=provider, model="m", base_url="http://127.0.0.1:1/v1")
     ctx.edits.set_fields["messages"] = list(ctx.body["messages"])
-    stage._keep_or_unshare(ctx, checker)
+    stage._keep_or_unshare(ctx, checker, keep=True)
     stage.forget_parsed_for_litellm(ctx, checker)
     own = provider != "openai"
     assert ctx.body == orjson.loads(ctx.raw_body)
@@ -284,3 +284,32 @@ def test_a_fresh_prompt_checks_with_the_previous_cut() -> None:
         if step:  # the repeated messages' segments are the very ones cut before
             assert all(a is b for a, b in zip(cuts[-1][:-1], cuts[-2][:-1], strict=True))
             assert cuts[-1][-1] is not cuts[-2][-1]
+
+
+def test_litellm_gets_its_own_copies_of_a_task_steps_shared_messages() -> None:
+    """A task's step shares its repeated messages with the step before (`_parse_reusing`):
+    on a route through litellm it gets its own copies too."""
+    checker, headers = PrefixChecker(), {"x-task-id": "t"}
+    steps = []
+    for step in range(2):
+        raw = _fresh(0).replace(b"Next step 0", f"Next step {step}".encode())
+        ctx = RequestContext(raw_body=raw, headers=headers)
+        parse(ctx, checker.reuse)
+        assert ctx.request is not None
+        checker.check(
+            ctx.body,
+            RULE,
+            [],
+            raw=raw,
+            reuse_key="task:t",
+            validated=ctx.request.messages,
+            keep_parsed=True,
+        )
+        steps.append(ctx)
+    first, second = steps
+    assert second.body["messages"][1] is first.body["messages"][1]  # shared by the parse
+    second.task = TaskRef(task_id="t", implicit=False)
+    second.route = ModelRoute(provider="anthropic", model="m", base_url="http://127.0.0.1:1/v1")
+    stage._keep_or_unshare(second, checker, keep=False)
+    assert second.body == orjson.loads(second.raw_body)
+    assert second.body["messages"][1] is not first.body["messages"][1]
