@@ -71,6 +71,9 @@ class InFlight:
             request.cut()
 
 
+TASK_KEY = "farebox.task"
+"""The scope key of the task serving a request, where the server puts it (gateway.server)."""
+
 _REQUEST: contextvars.ContextVar[TrackedRequest | None] = contextvars.ContextVar(
     "farebox_tracked_request", default=None
 )
@@ -99,10 +102,11 @@ class TrackedRequest:
         "task",
     )
 
-    def __init__(self, in_flight: InFlight) -> None:
-        """Track the request the current task serves."""
+    def __init__(self, in_flight: InFlight, task: asyncio.Task[Any] | None = None) -> None:
+        """Track the request the current task serves; `task` is that task, when known
+        (`TASK_KEY`: `asyncio.current_task()` costs a getpid syscall, CPython's fork check)."""
         self._in_flight = in_flight
-        self.task = cast("asyncio.Task[Any]", asyncio.current_task())
+        self.task = task or cast("asyncio.Task[Any]", asyncio.current_task())
         self.called = False  # `cut` was called: the request is being cut
         self.base = 0  # the task's `cancelling()` when the cut began
         self.cancels = 0  # native cancellations made by the cut, to take back
@@ -144,6 +148,22 @@ class TrackedRequest:
         self.task.get_loop().call_soon(self._deliver)
 
 
+_SCOPE: list[type[anyio.CancelScope]] = []
+
+
+def cancel_scope(shield: bool = False) -> anyio.CancelScope:
+    """`anyio.CancelScope(shield=shield)`, from the running backend's class, found once.
+
+    `anyio.CancelScope()` asks sniffio which library runs the loop on every call (about as
+    much again as the scope itself); the loop never changes while the app is served.
+    """
+    if _SCOPE:
+        return _SCOPE[0](shield=shield)
+    made = anyio.CancelScope(shield=shield)
+    _SCOPE.append(type(made))
+    return made
+
+
 class Shield:
     """`anyio.CancelScope(shield=True)` that the chat path's native cut respects as well.
 
@@ -156,7 +176,7 @@ class Shield:
         self._request = _REQUEST.get()
         if self._request is not None:
             self._request.shields += 1
-        self._scope = anyio.CancelScope(shield=True)
+        self._scope = cancel_scope(shield=True)
         return self._scope.__enter__()
 
     def __exit__(
@@ -196,7 +216,7 @@ class ScopedReply(Response):
         if request is None:
             await self.reply(scope, receive, send)
             return
-        with anyio.CancelScope() as cut:
+        with cancel_scope() as cut:
             request.scope = cut
             if request.called:
                 cut.cancel()

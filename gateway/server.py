@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib.util
 import re
 import urllib.parse
@@ -25,7 +26,7 @@ import uvicorn
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
 
-from gateway.drain import BACKSTOP_S
+from gateway.drain import BACKSTOP_S, TASK_KEY
 from gateway.errors import (
     BadHttpError,
     FareboxError,
@@ -355,6 +356,19 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
         else:  # pipelined: queued until the response before it is complete
             self.flow.pause_reading()
             self.pipeline.appendleft((self.cycle, app))
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """uvicorn's, and the task is kept in the request's scope (`TASK_KEY`), where the
+        chat path's in-flight tracking reads it: `asyncio.current_task()` asks for the
+        running loop, which costs a getpid syscall (CPython's fork check)."""
+        coroutine = cycle.run_asgi(app)
+        if self.config.reset_contextvars:  # uvicorn's opt-in: each task a fresh context
+            task = self.loop.create_task(coroutine, context=contextvars.Context())
+        else:
+            task = self.loop.create_task(coroutine)
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        cycle.scope[TASK_KEY] = task
 
     def on_body(self, body: bytes) -> None:
         cycle = self.cycle
