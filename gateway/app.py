@@ -19,13 +19,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
 
 from gateway import __version__
-from gateway.api import admin, admin_keys, chat, explorer, gpu, health, models, prefix, spend, tasks
-from gateway.api import completions as completions_api
-from gateway.api import embeddings as embeddings_api
-from gateway.api import messages as messages_api
-from gateway.api import metrics as metrics_api
-from gateway.api import responses as responses_api
-from gateway.api import stored_responses as stored_responses_api
+from gateway.api import chat
+from gateway.api.routers import include_routers
 from gateway.audit import AuditLog
 from gateway.auth.middleware import AuthMiddleware
 from gateway.body_guard import BodyGuard
@@ -57,7 +52,6 @@ from gateway.services import Observer, Services, Snapshot
 from gateway.settings import Settings
 from gateway.state import open_state
 from gateway.tenants import open_limiter
-from gateway.ui import routes as ui
 from gateway.upstream.registry import Upstreams
 from gateway.warmup import warm_up
 
@@ -76,11 +70,17 @@ def create_app(
     observers: list[Observer] | None = None,
     on_ready: Callable[[Services], None] | None = None,
     sim_url: str | None = None,
+    defer_routes: bool = False,
+    migrated: bool = False,
 ) -> Gateway:
     """The gateway app; the config is read from `settings` unless given.
 
     `sim_url`: a simulator already running (`farebox serve --workers`), used instead of
-    starting one when the config needs it.
+    starting one when the config needs it. `defer_routes`: the routers no chat request
+    needs are imported on the first request FastAPI routes (gateway.api.routers), as
+    `farebox serve` wants; an app whose routes are read before any request keeps them all.
+    `migrated`: the ledger is at head already (`farebox serve` migrated it in its
+    preflight), so the lifespan does not check it again.
     """
     settings = settings or Settings()
     # Reload reads the file the configuration came from; an in-memory one has none.
@@ -93,7 +93,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         async with AsyncExitStack() as stack:
-            services = await _build_services(stack, settings, config, observers or [], sim_url)
+            services = await _build_services(
+                stack, settings, config, observers or [], sim_url, migrated
+            )
             app.state.services = services  # for tests and the CLI banner
             services.metrics.in_flight.set_function(lambda: len(app.state.in_flight))
             await warm_up(app)  # before the heap is frozen: its objects live as long
@@ -114,26 +116,7 @@ def create_app(
             yield {"services": services, "reloader": reloader}
 
     app = Gateway(title="Farebox", version=__version__, lifespan=lifespan, **NO_FASTAPI_TELEMETRY)
-    for router in (
-        chat.router,
-        messages_api.router,
-        responses_api.router,
-        stored_responses_api.router,
-        completions_api.router,
-        embeddings_api.router,
-        models.router,
-        health.router,
-        tasks.router,
-        spend.router,
-        gpu.router,
-        explorer.router,
-        ui.router,
-        prefix.router,
-        admin.router,
-        admin_keys.router,
-        metrics_api.router,
-    ):
-        app.include_router(router)
+    include_routers(app, defer=defer_routes)  # first: the innermost middleware, if any
     _install_error_handlers(app)
     app.add_middleware(JsonBodyMiddleware)  # every body is JSON, content-type or not
     endpoint = chat.ChatEndpoint()  # the chat lane's; the guard and auth below wrap it
@@ -172,6 +155,7 @@ async def _build_services(
     config: GatewayConfig,
     observers: list[Observer],
     sim_url: str | None = None,
+    migrated: bool = False,
 ) -> Services:
     sim_base_url = sim_url if config.uses_simulator else None
     if config.uses_simulator and sim_base_url is None:
@@ -181,7 +165,7 @@ async def _build_services(
     upstreams = Upstreams(None, sim_base_url, settings.timeouts)  # litellm's httpx: on use
     stack.push_async_callback(upstreams.aclose)
     metrics = Metrics()
-    engine, ledger = await _open_ledger(stack, settings, config, metrics)
+    engine, ledger = await _open_ledger(stack, settings, config, metrics, migrated)
     # Redis need not answer yet: shared state starts per-process and picks it up later.
     state = await open_state(settings.redis_url, limits=settings.redis_limits, observer=metrics)
     stack.push_async_callback(state.aclose)
@@ -215,11 +199,17 @@ def _prefix_checker(settings: Settings) -> PrefixChecker:
 
 
 async def _open_ledger(
-    stack: AsyncExitStack, settings: Settings, config: GatewayConfig, metrics: Metrics
+    stack: AsyncExitStack,
+    settings: Settings,
+    config: GatewayConfig,
+    metrics: Metrics,
+    migrated: bool = False,
 ) -> tuple[AsyncEngine, LedgerWriter]:
-    """Migrate the ledger database, start its writer; return the engine for reads, the writer."""
+    """Migrate the ledger database (unless `migrated`), start its writer; return the engine
+    for reads, the writer."""
     url = settings.ledger_url()
-    await migrate(url)
+    if not migrated:  # serve's preflight did (1-3 ms on SQLite, a connection on PostgreSQL)
+        await migrate(url)
     connect_s = settings.ledger_connect_timeout_s
     engine = bounded_engine(url, connect_s)
     stack.push_async_callback(engine.dispose)

@@ -16,7 +16,7 @@ import typer
 from pydantic import ValidationError
 
 from gateway import __version__
-from gateway import serve_imports as _serve_imports  # noqa: F401  (first: before httpx)
+from gateway import serve_imports as _serve_imports  # first: before httpx
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.ledger.diagnosis import shown
 from gateway.services import Services
@@ -211,6 +211,9 @@ def serve(
     ] = None,
 ) -> None:
     """Start the gateway."""
+    with _serve_imports.deferred_model_builds():  # FastAPI's OpenAPI models: on first use
+        import fastapi  # noqa: F401
+
     from gateway.app import create_app
     from gateway.drain import DrainingServer
     from gateway.forked import call_forked
@@ -250,7 +253,10 @@ def serve(
     if settings.workers > 1:  # forked on the one socket (gateway.workers)
         supervisor = Supervisor(settings, gateway_config, listener, on_ready=_banner(settings))
         raise typer.Exit(supervisor.run())
-    application = create_app(settings, gateway_config, on_ready=_banner(settings))
+    # The preflight migrated the ledger; the routers no chat request needs come on first use.
+    application = create_app(
+        settings, gateway_config, on_ready=_banner(settings), defer_routes=True, migrated=True
+    )
     server = server_config(application, settings)
     DrainingServer(server, application.state.in_flight, settings.shutdown_grace_s).run(
         sockets=[listener]

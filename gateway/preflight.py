@@ -3,7 +3,8 @@
 uvicorn runs the app's lifespan (and so the banner) before it binds its port, and the
 lifespan's errors come out as tracebacks. So the port is bound here first (a busy port is
 refused before any "serving on" line) and the ledger is reached and migrated here first (a
-wrong FAREBOX_DATABASE_URL is one line; the lifespan's own migration is then a no-op).
+wrong FAREBOX_DATABASE_URL is one line; `create_app(migrated=True)` then skips the
+lifespan's own check).
 """
 
 from __future__ import annotations

@@ -18,13 +18,35 @@ hook, which would fail in `serve` instead (none installed here: FastAPI's fallba
 
 Only for `farebox serve`: any other command line, and an importing test, gets both as they
 are.
+
+`deferred_model_builds` is for FastAPI's own import, which `serve` wraps in it: importing
+`fastapi` built the pydantic models of the OpenAPI document (`fastapi.openapi.models`,
+imported by `fastapi.params`) before the port opened, ~180 M of its ~550 M instructions
+(callgrind), though only /openapi.json uses them. Built on first use instead (pydantic's
+`defer_build`, inherited from `BaseModel.model_config` while the block runs), the first
+/openapi.json pays it (~10 ms); the schema is the same (tests/e2e/test_startup_imports.py).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 if sys.argv[1:2] == ["serve"]:
     if "httpx" not in sys.modules:
         sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     sys.modules.setdefault("pydantic.v1", None)  # type: ignore[arg-type]
+
+
+@contextmanager
+def deferred_model_builds() -> Iterator[None]:
+    """pydantic models defined in the block build their validators on first use."""
+    from pydantic import BaseModel
+
+    config = BaseModel.model_config
+    BaseModel.model_config = {**config, "defer_build": True}
+    try:
+        yield
+    finally:
+        BaseModel.model_config = config

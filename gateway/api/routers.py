@@ -1,0 +1,118 @@
+"""The app's routers, in order; with `defer`, those no chat request needs come on first use.
+
+A fresh `farebox serve` imported every router's module before its port opened, and
+FastAPI built each route's dependency and validation state as it was declared, then
+again for the app when the warm-up routed past it. The reports, the explorer, the task,
+prefix and admin routes (`DEFERRED`) took 230-250 M of the serve imports' ~4,750 M
+instructions (callgrind) and 90-150 ms of CPU on this box, and a first chat request needs
+none of them. With `defer` they are imported and included just before the first request
+FastAPI routes (`IncludeDeferred`), which pays that once; the chat front, the other
+model routes, the probes and /metrics are included at once, as before. Either way the
+app's routes end up in `ORDER`, so /openapi.json and the router's matching are the same.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+# Every router's module, in the order the app includes them (FastAPI matches in this
+# order, and /openapi.json lists the paths in it).
+ORDER = (
+    "gateway.api.chat",
+    "gateway.api.messages",
+    "gateway.api.responses",
+    "gateway.api.stored_responses",
+    "gateway.api.completions",
+    "gateway.api.embeddings",
+    "gateway.api.models",
+    "gateway.api.health",
+    "gateway.api.tasks",
+    "gateway.api.spend",
+    "gateway.api.gpu",
+    "gateway.api.explorer",
+    "gateway.ui.routes",
+    "gateway.api.prefix",
+    "gateway.api.admin",
+    "gateway.api.admin_keys",
+    "gateway.api.metrics",
+)
+# Not needed before the first request to one of their own routes.
+DEFERRED = frozenset(
+    {
+        "gateway.api.stored_responses",
+        "gateway.api.tasks",
+        "gateway.api.spend",
+        "gateway.api.gpu",
+        "gateway.api.explorer",
+        "gateway.ui.routes",
+        "gateway.api.prefix",
+        "gateway.api.admin",
+        "gateway.api.admin_keys",
+    }
+)
+
+
+class Routers:
+    """Include the app's routers in `ORDER`; with `defer`, `DEFERRED` ones when asked."""
+
+    def __init__(self, app: FastAPI, defer: bool = False) -> None:
+        self.app = app
+        self.pending = tuple(name for name in ORDER if defer and name in DEFERRED)
+        self._entries: dict[str, list[BaseRoute]] = {}  # what each router added to app.routes
+        self._include(name for name in ORDER if name not in self.pending)
+
+    def include_deferred(self) -> None:
+        """Import and include the deferred routers, each at its place in `ORDER`."""
+        if not self.pending:
+            return
+        self._include(self.pending)
+        ours = {id(entry) for entries in self._entries.values() for entry in entries}
+        routes = self.app.router.routes
+        # FastAPI's own (/openapi.json, /docs) first, as when every router is included at once.
+        routes[:] = [route for route in routes if id(route) not in ours] + [
+            entry for name in ORDER for entry in self._entries.get(name, ())
+        ]
+        self.pending = ()
+
+    def _include(self, names: Iterable[str]) -> None:
+        routes = self.app.router.routes
+        for name in names:
+            router: APIRouter = importlib.import_module(name).router
+            before = len(routes)
+            self.app.include_router(router)
+            self._entries[name] = list(routes[before:])
+
+
+def include_routers(app: FastAPI, defer: bool = False) -> Routers:
+    """Include the app's routers; with `defer`, the deferred ones before the first request
+    FastAPI routes (innermost middleware) or the first OpenAPI schema asked for."""
+    routers = Routers(app, defer)
+    if routers.pending:
+        app.add_middleware(IncludeDeferred, routers=routers)
+        schema = app.openapi
+
+        def openapi() -> dict[str, Any]:  # FastAPI's way to extend it: never cached half
+            routers.include_deferred()
+            return schema()
+
+        app.openapi = openapi  # type: ignore[method-assign]
+    return routers
+
+
+class IncludeDeferred:
+    """ASGI middleware: the deferred routers are included before the first request routed."""
+
+    def __init__(self, app: ASGIApp, routers: Routers) -> None:
+        self.app = app
+        self.routers = routers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.routers.pending and scope["type"] != "lifespan":
+            self.routers.include_deferred()  # no await inside: no request sees half of it
+        await self.app(scope, receive, send)
