@@ -135,8 +135,7 @@ class EventRelay(BookedStream):
             # A disconnect cancels this generator's scope; the clean-up and the booking of
             # what was already spent must still run to the end.
             self.settling = True
-            with self._shield():
-                await self._settle(error, cancelled)
+            await self._settle_shielded(error, cancelled)
 
     async def _take(self) -> list[Relayed]:
         """The events of the next read (one event from a plain iterator); [] at the end."""

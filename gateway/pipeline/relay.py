@@ -174,8 +174,7 @@ class Relay(BookedStream):
             # A disconnect cancels this generator's scope; the clean-up and the booking of
             # what was already spent must still run to the end.
             self.settling = True
-            with self._shield():
-                await self._settle(error, cancelled)
+            await self._settle_shielded(error, cancelled)
         if self._ended:
             # Booked: the last read's events, `[DONE]` among them, go out with the body's
             # end in one write (after the booking, as the end always went).
