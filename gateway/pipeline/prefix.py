@@ -22,7 +22,7 @@ import orjson
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import INLINE_BYTES, OFF_LOOP_BYTES, RELEASE_BYTES, sized
-from gateway.pipeline.parse import keep_messages
+from gateway.pipeline.parse import keep_messages, message_key
 from gateway.prefix import cache_rules
 from gateway.prefix.actions import normalize, sticky_cache_key
 from gateway.prefix.breakpoints import anthropic_cache_breakpoints, apply_breakpoints
@@ -120,29 +120,35 @@ def forget_parsed_for_litellm(ctx: RequestContext, checker: PrefixChecker) -> No
     route, task = ctx.route, ctx.task
     if route is not None and route.via_litellm and task is not None and not task.implicit:
         checker.reuse.forget_parsed(history_keys(ctx)[0])
-    if route is not None and route.via_litellm:
-        _unshare(ctx, checker)
+    shared = checker.reuse.messages
+    if route is not None and route.via_litellm and len(ctx.raw_body) >= shared.min_bytes:
+        # its messages may be shared, or kept by the first attempt: this attempt's own
+        shared.forget_body(message_key(ctx.headers), ctx.raw_body)
+        _own_messages(ctx)
 
 
 def _keep_or_unshare(ctx: RequestContext, checker: PrefixChecker, keep: bool) -> None:
     """Keep a large body's parsed messages for its caller's next parse (`keep`: unedited,
     no task), or, where litellm is handed them (it may change them), give this request
-    its own copies of any it shares instead."""
+    its own copies of any it shares (`_parse_sharing`, `_parse_reusing`) instead."""
     assert ctx.route is not None
+    shared = checker.reuse.messages
     if ctx.route.via_litellm:
-        _unshare(ctx, checker)
-    elif keep:
-        keep_messages(ctx, checker.reuse)
-
-
-def _unshare(ctx: RequestContext, checker: PrefixChecker) -> None:
-    """Copy the messages a body's parse took from another request's (`_parse_sharing`,
-    `_parse_reusing`), so what litellm changes is this request's own."""
-    if not checker.reuse.messages.is_shared(ctx.raw_body):
+        if shared.release(ctx.raw_body):
+            _own_messages(ctx)
         return
-    ctx.body = {**ctx.body, "messages": orjson.loads(orjson.dumps(ctx.body["messages"]))}
+    if keep:
+        keep_messages(ctx, checker.reuse)
+    shared.release(ctx.raw_body)
+
+
+def _own_messages(ctx: RequestContext) -> None:
+    """Give the request copies of its messages, so what litellm changes is its own."""
+    messages = ctx.body.get("messages")
+    if isinstance(messages, list):
+        ctx.body = {**ctx.body, "messages": orjson.loads(orjson.dumps(messages))}
     edited = ctx.edits.set_fields.get("messages")
-    if edited is not None:
+    if isinstance(edited, list):
         ctx.edits.set_fields["messages"] = orjson.loads(orjson.dumps(edited))
 
 

@@ -167,6 +167,23 @@ class MessageReuse:
         with self._lock:
             return self._shared.get(id(raw)) is raw
 
+    def release(self, raw: bytes) -> bool:
+        """Drop what is noted of `raw` between its parse and its check (after `keep`);
+        whether its parse shared values. The notes hold bodies: a request's are dropped at
+        its check, not left to the next eight."""
+        with self._lock:
+            for memo in (self._walks, self._runs, self._cuts):
+                memo.pop(id(raw), None)
+            return self._shared.pop(id(raw), None) is raw
+
+    def forget_body(self, key: str, raw: bytes) -> None:
+        """Drop what is kept for `key` if it is `raw` (a request sending it where it may be
+        changed, after it was kept)."""
+        with self._lock:
+            kept = self._kept.get(key)
+        if kept is not None and kept.raw is raw:
+            self.forget(key)
+
     def keep(self, key: str, raw: bytes, messages: list[Any]) -> None:
         """Keep `raw` (parsed into `messages`, which nothing will change) as `key`'s latest."""
         if not self.min_bytes <= len(raw) <= MAX_BODY_BYTES or type(raw) is not bytes:

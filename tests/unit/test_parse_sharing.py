@@ -313,3 +313,24 @@ def test_litellm_gets_its_own_copies_of_a_task_steps_shared_messages() -> None:
     stage._keep_or_unshare(second, checker, keep=False)
     assert second.body == orjson.loads(second.raw_body)
     assert second.body["messages"][1] is not first.body["messages"][1]
+
+
+def test_a_fresh_series_leaves_no_body_noted_and_a_litellm_fallback_forgets_its_own() -> None:
+    """What is noted of a body from its parse to its check holds the body: it is dropped
+    at the check (kept or not), and a fallback to litellm after the keep forgets it."""
+    checker = PrefixChecker()
+    openai = ModelRoute(provider="openai", model="m", base_url="http://127.0.0.1:1/v1")
+    for step in range(4):
+        ctx = RequestContext(raw_body=_fresh(step), headers={})
+        parse(ctx, checker.reuse)
+        checker.check(ctx.body, RULE, [], raw=ctx.raw_body)
+        ctx.task, ctx.route = TaskRef(task_id="implicit", implicit=True), openai
+        stage._keep_or_unshare(ctx, checker, keep=True)
+        notes = checker.reuse.messages
+        assert not (notes._walks or notes._runs or notes._cuts or notes._shared)
+        assert [kept.raw for kept in notes._kept.values()] == [ctx.raw_body]
+    ctx.route = ModelRoute(provider="anthropic", model="m", base_url="http://127.0.0.1:1/v1")
+    shared = ctx.body["messages"]
+    stage.forget_parsed_for_litellm(ctx, checker)  # the fallback's attempt
+    assert not checker.reuse.messages._kept
+    assert ctx.body["messages"] == shared and ctx.body["messages"][1] is not shared[1]
