@@ -71,7 +71,8 @@ class Routers:
         """Import and include the deferred routers, each at its place in `ORDER`."""
         if not self.pending:
             return
-        self._include(self.pending)
+        # Not twice: an import that failed half way (that request's 500) is retried alone.
+        self._include(name for name in self.pending if name not in self._entries)
         ours = {id(entry) for entries in self._entries.values() for entry in entries}
         routes = self.app.router.routes
         # FastAPI's own (/openapi.json, /docs) first, as when every router is included at once.
