@@ -36,8 +36,9 @@ MIN_BYTES = 64 * 1024
 """Bodies under this are parsed whole: walking them costs about what it saves."""
 MIN_RUN_BYTES = 32 * 1024
 """A run shorter than this is not cut out: the copy of the rest costs about as much."""
-KEEP_BYTES = 16 * 1024 * 1024
-"""The kept bodies' bytes in all (their parsed messages weigh about as much again)."""
+KEEP_BYTES = 8 * 1024 * 1024
+"""The kept bodies' bytes in all. A kept 1 MB fresh prompt holds ~2.5 MiB with its parsed
+messages and its cut (tracemalloc), so this bounds the whole at ~20 MiB."""
 MAX_BODY_BYTES = 2 * 1024 * 1024
 """A body over this is not kept: the pipeline takes such bodies apart when they end."""
 EDGE = 4
