@@ -19,6 +19,7 @@ class LoopServer:
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()  # connections not closed yet
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self.port = 0
 
@@ -28,11 +29,20 @@ class LoopServer:
     def start(self) -> Self:
         self._thread.start()
         started = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
+            asyncio.start_server(self._accept, "127.0.0.1", 0), self._loop
         )
         self._server = started.result(timeout=10)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """`_serve` one connection, remembered until its transport closes."""
+        self._writers.add(writer)
+        try:
+            await self._serve(reader, writer)
+        finally:
+            if writer.transport.is_closing():
+                self._writers.discard(writer)
 
     def stop(self) -> None:
         """Close the listener and end the connections still served, then the loop."""
@@ -48,3 +58,10 @@ class LoopServer:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+        # A cancelled handler leaves its connection open (asyncio closes the transport only
+        # for a handler that raised): a client's kept-alive connection would outlive the
+        # loop, and the collector would find the socket later, in another test.
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+        await asyncio.sleep(0)  # the aborts' connection_lost callbacks close the sockets

@@ -127,7 +127,7 @@ class ThreadedServer(LoopServer):
     def start(self) -> Self:
         self._thread.start()
         listening = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self._tls), self._loop
+            asyncio.start_server(self._accept, "127.0.0.1", 0, ssl=self._tls), self._loop
         )
         self._server = listening.result(timeout=10)
         self.port = self._server.sockets[0].getsockname()[1]
