@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.drain import cancel_scope
 from gateway.errors import FareboxError
 
 _END: Message = {"type": "http.response.body", "body": b"", "more_body": False}
@@ -32,22 +33,12 @@ class BookedStream:
     ends = False
     """Set by `_run` before it yields the body's last bytes, booked: the response sends the
     body's end with them (one write, not two)."""
-    _scope_type: ClassVar[type[anyio.CancelScope] | None] = None
     on_wait: Callable[[], None] | None = None
     """Set by the response: called (once) before the body first waits on its upstream."""
 
     def _shield(self) -> anyio.CancelScope:
-        """`anyio.CancelScope(shield=True)`, from the running backend's class, found once.
-
-        `anyio.CancelScope()` asks sniffio which library runs the loop on every call (about
-        as much again as the scope itself); the loop never changes while the app is served.
-        """
-        scope_type = BookedStream._scope_type
-        if scope_type is not None:
-            return scope_type(shield=True)
-        made = anyio.CancelScope(shield=True)
-        BookedStream._scope_type = type(made)
-        return made
+        """`anyio.CancelScope(shield=True)`, from the backend's class found once."""
+        return cancel_scope(shield=True)
 
     async def _settle_shielded(self, error: FareboxError | None, cancelled: bool) -> None:
         """`_settle` under the shield, which is entered only if the booking waits.
@@ -179,7 +170,7 @@ class BookedStreamResponse(Response):
         finally:
             self._stop_watch()
             if not self._booked.settling:  # stopped before its end, or never started
-                with anyio.CancelScope(shield=True):
+                with cancel_scope(shield=True):
                     await self._booked.close()
         if self.background is not None:
             await self.background()
