@@ -544,13 +544,16 @@ class Pool:
         if oldest is not None:
             self._sweep = loop.call_at(oldest + self._keepalive_s, self._expire)
 
-    def _take_idle(self, key: Key, now: float) -> Connection | None:
+    def _take_idle(self, key: Key) -> Connection | None:
         idle = self._idle.get(key)
         while idle:
             # The longest idle first, as aiohttp's connector takes them: at a low rate every
             # pooled connection keeps being used, so a burst after a quiet spell finds them
             # open instead of handshaking again (the expiry above bounds their age).
             conn = idle.pop(0)
+            # Its own loop's clock (a pooled connection was made on it): asking for the
+            # running loop is a getpid syscall (CPython 3.11's fork check) per request.
+            now = (conn.loop or asyncio.get_running_loop()).time()
             if conn.lost or now - conn.idle_since >= self._keepalive_s:
                 conn.close()
                 continue
@@ -559,15 +562,14 @@ class Pool:
         return None
 
     async def acquire(self, where: Origin, connect_timeout: float | None) -> Connection:
-        loop = asyncio.get_running_loop()
         while True:
-            conn = self._take_idle(where.key, loop.time())
+            conn = self._take_idle(where.key)
             if conn is not None:
                 return conn
             if len(self._open) < self._limit:
                 break
             if not self._close_other_idle():
-                waiter = loop.create_future()
+                waiter = asyncio.get_running_loop().create_future()
                 self._waiters.append(waiter)
                 try:
                     await waiter
