@@ -13,6 +13,11 @@ must equal `raw` byte for byte (which also rules out repeated keys, other whites
 other escapes or number spellings). Anything else, and bodies over `MAX_BYTES` (where the
 check costs more than the scan), get `None`, and the caller splices with `patch_object`.
 
+`patch_spans` takes any other small body whose keys are written without escapes (the
+`json.dumps` rendering of `requests` and scripts among them) and only has fields set: one
+native call finds the members, comparing keys as bytes, and splices as `patch_object`
+does (~1 µs for a 120-byte request, where rendering it again to check it took ~6).
+
 `patch_spaced` does the same for the other rendering small bodies come in: Python's
 `json.dumps` with its defaults (`", "` and `": "`, ASCII-escaped), what `requests`'
 `json=` and many scripts send. There the splice writes each new value as orjson does
@@ -24,6 +29,7 @@ both ways (a string, a number, a literal, an empty container).
 from __future__ import annotations
 
 import json.encoder
+import os
 from collections.abc import Iterable, Mapping
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -66,10 +72,52 @@ def patch_rendered(
     set_fields: Mapping[str, Any],
     remove: Iterable[str] = (),
 ) -> bytes | None:
-    """`patch_object`'s bytes for a small body orjson (an SDK's) or `json.dumps` (`requests`,
-    scripts) rendered, by rendering it again; None for any other: splice it."""
+    """`patch_object`'s bytes for a small body: orjson's rendering (an SDK's) rendered again,
+    any other whose keys are unescaped spliced where a native walk found the members
+    (`patch_spans`), `json.dumps`'s (`requests`, scripts) rendered again; else None."""
     fast = patch_compact(raw, parsed, set_fields, remove)
+    if fast is None:
+        fast = patch_spans(raw, set_fields, remove)
     return fast if fast is not None else patch_spaced(raw, parsed, set_fields, remove)
+
+
+def patch_spans(
+    raw: bytes, set_fields: Mapping[str, Any], remove: Iterable[str] = ()
+) -> bytes | None:
+    """`patch_object(raw, set_fields, remove, trusted=True)` for a small object already
+    parsed as JSON that only has fields set, spliced in one native call where it finds
+    the members (`_rawjson.set_members`: keys compared as bytes, no Python step per member).
+
+    None where that cannot be sure of the same bytes: no native walker, a body over
+    `MAX_BYTES`, a removal (its neighbouring comma goes with it: `patch_object` cuts it),
+    a key written with an escape (compared as bytes it would not match), a new key that
+    `patch_object` would escape, a value orjson will not render (`patch_object` raises
+    for it itself).
+    """
+    if _SET_MEMBERS is None or len(raw) > MAX_BYTES or type(raw) is not bytes:
+        return None
+    if not set_fields or (remove and not set(remove) <= set_fields.keys()):
+        return None  # nothing set, or a member to remove
+    try:
+        keys = tuple(map(str.encode, set_fields))
+        values = tuple(map(orjson.dumps, set_fields.values()))  # what the splice writes
+    except (TypeError, UnicodeEncodeError):  # not JSON, or a key that is not UTF-8
+        return None
+    return _SET_MEMBERS(raw, keys, values)
+
+
+def _set_members() -> Any:
+    """`_rawjson.set_members`, or None without the native walker."""
+    if os.environ.get("FAREBOX_RAWJSON_NATIVE", "1") == "0":
+        return None
+    try:
+        from gateway import _rawjson  # type: ignore[attr-defined]
+    except ImportError:  # built without a C compiler
+        return None
+    return getattr(_rawjson, "set_members", None)  # None from an older build
+
+
+_SET_MEMBERS = _set_members()
 
 
 def _kept(
