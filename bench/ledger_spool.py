@@ -5,9 +5,11 @@ Run: `python bench/ledger_spool.py --base /work/wt-base [--new .] [-n 140] [--ro
 
 Loads `gateway/ledger/spool.py` of each tree by its path (the rest of `gateway` is this
 checkout's), then in one worker thread, as the writer's `to_thread` runs it, writes a
-segment of `-n` lines with each tree's `Spool.write_encoded` in turn (the order swapped
-every round, 10 ms apart, each segment deleted after, untimed) and reads the thread's CPU
-(`time.thread_time`: user and kernel) around each write. On this shared box the two
+segment of `-n` lines with each tree's `Spool.append` (the writer's method; a tree that
+has none: `write_encoded`) in turn (the order swapped every round, 10 ms apart) and reads
+the thread's CPU (`time.thread_time`: user and kernel) around each write, and around its
+`delete` after (the commit's side: an unlink per segment, or a log's bookkeeping). On this
+shared box the two
 trees meet the same load in the same rounds; the pairs count says in how many rounds the
 new tree's write cost less. Prints one JSON object: per tree the median, mean and 10th
 percentile in microseconds.
@@ -53,15 +55,19 @@ def main() -> None:
         "new": _load(args.new, "spool_new").Spool(work / "new"),
     }
     cpu: dict[str, list[float]] = {name: [] for name in spools}
+    deletes: dict[str, list[float]] = {name: [] for name in spools}
 
     def run() -> None:
         for index in range(args.rounds):
             for name in ("base", "new") if index % 2 else ("new", "base"):
                 spool = spools[name]
+                write = getattr(spool, "append", spool.write_encoded)
                 started = time.thread_time()
-                segment = spool.write_encoded(lines, [])
+                segment = write(lines, [])
                 cpu[name].append(time.thread_time() - started)
+                started = time.thread_time()
                 spool.delete(segment)
+                deletes[name].append(time.thread_time() - started)
                 time.sleep(0.01)
 
     thread = threading.Thread(target=run)
@@ -74,6 +80,10 @@ def main() -> None:
             "median_us": round(statistics.median(values) * 1e6),
             "mean_us": round(statistics.mean(values) * 1e6),
             "p10_us": round(ordered[len(ordered) // 10] * 1e6),
+            "delete_median_us": round(statistics.median(deletes[name]) * 1e6),
+            "write_and_delete_mean_us": round(
+                statistics.mean(map(sum, zip(values, deletes[name], strict=True))) * 1e6
+            ),
         }
     summary["new_lower_in"] = sum(
         new < base for new, base in zip(cpu["new"], cpu["base"], strict=True)

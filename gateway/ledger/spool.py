@@ -1,10 +1,17 @@
 """The durable spool: ledger entries on local disk until the database has committed them.
 
-Each flush writes one *segment*: a JSONL file written under a temporary name, fsynced,
-then renamed into place (and the directory fsynced), so a segment is either complete or
-absent. A segment is deleted only after the transaction that applied it committed. A
-crash between the commit and the delete replays the segment, which is harmless because
-request rows are inserted by their uuid with ON CONFLICT DO NOTHING.
+Each flush writes one *segment*. The writer appends it as a frame to this process's log
+(`gateway.ledger.spool_log`: one positioned write and one fdatasync into a preallocated
+file), durable once `append` returns. A log is deleted once every segment in it has
+been committed and it is no longer the one appended to (it is full, or idle). A crash
+replays a log's every frame, committed ones too, which is harmless: request rows are
+inserted by their uuid with ON CONFLICT DO NOTHING, task sums add only the rows inserted,
+and a finish moves only a task still open.
+
+`write` (entries spooled after the writer closed, and where no `flock` exists) writes a
+segment as a whole JSONL file instead: under a temporary name, fsynced, renamed into
+place (and the directory fsynced), so it is either complete or absent; it is deleted
+after its commit. Replays read both kinds.
 
 Segment names start with a nanosecond timestamp, so sorting names replays in order. All
 methods block on disk I/O; the writer calls them through `asyncio.to_thread`.
@@ -23,6 +30,7 @@ import itertools
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -31,6 +39,7 @@ from pathlib import Path
 
 import orjson
 
+from gateway.ledger import spool_log
 from gateway.ledger.records import LedgerEntry, RequestRecord, TaskFinish, money_text, utcnow
 from gateway.ledger.refusal import Refusal
 from gateway.settings import default_data_dir
@@ -44,6 +53,9 @@ def default_spool_dir() -> Path:
 
 
 SEGMENT_SUFFIX = ".jsonl"
+LOG_SUFFIX = f".log{SEGMENT_SUFFIX}"
+WHOLE_FILE = -1
+"""`Segment.offset` of a segment that is a file of its own."""
 REJECTED_DIR = "rejected"
 _CREATE_ONLY = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
 # A temporary file this old belongs to a process that died mid-write; anything younger may
@@ -53,11 +65,36 @@ _STALE_TEMP_SECONDS = 300.0
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One spool file, the number of entries in it, and those its writing set aside."""
+    """A spool file (or a frame in a log), its entry count, and those its writing set aside."""
 
     path: Path
     entries: int
     refused: tuple[Refusal, ...] = ()
+    offset: int = WHOLE_FILE
+    size: int = 0
+
+    @property
+    def key(self) -> tuple[Path, int]:
+        """What tells segments apart (a log holds many)."""
+        return self.path, self.offset
+
+    @property
+    def name(self) -> str:
+        """The name its refused entries' file in `rejected/` derives from (stable on replay)."""
+        stem = self.path.name.removesuffix(SEGMENT_SUFFIX)
+        return stem if self.offset == WHOLE_FILE else f"{stem}-{self.offset:012d}"
+
+
+@dataclass(slots=True)
+class _Log:
+    """A log this process holds the lock of: appended to, or adopted from a dead process."""
+
+    path: Path
+    fd: int
+    end: int
+    capacity: int
+    outstanding: int = 0
+    written_at: float = 0.0
 
 
 def encode(entry: LedgerEntry) -> bytes:
@@ -115,6 +152,116 @@ class Spool:
         self._token = uuid.uuid4().hex[:12]
         self._counter = itertools.count()
         self.corrupt_lines = 0
+        # The logs this process holds locked, and the one appended to. `append` runs in a
+        # worker thread while `settle` runs on the event loop: the lock guards the counts.
+        self._lock = threading.Lock()
+        self._logs: dict[Path, _Log] = {}
+        self._current: _Log | None = None
+        self._removing: dict[Path, int] = {}
+
+    def _next_name(self, suffix: str = SEGMENT_SUFFIX) -> str:
+        """A new file name; names sort in the order written (a nanosecond timestamp first)."""
+        return f"{time.time_ns():020d}-{self._token}-{next(self._counter):06d}{suffix}"
+
+    def append(self, lines: list[bytes], refused: list[Refusal]) -> Segment:
+        """Append lines `encode_line` made as a frame of this process's log, durably.
+
+        Like `write_encoded` (whose whole file it falls back to where there is no flock),
+        refusals go to `rejected/`. Runs in a worker thread: file I/O only.
+        """
+        if not spool_log.LOGS_SUPPORTED or not lines:
+            return self.write_encoded(lines, refused)
+        if refused:
+            self.set_aside(f"{self._next_name('.unencodable')}", refused)
+        data = spool_log.frame_bytes(lines)
+        log = self._log_for(len(data))
+        spool_log.write_frame(log.fd, data, log.end)
+        with self._lock:
+            offset = log.end
+            log.end += len(data)
+            log.outstanding += 1
+            log.written_at = time.monotonic()
+        return Segment(log.path, len(lines), tuple(refused), offset, len(data))
+
+    def _log_for(self, size: int) -> _Log:
+        """The log to append `size` bytes to: the current one, or a new one if it is full.
+
+        A full log is kept until its last segment is committed (`settle` removes it then).
+        A log whose file was removed (with the spool directory) is left for a new one.
+        """
+        current = self._current
+        fits = current is not None and current.end + size <= current.capacity
+        if fits and current is not None and not spool_log.unlinked(current.fd):
+            return current
+        capacity = max(spool_log.LOG_BYTES, size)
+        path = self.directory / self._next_name(LOG_SUFFIX)
+        log = _Log(path, spool_log.create(path, capacity), 0, capacity, 0, time.monotonic())
+        self._sync_directory(path.parent)
+        with self._lock:
+            self._logs[path] = log
+            self._current = log
+            finished = current if current is not None and current.outstanding == 0 else None
+            if finished is not None:
+                self._forget(finished)
+        if finished is not None:
+            self.remove(finished.path)
+        return log
+
+    def _forget(self, log: _Log) -> None:
+        """Stop tracking a log whose segments are all committed (its fd closes on removal)."""
+        del self._logs[log.path]
+        self._removing[log.path] = log.fd
+        if self._current is log:
+            self._current = None
+
+    def settle(self, segment: Segment) -> Path | None:
+        """Note a segment committed; the file to `remove` now, if any (None: no I/O needed).
+
+        Cheap (no system call), so the drain needs no thread hop per segment of a log.
+        """
+        if segment.offset == WHOLE_FILE:
+            return segment.path
+        with self._lock:
+            log = self._logs.get(segment.path)
+            if log is None:
+                return None
+            log.outstanding -= 1
+            if log.outstanding > 0 or log is self._current:
+                return None
+            self._forget(log)
+            return log.path
+
+    def idle_log(self, seconds: float) -> Path | None:
+        """Retire the current log if all of it is committed and nothing was appended for
+        `seconds`: a quiet gateway leaves no file behind. The file to `remove`, if any."""
+        with self._lock:
+            log = self._current
+            if log is None or log.outstanding or time.monotonic() - log.written_at < seconds:
+                return None
+            self._forget(log)
+            return log.path
+
+    def remove(self, path: Path) -> None:
+        """Delete a committed segment's file or a retired log (closing it: its lock goes)."""
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            fd = self._removing.pop(path, None)
+            if fd is not None:
+                os.close(fd)
+
+    def close(self) -> None:
+        """Delete the logs whose segments are all committed; close (unlock) the others."""
+        with self._lock:
+            logs, self._logs, self._current = list(self._logs.values()), {}, None
+            for log in logs:
+                if log.outstanding == 0:
+                    self._removing[log.path] = log.fd
+        for log in logs:
+            if log.outstanding == 0:
+                self.remove(log.path)
+            else:
+                os.close(log.fd)  # unlocked: the next start adopts it
 
     def write(self, entries: list[LedgerEntry]) -> Segment:
         """Write `entries` as a new segment, durably (fsync of file and directory).
@@ -132,7 +279,7 @@ class Spool:
         The writer encodes each entry when it is queued, on the event loop, and hands only
         this to a thread: file writes and fsyncs, which let go of the interpreter lock.
         """
-        name = f"{time.time_ns():020d}-{self._token}-{next(self._counter):06d}{SEGMENT_SUFFIX}"
+        name = self._next_name()
         if refused:
             self.set_aside(f"{name.removesuffix(SEGMENT_SUFFIX)}.unencodable", refused)
         final = self.directory / name
@@ -176,7 +323,7 @@ class Spool:
         A missing file means another process already applied it.
         """
         try:
-            raw = segment.path.read_bytes()
+            raw = self._read(segment)
         except FileNotFoundError:
             return [], []
         entries: list[LedgerEntry] = []
@@ -195,6 +342,17 @@ class Spool:
                 corrupt.append(Refusal(f"undecodable spool line {number}: {exc}", line=line))
         return entries, corrupt
 
+    def _read(self, segment: Segment) -> bytes:
+        """A segment's lines: its whole file, or its frame's body in a log."""
+        if segment.offset == WHOLE_FILE:
+            return segment.path.read_bytes()
+        with open(segment.path, "rb") as handle:
+            data = os.pread(handle.fileno(), segment.size, segment.offset)
+        found = spool_log.frame_body(data)
+        if found is None:  # never expected: the frame was whole when it was listed
+            raise ValueError(f"frame at {segment.offset} of {segment.path} is not whole")
+        return found[0]
+
     def set_aside(self, name: str, refused: list[Refusal]) -> Path:
         """Write refused entries to `rejected/<name>.jsonl`, whole (a replay rewrites it)."""
         target_dir = self.directory / REJECTED_DIR
@@ -204,16 +362,21 @@ class Spool:
         return target
 
     def delete(self, segment: Segment) -> None:
-        """Delete a committed segment (already gone is fine: a sibling applied it)."""
-        segment.path.unlink(missing_ok=True)
+        """Settle and remove a committed segment (already gone is fine: a sibling applied it)."""
+        path = self.settle(segment)
+        if path is not None:
+            self.remove(path)
 
     def leftovers(self) -> list[Segment]:
         """List the segments already on disk (left by a previous process), oldest first."""
         if not self.directory.is_dir():
             return []
         self._remove_stale_temp_files()
-        segments = []
+        segments: list[Segment] = []
         for path in sorted(self.directory.glob(f"*{SEGMENT_SUFFIX}")):
+            if path.name.endswith(LOG_SUFFIX):
+                segments += self._adopt(path)
+                continue
             try:
                 with open(path, "rb") as handle:
                     count = sum(1 for line in handle if line.strip())
@@ -221,6 +384,25 @@ class Spool:
                 continue  # a sibling worker applied and deleted it meanwhile
             segments.append(Segment(path, count))
         return segments
+
+    def _adopt(self, path: Path) -> list[Segment]:
+        """The frames of a log its process left (none if it is alive, or this one's own)."""
+        if not spool_log.LOGS_SUPPORTED or path in self._logs:
+            return []
+        adopted = spool_log.adopt(path)
+        if adopted is None:
+            return []
+        fd, data = adopted
+        found = list(spool_log.frames(data))
+        end = found[-1].offset + found[-1].size if found else 0
+        log = _Log(path, fd, end, len(data), outstanding=len(found))
+        with self._lock:
+            self._logs[path] = log
+            if not found:  # nothing was ever appended: remove it now
+                self._forget(log)
+        if not found:
+            self.remove(path)
+        return [Segment(path, frame.lines, (), frame.offset, frame.size) for frame in found]
 
     def _remove_stale_temp_files(self) -> None:
         """Delete half-written temporary files of processes that died while writing them."""

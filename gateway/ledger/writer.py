@@ -34,7 +34,6 @@ from gateway.ledger.records import FinishedTask, LedgerEntry, RequestRecord, Tas
 from gateway.ledger.refusal import Refusal, Salvage, apply_salvaging
 from gateway.ledger.spool import (
     REJECTED_DIR,
-    SEGMENT_SUFFIX,
     Segment,
     Spool,
     default_spool_dir,
@@ -47,6 +46,8 @@ KEPT_SEGMENTS = 16
 """Segments whose entries stay in memory until applied (a segment is one flush interval)."""
 MAX_SLICE_FACTOR = 8
 """A backlog of n segments plans n x `SLICE_ROWS` records between yields, up to this many."""
+IDLE_LOG_FLUSHES = 5
+"""Flush intervals with nothing to spool after which a committed log is deleted."""
 
 OnTaskFinished = Callable[[str, str, Decimal], None]
 """Called as `(team, outcome, cost_total)` once per task that leaves `open`."""
@@ -109,7 +110,7 @@ class LedgerWriter:
         # What this process wrote to each recent segment, so applying it needs no re-read
         # and decode of the file (a few per cent of a request's CPU); bounded, and dropped
         # in an outage: the spool on disk is what holds a backlog.
-        self._written: dict[Path, list[LedgerEntry]] = {}
+        self._written: dict[tuple[Path, int], list[LedgerEntry]] = {}
         self._spool_lock = asyncio.Lock()
         self._drain_lock = asyncio.Lock()
         self._stopping = asyncio.Event()
@@ -211,15 +212,19 @@ class LedgerWriter:
                 break
         self._closed = True
         deadline = time.monotonic() + self.config.close_timeout
-        while not await self._drain():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                logger.warning(
-                    "ledger writer closed with %d entries kept in %s; the next start replays them",
-                    self.spooled, self.spool.directory,
-                )  # fmt: skip
-                return
-            await asyncio.sleep(min(self._backoff, remaining))
+        try:
+            while not await self._drain():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    logger.warning(
+                        "ledger writer closed with %d entries kept in %s; the next start "
+                        "replays them", self.spooled, self.spool.directory,
+                    )  # fmt: skip
+                    return
+                await asyncio.sleep(min(self._backoff, remaining))
+        finally:
+            # Committed logs are deleted, the others unlocked for the next start to adopt.
+            await asyncio.to_thread(self.spool.close)
 
     async def flush(self) -> bool:
         """Spool and commit everything queued now; False if the disk or the database refused."""
@@ -243,8 +248,18 @@ class LedgerWriter:
 
     async def _spool_loop(self) -> None:
         """Every flush interval, move the queue to a spool segment."""
+        idle_seconds = IDLE_LOG_FLUSHES * self.config.flush_interval
         while not await self._stopped_within(self.config.flush_interval):
             await self._spool_pending()
+            await self._retire_idle_log(idle_seconds)
+
+    async def _retire_idle_log(self, idle_seconds: float) -> None:
+        """Delete this process's log once all of it is committed and no flush had entries
+        for a while: a quiet gateway leaves an empty spool. (A busy one keeps appending.)"""
+        async with self._spool_lock:
+            idle = self.spool.idle_log(idle_seconds)
+            if idle is not None:
+                await self._remove(idle)
 
     async def _spool_pending(self) -> bool:
         """Write the queued entries as one durable segment; keep them queued if the disk fails."""
@@ -265,13 +280,13 @@ class LedgerWriter:
                 self._writing = 0
             self._count_refused(segment.refused)
             if not segment.refused and len(self._written) < KEPT_SEGMENTS:
-                self._written[segment.path] = [entry for entry, _ in batch]
+                self._written[segment.key] = [entry for entry, _ in batch]
             self._segments.append(segment)
             self._spooled.set()
             return True
 
     async def _write_segment(self, batch: list[tuple[LedgerEntry, bytes | str]]) -> Segment:
-        """Write the lines encoded at submit; only the file's I/O goes to a thread.
+        """Append the lines encoded at submit to the spool; only the I/O goes to a thread.
 
         Encoding a whole batch in a worker thread held the interpreter lock for up to a
         switch interval (1 ms in the server) at a time, at every wake-up of the loop.
@@ -283,7 +298,7 @@ class LedgerWriter:
                 lines.append(line)
             else:
                 refused.append(Refusal(line, entry))
-        return await asyncio.to_thread(self.spool.write_encoded, lines, refused)
+        return await asyncio.to_thread(self.spool.append, lines, refused)
 
     async def _drain_loop(self) -> None:
         """Apply spooled segments as they appear, and abandon idle tasks now and then."""
@@ -337,7 +352,7 @@ class LedgerWriter:
 
     async def _apply(self, segment: Segment) -> Salvage:
         """Apply one segment in one transaction, or around the entries refused for good."""
-        kept = self._written.pop(segment.path, None)
+        kept = self._written.pop(segment.key, None)
         entries: Sequence[LedgerEntry] = kept or []
         corrupt: list[Refusal] = []
         # The file gone means another process applied it (a sibling worker's replay).
@@ -350,15 +365,21 @@ class LedgerWriter:
         return salvage
 
     async def _delete(self, segment: Segment) -> None:
-        """Delete a committed segment; if that fails, a later replay is a harmless no-op."""
+        """Note a segment committed; delete its file (or its log, once all of it is)."""
+        removable = self.spool.settle(segment)  # most often nothing to delete: no thread hop
+        if removable is not None:
+            await self._remove(removable)
+
+    async def _remove(self, path: Path) -> None:
+        """Delete a committed file; if that fails, a later replay is a harmless no-op."""
         try:
-            await asyncio.to_thread(self.spool.delete, segment)
+            await asyncio.to_thread(self.spool.remove, path)
         except OSError as exc:
-            logger.error("ledger spool: cannot delete committed %s: %s", segment.path, exc)
+            logger.error("ledger spool: cannot delete committed %s: %s", path, exc)
 
     async def _set_aside(self, segment: Segment, refused: list[Refusal]) -> None:
         """Write the refused entries to `rejected/` (before the segment may be deleted)."""
-        name = segment.path.name.removesuffix(SEGMENT_SUFFIX)
+        name = segment.name
         # An OSError propagates: the segment stays, and its replay rewrites the same file.
         target = await asyncio.to_thread(self.spool.set_aside, name, refused)
         self.segments_rejected += 1

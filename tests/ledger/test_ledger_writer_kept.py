@@ -15,9 +15,13 @@ async def test_kept_entries_are_applied_and_a_segment_gone_from_disk_is_not(
     writer = make_writer()  # not started: the test moves entries through the loops' steps
     writer.submit(record("kept-task", request_id="req-kept"))
     assert await writer._spool_pending()
+    (log,) = spool_dir.glob("*.jsonl")
     assert await writer._drain()
     assert writer.rows_written == 1 and await count_requests(engine) == 1
-    assert not list(spool_dir.glob("*.jsonl"))  # deleted once committed
+    assert list(spool_dir.glob("*.jsonl")) == [log]  # kept for the next segments
+    assert writer.spool.idle_log(0.0) == log  # deleted once committed and idle
+    writer.spool.remove(log)
+    assert not list(spool_dir.glob("*.jsonl"))
 
     writer.submit(record("gone-task", request_id="req-gone"))
     assert await writer._spool_pending()

@@ -59,4 +59,5 @@ async def test_the_writer_stores_what_follows_a_removed_spool_directory(
     assert await writer.flush()
     assert writer.spool_failures == 0
     assert await count_requests(engine) == 4
+    await writer.close()
     assert sorted(spool_dir.glob("*.jsonl")) == []
