@@ -1,6 +1,10 @@
 """What the slow requests at concurrency 1 overlapped: the ledger flush, a collection, ...
 
-Run: `python bench/c1_tail.py [-n 5000] [--stream] [--src DIR[::NAME=VALUE,...]]`.
+Run: `python bench/c1_tail.py [-n 5000] [--stream] [--burst 6000] [--src DIR[::NAME=VALUE,...]]`.
+
+`--burst N`: right before the measured run, perf-floor's loadgen sends N requests at
+c=64 (at most 3 s) to the gateway, as bench/hotpath.py's full run does before its c=1
+scenarios, so the c=1 run meets what a burst leaves behind (a ledger backlog, garbage).
 
 Starts perf-floor's mock upstream on core 0 and `farebox serve` pinned to core 1 (the
 config of bench/pipeline_cpu.py), launched so that it logs, on the clock loadgen reads
@@ -124,6 +128,15 @@ def _run_client(url: str, model: str, n: int, stream: bool) -> list[tuple[float,
     return times  # type: ignore[return-value]
 
 
+def _burst(floor: Path, url: str, requests: int, stream: bool) -> None:
+    """A c=64 loadgen run against the gateway, pinned to core 0 as the client is."""
+    cmd = ["taskset", "-c", "0", PY, str(floor / "loadgen.py"), "--url", url]
+    cmd += ["--model", "bench-gpt", "-c", "64", "-n", str(requests), "--warmup", "0"]
+    cmd += ["--max-seconds", "3", "--timeout", "60"]
+    subprocess.run([*cmd, *(["--stream", "--drain"] if stream else [])], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+
+
 def _pct(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -165,6 +178,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=5000)
     parser.add_argument("--warm", type=int, default=500)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--burst", type=int, default=0, help="c=64 requests just before")
     parser.add_argument("--src", default=str(ROOT), help="DIR[::NAME=VALUE,...]")
     parser.add_argument("--client", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -206,6 +220,8 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         _run_client(url, "bench-gpt", args.warm, args.stream)
         direct = _run_client(mock_url, "mock-model", args.n, args.stream)
+        if args.burst:
+            _burst(args.floor, url, args.burst, args.stream)
         gateway.send_signal(10)  # SIGUSR1: forget the warm-up's events
         times = _run_client(url, "bench-gpt", args.n, args.stream)
         gateway.send_signal(12)  # SIGUSR2: write them
@@ -226,8 +242,10 @@ def main() -> None:
     rows = [_summary("direct", direct_ms), _summary("all", every)]
     rows += [_summary(name, classes[name]) for name in ("none", *KINDS) if name in classes]
     seconds = times[-1][1] - times[0][0]
-    print(json.dumps({"src": args.src, "stream": args.stream, "seconds": round(seconds, 2),
-                      "events": counts, "load": os.getloadavg()[0]}))  # fmt: skip
+    slow = sum(1 for latency in every if latency > 2 * _pct(direct_ms, 99))
+    print(json.dumps({"src": args.src, "stream": args.stream, "burst": args.burst,
+                      "seconds": round(seconds, 2), "events": counts,
+                      "over_twice_direct_p99": slow, "load": os.getloadavg()[0]}))  # fmt: skip
     for row in rows:
         print(json.dumps(row))
 

@@ -158,6 +158,7 @@ class Spool:
         self._logs: dict[Path, _Log] = {}
         self._current: _Log | None = None
         self._removing: dict[Path, int] = {}
+        self._closed = False
 
     def _next_name(self, suffix: str = SEGMENT_SUFFIX) -> str:
         """A new file name; names sort in the order written (a nanosecond timestamp first)."""
@@ -169,8 +170,8 @@ class Spool:
         Like `write_encoded` (whose whole file it falls back to where there is no flock),
         refusals go to `rejected/`. Runs in a worker thread: file I/O only.
         """
-        if not spool_log.LOGS_SUPPORTED or not lines:
-            return self.write_encoded(lines, refused)
+        if not spool_log.LOGS_SUPPORTED or not lines or self._closed:
+            return self.write_encoded(lines, refused)  # closed: no log left open after it
         if refused:
             self.set_aside(f"{self._next_name('.unencodable')}", refused)
         data = spool_log.frame_bytes(lines)
@@ -254,6 +255,7 @@ class Spool:
         """Delete the logs whose segments are all committed; close (unlock) the others."""
         with self._lock:
             logs, self._logs, self._current = list(self._logs.values()), {}, None
+            self._closed = True
             for log in logs:
                 if log.outstanding == 0:
                     self._removing[log.path] = log.fd

@@ -132,3 +132,12 @@ async def test_a_killed_writers_log_and_a_live_siblings_are_told_apart(
     await sibling.close()
     await writer.close()
     assert os.listdir(spool_dir) == []
+
+
+def test_after_close_a_segment_is_a_whole_file_and_no_log_is_opened(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    spool.close()
+    records, lines = _lines(2, "late")
+    segment = spool.append(lines, [])
+    assert not segment.path.name.endswith(LOG_SUFFIX)
+    assert segment.path.read_bytes() == b"".join(lines) and spool.read(segment) == records
