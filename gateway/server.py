@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import contextvars
 import importlib.util
-import re
 import urllib.parse
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -40,7 +39,10 @@ from gateway.settings import Settings
 
 # The most a request line and headers may take; one over it is refused with 400.
 MAX_HEAD_BYTES = 64 * 1024
-_REFUSED_IN_VALUE = re.compile(rb"[\x00\x0b\x0c]")  # h11 refuses these in a header value
+# h11 refuses NUL, VT and FF in a header value. Bytes as ints: `int in bytes` is a memchr,
+# where `bytes in bytes` on CPython 3.11 first raises and clears a TypeError (~0.7 µs).
+_NUL, _VT, _FF = 0x00, 0x0B, 0x0C
+_QUERY, _FRAGMENT = ord("?"), ord("#")
 _JOIN_BYTES = 64 * 1024  # a body up to this size goes out with its head in one write
 # C parser and loop: a fraction of h11's and asyncio's CPU per request
 # (docs/performance.md); h11 and asyncio where their wheels do not exist (uvloop: Windows).
@@ -299,8 +301,9 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
         }
 
     def on_headers_complete(self) -> None:
-        # One search over every value, not a call per header (~0.5 µs each).
-        if _REFUSED_IN_VALUE.search(b"\n".join([value for _, value in self.headers])):
+        # One pass over every value, not a call per header (~0.5 µs each).
+        values = b"\n".join([value for _, value in self.headers])
+        if _NUL in values or _VT in values or _FF in values:
             raise ValueError("a header value holds NUL, VT or FF")  # the parser's 400
         self._in_head = False
         self._cancel_header_timer()  # the deadline is met
@@ -313,7 +316,7 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
         if parser.should_upgrade() and self._should_upgrade():
             return
         url = self.url
-        if url[:1] == b"/" and b"?" not in url and b"#" not in url:
+        if url[:1] == b"/" and _QUERY not in url and _FRAGMENT not in url:
             raw_path, query = url, b""  # what parse_url gives for an origin-form path
         else:
             parsed_url = parse_url(url)

@@ -276,8 +276,8 @@ class Connection(asyncio.Protocol):
         self.headers_done = True
         for name, value in self._headers:
             low = name.lower()
-            if low == b"content-length" or (
-                low == b"transfer-encoding" and b"chunked" in value.lower()
+            if low == b"content-length" or (  # find, not `in`: see replies.line_data
+                low == b"transfer-encoding" and value.lower().find(b"chunked") >= 0
             ):
                 self._framed = True
 

@@ -21,6 +21,7 @@ from gateway.upstream import failures
 from gateway.upstream.sse import DONE, event_data
 
 PlainEvent = Callable[[bytes], tuple[str, str | None] | None]
+_CR = ord("\r")
 
 
 def _native_plain_event() -> PlainEvent | None:
@@ -87,7 +88,9 @@ def line_data(event: bytes) -> bytes | None:
     line) is None: read it with `event_data`, which gives the same data for this shape.
     """
     simple = event[:6] == b"data: " and event[-2:] == b"\n\n" and event.count(b"\n") == 2
-    return event[6:-2] if simple and b"\r" not in event else None
+    # `_CR not in`, an int: `bytes in bytes` on CPython 3.11 first tries the needle as an
+    # int and raises and clears a TypeError (~0.7 µs); an int needle is one `memchr`.
+    return event[6:-2] if simple and _CR not in event else None
 
 
 def plain_content(chunk: dict[str, Any]) -> str | None:
