@@ -13,8 +13,8 @@ in a fresh task costs ~4-8 µs (anyio's state for the task, in a weak-key map), 
 whole reply enters no other. It tracks the request's task (`TrackedRequest`), and the cut
 cancels that task natively, as anyio's scope would: at every turn of the loop until the
 request ends, never while the task is inside a `Shield` (the chat path's shielded
-clean-up, which counts itself on the request), and through an anyio scope while a
-streamed reply is sent (`ScopedReply`: the relay's own shields are anyio's).
+clean-up, which counts itself on the request: a whole reply's booking, and a streamed
+reply's, `gateway.pipeline.booked_stream`, whose shields are `Shield`s too).
 """
 
 from __future__ import annotations
@@ -195,8 +195,10 @@ class Shield:
 class ScopedReply(Response):
     """`reply`, sent inside an anyio cancel scope that the cut of its request cancels.
 
-    For a streamed reply, whose relay shields its booking with anyio's own scopes: a native
-    cancellation would break through them. Outside a tracked request (a route served in
+    For a reply whose clean-up is shielded by anyio's own scopes, which a native
+    cancellation would break through. The chat stream no longer needs it (its relay's
+    shields are `Shield`s: no scope per stream); kept for bench/pipeline_cut_scope.py's
+    measure of that scope. Outside a tracked request (a route served in
     `InFlightMiddleware`'s scope) the reply is sent as it is.
     """
 

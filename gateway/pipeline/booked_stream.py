@@ -13,11 +13,10 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
 from typing import Any
 
-import anyio
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.drain import cancel_scope
+from gateway.drain import Shield
 from gateway.errors import FareboxError
 
 _END: Message = {"type": "http.response.body", "body": b"", "more_body": False}
@@ -36,9 +35,10 @@ class BookedStream:
     on_wait: Callable[[], None] | None = None
     """Set by the response: called (once) before the body first waits on its upstream."""
 
-    def _shield(self) -> anyio.CancelScope:
-        """`anyio.CancelScope(shield=True)`, from the backend's class found once."""
-        return cancel_scope(shield=True)
+    def _shield(self) -> Shield:
+        """An anyio shield that the chat path's native cut respects too (`drain.Shield`):
+        the booking of a cut stream runs to its end either way."""
+        return Shield()
 
     async def _settle_shielded(self, error: FareboxError | None, cancelled: bool) -> None:
         """`_settle` under the shield, which is entered only if the booking waits.
@@ -131,7 +131,7 @@ class BookedStreamResponse(Response):
 
     media_type = "text/event-stream"
     _receive: Receive
-    _task: asyncio.Task[Any]  # the request's, which sends the body
+    _task: asyncio.Task[Any]  # the request's, which sends the body (found by `_start_watch`)
 
     def __init__(self, body: BookedStream, headers: dict[str, str]) -> None:
         self.status_code = 200
@@ -146,9 +146,7 @@ class BookedStreamResponse(Response):
         self._watcher: asyncio.Task[None] | None = None  # started by the body's first wait
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._receive, self._task = receive, task
+        self._receive = receive
         self._booked.on_wait = self._start_watch
         try:
             start = {"type": "http.response.start", "status": self.status_code}
@@ -166,18 +164,23 @@ class BookedStreamResponse(Response):
         except asyncio.CancelledError:
             if not self._left:
                 raise
-            task.uncancel()  # our own cancel: the client left, which is no error
+            self._task.uncancel()  # our own cancel: the client left, which is no error
         finally:
             self._stop_watch()
             if not self._booked.settling:  # stopped before its end, or never started
-                with cancel_scope(shield=True):
+                with Shield():  # held against an anyio scope's cut and the native one
                     await self._booked.close()
         if self.background is not None:
             await self.background()
 
     def _start_watch(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._watcher = loop.create_task(self._watch(self._receive, self._task))
+        # Called by the body, so in the task that sends it. Found here, not per response:
+        # `current_task()` costs a getpid syscall (CPython's fork check), and a stream
+        # relayed without a wait needs no task at all.
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._watcher = task.get_loop().create_task(self._watch(self._receive, task))
 
     def _stop_watch(self) -> None:
         self._booked.on_wait = None

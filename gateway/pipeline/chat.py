@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.body_guard import SharedDeadlines
 from gateway.compact_patch import patch_rendered
-from gateway.drain import ScopedReply, Shield
+from gateway.drain import Shield
 from gateway.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
@@ -218,8 +218,9 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     first = await first_event(stream, events, call)
     ctx.dropped_params = dropped_notice(call.route.via_litellm, stream.headers)
     body = Relay(ctx, first, events, stream, meter, services, thinking_cap_for(ctx, call, services))
-    response = RelayResponse(body, headers=_headers(ctx) | notice_headers(ctx.dropped_params))
-    return ScopedReply(response)  # the relay's shields are anyio's: cut it through a scope
+    # No cancel scope of its own for the shutdown's cut: the relay's shields are
+    # `drain.Shield`s, which the request's native cut respects (gateway.drain).
+    return RelayResponse(body, headers=_headers(ctx) | notice_headers(ctx.dropped_params))
 
 
 # The first-event deadline of each length in use: one timer for every stream waiting.

@@ -2,7 +2,7 @@
 
 A booking that never suspends cannot be cancelled and enters no scope; one that suspends
 is shielded from its first wait on, so an anyio scope cancelled while it waits (the
-shutdown's cut, a `ScopedReply`) does not stop it, and it sees each wait's result, error
+shutdown's cut of a route in `InFlightMiddleware`'s scope) does not stop it, and it sees each wait's result, error
 or native cancellation as a plain `await` would.
 """
 
@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator
 import anyio
 import pytest
 
+from gateway.drain import Shield
 from gateway.errors import FareboxError
 from gateway.pipeline.booked_stream import BookedStream
 
@@ -27,7 +28,7 @@ class Booking(BookedStream):
         self.seen: list[str] = []  # what each wait gave
         self.booked = False
 
-    def _shield(self) -> anyio.CancelScope:
+    def _shield(self) -> Shield:
         self.shields += 1
         return super()._shield()
 
