@@ -153,6 +153,7 @@ class Connection(asyncio.Protocol):
     """One keep-alive connection: parses one reply at a time into its body pieces."""
 
     __slots__ = (
+        "_deadline",
         "_drain",
         "_framed",
         "_headers",
@@ -194,6 +195,12 @@ class Connection(asyncio.Protocol):
             )
         )
         self._waiter: asyncio.Future[None] | None = None
+        # The read timeout: when the current wait fails (None while nothing waits), and
+        # one timer per connection due by then. A wait moves the deadline; the timer stays
+        # armed across waits (it is re-armed when it fires early, stopped when it fires
+        # with nothing waiting): a timer made and cancelled per request cost a uvloop
+        # handle, its close and one more turn of the loop.
+        self._deadline: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._drain: asyncio.Future[None] | None = None
         self._paused = False
@@ -241,6 +248,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.reusable = False
+        self._stop_timer()
         if self.headers_done and not self.complete and not self._framed and self.error is None:
             self.complete = True  # a body read until the connection closed
         elif not self.complete and self.error is None:
@@ -293,31 +301,51 @@ class Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._deadline = None
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _timed_out(self) -> None:
+    def _arm_timer(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        """Have the timer fire by `deadline`; one due earlier fires first and re-arms."""
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= deadline:  # per request: deadlines only move later
+                return
+            timer.cancel()
+        self._timer = loop.call_at(deadline, self._read_timer, deadline)
+
+    def _read_timer(self, armed_for: float) -> None:
         self._timer = None
+        deadline = self._deadline
+        if deadline is None:  # nothing waits: the timer stops until the next wait
+            return
+        if deadline > armed_for:  # armed for an earlier wait: on to this one's deadline
+            self._arm_timer(self.loop or asyncio.get_running_loop(), deadline)
+            return
+        self._deadline = None
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+
+    def _stop_timer(self) -> None:
+        """The connection is closed: nothing will wait on it again."""
+        self._deadline = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def wait(self, read_timeout: float | None) -> None:
         """Until more bytes (or the end, or an error) arrive, at most `read_timeout`."""
         loop = self.loop or asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
         if read_timeout is not None:
-            self._timer = loop.call_later(read_timeout, self._timed_out)
+            deadline = self._deadline = loop.time() + read_timeout
+            self._arm_timer(loop, deadline)
         try:
             await waiter
         finally:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
             self._waiter = None
+            self._deadline = None
 
     def take(self) -> bytes:
         """The body's bytes not read yet; resumes a socket paused for a slow reader."""
@@ -354,6 +382,7 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.reusable = False
+        self._stop_timer()
         if self.transport is not None and not self.lost:
             self.transport.close()
         self._pool.forget(self)

@@ -17,6 +17,7 @@ from tests.upstream.test_h1 import Server, whole
 
 HEADERS = {"content-type": "application/json"}
 TIMEOUT = aiohttp.ClientTimeout(sock_connect=2.0, sock_read=5.0)
+SHORT = aiohttp.ClientTimeout(sock_connect=2.0, sock_read=0.4)
 
 
 async def _post_and_release(pool: h1.Pool, url: str) -> bytes:
@@ -59,4 +60,59 @@ async def test_an_expired_pooled_connection_is_closed_and_a_new_one_opened() -> 
         assert await _post_and_release(pool, server.url) == b'{"n":2}'
         assert stale.transport is not None and stale.transport.is_closing()
         assert server.connections == 2
+    await pool.aclose()
+
+
+async def test_one_read_timer_serves_a_connection_across_requests() -> None:
+    pool = h1.Pool(limit=4, keepalive_s=30.0)
+    async with Server(lambda n: whole(b'{"n":%d}' % n)) as server:
+        await _post_and_release(pool, server.url)
+        conn = pool._idle[h1.origin(server.url).key][0]
+        timer = conn._timer
+        assert timer is not None and not timer.cancelled()
+        for n in range(2, 6):
+            assert await _post_and_release(pool, server.url) == b'{"n":%d}' % n
+        assert conn._timer is timer and not timer.cancelled()  # not one per request
+        assert server.connections == 1
+    await pool.aclose()
+    assert conn._timer is None and timer.cancelled()  # closed: the timer goes with it
+
+
+async def test_a_shorter_read_timeout_after_a_longer_one_still_fires_on_time() -> None:
+    pool = h1.Pool(limit=4, keepalive_s=30.0)
+    long = aiohttp.ClientTimeout(sock_connect=2.0, sock_read=30.0)
+    short = aiohttp.ClientTimeout(sock_connect=2.0, sock_read=0.2)
+    async with Server(lambda n: whole(b"{}") if n == 1 else None) as server:
+        reply = await pool.request(server.url, b"{}", HEADERS, long)
+        while await reply.readany():
+            pass
+        reply.release()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(aiohttp.SocketTimeoutError):
+            await pool.request(server.url, b"{}", HEADERS, short)
+        assert asyncio.get_running_loop().time() - started < 2.0
+    await pool.aclose()
+
+
+async def test_a_wait_begun_after_the_timer_was_armed_gets_its_whole_timeout() -> None:
+    # The first request's wait armed the timer for its own deadline; the next wait runs
+    # past that deadline (a slow reply within its own timeout): the timer, firing early
+    # for it, re-arms instead of failing it.
+    pool = h1.Pool(limit=4, keepalive_s=30.0)
+    async with Server(lambda n: whole(b'{"n":%d}' % n)) as server:
+        reply = await pool.request(server.url, b"{}", HEADERS, SHORT)  # timer due in 0.4 s
+        while await reply.readany():
+            pass
+        reply.release()
+        await asyncio.sleep(0.2)
+        conn = await pool.acquire(h1.origin(server.url), 2.0)
+        arrives = asyncio.get_running_loop().call_later(  # ~0.55 s: past the first
+            0.35,
+            conn.data_received,
+            whole(b'{"n":2}'),  # deadline, within this one (0.6 s)
+        )
+        await conn.wait(SHORT.sock_read)
+        arrives.cancel()
+        assert conn.headers_done and conn.status == 200
+        conn.close()
     await pool.aclose()
