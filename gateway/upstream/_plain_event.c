@@ -1,6 +1,7 @@
 /* The chat relay's plain content chunk, read in one pass over its bytes.
  *
  * plain_event(event) -> (content, service_tier) | None
+ * split_lf(chunk) -> [event, ..., rest] (below: the SSE splitter's usual read, cut natively)
  *
  * `event` is one SSE event as the relay gets it. The answer is a tuple only when all of
  * these hold, and then it is exactly what the Python path (`line_data`, `read_chunk`:
@@ -464,9 +465,68 @@ static PyObject *plain_event(PyObject *module, PyObject *event) {
     return pair;
 }
 
+/* Append `size` bytes at `start` to `parts`: `whole` itself when they are all of it. */
+static int append_part(PyObject *parts, PyObject *whole, const char *start, Py_ssize_t size) {
+    PyObject *part;
+    if (size == PyBytes_GET_SIZE(whole)) {
+        part = whole;
+        Py_INCREF(part);
+    } else {
+        part = PyBytes_FromStringAndSize(start, size);
+        if (part == NULL)
+            return -1;
+    }
+    int failed = PyList_Append(parts, part);
+    Py_DECREF(part);
+    return failed;
+}
+
+/* split_lf(chunk) -> [event, ..., rest]
+ *
+ * `chunk` cut where `chunk.split(b"\n\n")` cuts it (each LF LF, from the left, none
+ * overlapping), each complete event keeping its blank line; the last item is what follows
+ * the last one (b"" when the chunk ends with it). One memchr per LF: CPython's split
+ * compares a two-byte separator at every byte (~2 ns a byte here, 8-16 us for the mock's
+ * 3.6 KB stream), then each event was copied again to put its blank line back.
+ */
+static PyObject *split_lf(PyObject *module, PyObject *chunk) {
+    (void)module;
+    if (!PyBytes_CheckExact(chunk)) {
+        PyErr_SetString(PyExc_TypeError, "split_lf() takes bytes");
+        return NULL;
+    }
+    const char *bytes = PyBytes_AS_STRING(chunk);
+    Py_ssize_t size = PyBytes_GET_SIZE(chunk);
+    PyObject *parts = PyList_New(0);
+    if (parts == NULL)
+        return NULL;
+    Py_ssize_t start = 0, at = 0;
+    while (at < size) {
+        const char *lf = memchr(bytes + at, '\n', (size_t)(size - at));
+        if (lf == NULL)
+            break;
+        Py_ssize_t end = lf - bytes + 1; /* past the LF */
+        if (end < size && bytes[end] == '\n') {
+            if (append_part(parts, chunk, bytes + start, end + 1 - start) < 0) {
+                Py_DECREF(parts);
+                return NULL;
+            }
+            start = end + 1;
+        }
+        at = start > end ? start : end;
+    }
+    if (append_part(parts, chunk, bytes + start, size - start) < 0) {
+        Py_DECREF(parts);
+        return NULL;
+    }
+    return parts;
+}
+
 static PyMethodDef methods[] = {
     {"plain_event", plain_event, METH_O,
      "plain_event(event) -> (content, service_tier) of a plain one-line chunk event, or None."},
+    {"split_lf", split_lf, METH_O,
+     "split_lf(chunk) -> [event, ..., rest]: chunk.split(b'\\n\\n'), events keeping it."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -10,6 +11,30 @@ import orjson
 from gateway.errors import UpstreamProtocolError
 
 DONE = b"[DONE]"
+
+
+def _split_lf_python(chunk: bytes) -> list[bytes]:
+    parts = chunk.split(b"\n\n")
+    rest = parts.pop()
+    return [*(part + b"\n\n" for part in parts), rest]
+
+
+def _split_lf() -> Callable[[bytes], list[bytes]]:
+    if os.environ.get("FAREBOX_STREAM_NATIVE", "1") == "0":  # off on purpose: same results
+        return _split_lf_python
+    try:
+        from gateway.upstream._plain_event import split_lf
+    except ImportError:  # built without a C compiler, or an older build of the module
+        return _split_lf_python
+    return split_lf
+
+
+SPLIT_LF = _split_lf()
+"""`split_lf(chunk)`: the chunk cut at each LF LF as `chunk.split(b"\n\n")` cuts it, each
+complete event keeping its blank line, then what follows the last one. Native where built
+(gateway/upstream/_plain_event.c): one `memchr` per LF, where CPython's `split` compares
+the two-byte separator at every byte (8-16 us for the mock's 3.6 KB stream here, against
+~2 us) and each event was copied once more to put its blank line back."""
 
 
 MAX_EVENT_BYTES = 8 * 1024 * 1024
@@ -53,7 +78,7 @@ class EventSplitter:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add `chunk`; return the events it completed."""
-        if not self._buffer and b"\r" not in chunk:
+        if not self._buffer and type(chunk) is bytes and b"\r" not in chunk:
             return self._feed_lf(chunk)
         self._buffer += chunk
         events: list[bytes] = []
@@ -74,18 +99,18 @@ class EventSplitter:
         Without a CR the only separator is LF LF, and the earliest one ends each event: a
         plain `split` (3-4x cheaper than the LF walk for a read of 20 events) finds the same
         events. What is left is kept as the walk keeps it, its cursor past every byte that
-        cannot start a separator, so no byte is searched twice.
+        cannot start a separator, so no byte is searched twice. `SPLIT_LF` cuts it.
         """
-        parts = chunk.split(b"\n\n")
-        rest = parts.pop()
+        events = SPLIT_LF(chunk)
+        rest = events.pop()
         if len(chunk) > self._max:
-            for part in parts:
-                self._check_size(len(part) + 2)
+            for event in events:
+                self._check_size(len(event))
             self._check_size(len(rest))
         if rest:
             self._buffer = bytearray(rest)
             self._cursor = len(rest) - 1 if rest[-1] == 0x0A else len(rest)
-        return [part + b"\n\n" for part in parts]
+        return events
 
     def _check_size(self, size: int) -> None:
         if size > self._max:
