@@ -174,8 +174,9 @@ class Spool:
             return self.write_encoded(lines, refused)  # closed: no log left open after it
         if refused:
             self.set_aside(f"{self._next_name('.unencodable')}", refused)
-        data = spool_log.frame_bytes(lines)
-        log = self._log_for(len(data))
+        body = b"".join(lines)
+        log = self._log_for(len(body) + spool_log.HEADER_ROOM)
+        data = spool_log.frame_bytes(body, len(lines), log.path.name)
         spool_log.write_frame(log.fd, data, log.end)
         with self._lock:
             offset = log.end
@@ -185,15 +186,19 @@ class Spool:
         return Segment(log.path, len(lines), tuple(refused), offset, len(data))
 
     def _log_for(self, size: int) -> _Log:
-        """The log to append `size` bytes to: the current one, or a new one if it is full.
+        """The log to append `size` bytes to: the current one, recycled if it is full and
+        all committed (the drain keeps up: the usual case), or else a new one.
 
-        A full log is kept until its last segment is committed (`settle` removes it then).
-        A log whose file was removed (with the spool directory) is left for a new one.
+        A full log with frames still to commit is kept until its last one is (`settle`
+        removes it then). A log whose file was removed (with the spool directory) is left.
         """
         current = self._current
-        fits = current is not None and current.end + size <= current.capacity
-        if fits and current is not None and not spool_log.unlinked(current.fd):
-            return current
+        if current is not None and not spool_log.unlinked(current.fd):
+            if current.end + size <= current.capacity:
+                return current
+            # Only this thread appends, so a count of 0 stays 0 while this runs.
+            if current.outstanding == 0 and size <= current.capacity:
+                return self._recycle(current)
         capacity = max(spool_log.LOG_BYTES, size)
         path = self.directory / self._next_name(LOG_SUFFIX)
         log = _Log(path, spool_log.create(path, capacity), 0, capacity, 0, time.monotonic())
@@ -206,6 +211,22 @@ class Spool:
                 self._forget(finished)
         if finished is not None:
             self.remove(finished.path)
+        return log
+
+    def _recycle(self, log: _Log) -> _Log:
+        """Write a committed log again from its start, under a new name.
+
+        Its name is durable (the directory fsynced) before a frame naming it is written,
+        so no power cut leaves a frame under a name it does not carry. A crash before
+        that replays the old name's frames: committed ones, harmless.
+        """
+        path = self.directory / self._next_name(LOG_SUFFIX)
+        os.replace(log.path, path)
+        self._sync_directory(path.parent)
+        with self._lock:
+            del self._logs[log.path]
+            log.path, log.end = path, 0
+            self._logs[path] = log
         return log
 
     def _forget(self, log: _Log) -> None:
@@ -350,7 +371,7 @@ class Spool:
             return segment.path.read_bytes()
         with open(segment.path, "rb") as handle:
             data = os.pread(handle.fileno(), segment.size, segment.offset)
-        found = spool_log.frame_body(data)
+        found = spool_log.frame_body(data, segment.path.name)
         if found is None:  # never expected: the frame was whole when it was listed
             raise ValueError(f"frame at {segment.offset} of {segment.path} is not whole")
         return found[0]
@@ -395,7 +416,7 @@ class Spool:
         if adopted is None:
             return []
         fd, data = adopted
-        found = list(spool_log.frames(data))
+        found = list(spool_log.frames(data, path.name))
         end = found[-1].offset + found[-1].size if found else 0
         log = _Log(path, fd, end, len(data), outstanding=len(found))
         with self._lock:

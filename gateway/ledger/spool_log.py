@@ -8,10 +8,15 @@ then one positioned write of a *frame* and one `fdatasync`, which on overwritten
 allocated blocks commits no metadata: ~0.2 ms for the same 140 rows.
 
 A frame is a JSON header line, then the segment's JSONL lines:
-`{"frame":1,"lines":N,"bytes":B,"crc32":C}` + B bytes. The file stays JSONL (each line
-an entry or a header) up to the zeros after its last frame. A frame whose `fdatasync`
-never returned may be torn by a power cut: its checksum fails and reading stops there;
-every frame before it was durable before it was written.
+`{"frame":1,"log":NAME,"lines":N,"bytes":B,"crc32":C}` + B bytes. The file stays JSONL
+(each line an entry or a header) up to the zeros after its last frame. A frame whose
+`fdatasync` never returned may be torn by a power cut: its checksum fails and reading
+stops there; every frame before it was durable before it was written.
+
+A full log whose frames are all committed is *recycled*: renamed (a new name, which
+sorts after the logs written before it) and written again from its start, with no new
+file to allocate and fill. Each frame names the log it was written to, so the previous
+name's frames left further on read as the end of the log.
 
 The process holds an exclusive `flock` on each log it writes, so a sibling worker that
 starts (and adopts what dead processes left) skips a live log; the kernel drops the lock
@@ -37,6 +42,8 @@ except ImportError:  # Windows: no flock; the spool writes a file per segment th
 LOGS_SUPPORTED = fcntl is not None
 LOG_BYTES = 4 << 20
 """A new log's size; a log is full when the next frame does not fit (then a new one starts)."""
+HEADER_ROOM = 512
+"""More than a frame's header line takes (~100 bytes and the log's name)."""
 _ZEROS = bytes(1 << 20)
 _FRAME_KEY = b'{"frame":'
 
@@ -50,15 +57,18 @@ class Frame:
     lines: int
 
 
-def frame_bytes(lines: list[bytes]) -> bytes:
-    """The header line and the lines, as one buffer for one write."""
-    body = b"".join(lines)
-    header = {"frame": 1, "lines": len(lines), "bytes": len(body), "crc32": zlib.crc32(body)}
+def frame_bytes(body: bytes, lines: int, log: str) -> bytes:
+    """The header line and the body (`lines` JSONL lines), as one buffer for one write to
+    the log named `log` (at most `HEADER_ROOM` bytes more than the body)."""
+    header = {"frame": 1, "log": log, "lines": lines, "bytes": len(body)}
+    header["crc32"] = zlib.crc32(body)
     return orjson.dumps(header) + b"\n" + body
 
 
-def frame_body(data: bytes, offset: int = 0) -> tuple[bytes, int, int] | None:
-    """The (body, lines, size) of the frame at `offset` of `data`; None where none is whole."""
+def frame_body(data: bytes, log: str, offset: int = 0) -> tuple[bytes, int, int] | None:
+    """The (body, lines, size) of the frame at `offset` of `data`, read from the log named
+    `log`; None where no whole frame of that log is (zeros, a torn frame, a recycled
+    log's frames of its previous name)."""
     if not data.startswith(_FRAME_KEY, offset):
         return None  # zeros: the end of what was written
     newline = data.find(b"\n", offset)
@@ -67,6 +77,8 @@ def frame_body(data: bytes, offset: int = 0) -> tuple[bytes, int, int] | None:
     try:
         header = orjson.loads(data[offset:newline])
         lines, size, crc = int(header["lines"]), int(header["bytes"]), int(header["crc32"])
+        if header["log"] != log:
+            return None
     except (ValueError, KeyError, TypeError):
         return None  # a header torn by a power cut before its fdatasync returned
     body = data[newline + 1 : newline + 1 + size]
@@ -75,10 +87,10 @@ def frame_body(data: bytes, offset: int = 0) -> tuple[bytes, int, int] | None:
     return body, lines, newline + 1 + size - offset
 
 
-def frames(data: bytes) -> Iterator[Frame]:
-    """Each whole frame of a log's contents, in order; stops at the first that is not."""
+def frames(data: bytes, log: str) -> Iterator[Frame]:
+    """Each whole frame of the log named `log`, in order; stops at the first that is not."""
     offset = 0
-    while (found := frame_body(data, offset)) is not None:
+    while (found := frame_body(data, log, offset)) is not None:
         _, lines, size = found
         yield Frame(offset, size, lines)
         offset += size

@@ -73,18 +73,38 @@ def test_a_full_log_is_followed_by_a_new_one_and_deleted_once_committed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, lines = _lines(40)
-    frame_size = len(spool_log.frame_bytes(lines))
-    monkeypatch.setattr(spool_log, "LOG_BYTES", frame_size * 3 // 2)  # room for one frame
+    room = len(b"".join(lines)) + spool_log.HEADER_ROOM
+    monkeypatch.setattr(spool_log, "LOG_BYTES", room * 3 // 2)  # room for one frame
     spool = Spool(tmp_path)
     first = spool.append(lines, [])
-    second = spool.append(lines, [])
+    second = spool.append(lines, [])  # the first is not committed yet: a new log
     assert first.path != second.path and len(list(tmp_path.iterdir())) == 2
     assert spool.settle(first) == first.path  # no longer appended to: delete it now
     spool.remove(first.path)
     assert spool.settle(second) is None  # the current log stays for the next frames
     assert list(tmp_path.iterdir()) == [second.path]
     large = spool.append(lines * 3, [])  # larger than a log: one log of its own size
-    assert large.path.stat().st_size == large.size and spool.read(large)
+    assert large.path.stat().st_size > spool_log.LOG_BYTES and len(spool.read(large)) == 120
+
+
+def test_a_full_committed_log_is_recycled_and_its_old_frames_are_not_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, lines = _lines(40, "old")
+    room = len(b"".join(lines)) + spool_log.HEADER_ROOM
+    monkeypatch.setattr(spool_log, "LOG_BYTES", room * 5 // 2)  # room for two frames
+    spool = Spool(tmp_path)
+    for _ in range(2):
+        spool.settle(spool.append(lines, []))
+    records, fresh = _lines(40, "new")
+    recycled = spool.append(fresh, [])  # full, all committed: the same file, a new name
+    (only,) = tmp_path.iterdir()
+    assert only == recycled.path and recycled.offset == 0
+    assert only.stat().st_size == room * 5 // 2  # not allocated again
+    spool.close()
+    successor = Spool(tmp_path)
+    (replayed,) = successor.leftovers()  # the old name's frames after it are not its own
+    assert successor.read(replayed) == records
 
 
 def test_settling_a_frame_of_the_current_log_needs_no_io_and_idleness_deletes_it(
