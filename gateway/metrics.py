@@ -86,6 +86,25 @@ def observe(child: Any, amount: float) -> None:
         child._buckets[bisect_left(child._upper_bounds, amount)].inc(1)
 
 
+def observe_alike(children: tuple[Any, ...], amount: float) -> None:
+    """`observe(child, amount)` for each of `children`, labelled children of histograms of
+    the same buckets (a stream's time to first token by model and by backend: both
+    `LATENCY_BUCKETS`): the bucket is found once for all."""
+    first = children[0]
+    if type(first._sum) is not _PLAIN:
+        for child in children:
+            observe(child, amount)
+        return
+    if amount != amount:  # NaN: summed, counted in no bucket (as `observe` has it)
+        for child in children:
+            child._sum._value += amount
+        return
+    bucket = bisect_left(first._upper_bounds, amount)
+    for child in children:
+        child._sum._value += amount
+        child._buckets[bucket]._value += 1.0
+
+
 class LedgerStats(Protocol):
     """What the ledger writer reports about its backlog."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from decimal import Decimal
+from typing import Any
 
 from starlette.background import BackgroundTask
 
@@ -26,7 +27,9 @@ def settle(ctx: RequestContext, meter: Meter, error: FareboxError | None, cancel
     timings.first_answer_token = meter.first_answer_token
     timings.last_token = meter.last_token
     timings.finished = time.perf_counter()
-    settle_tier(ctx, meter)
+    read = meter.tier_read
+    if read is None or read != _tier_inputs(ctx, meter):  # else settled by `price_now`
+        settle_tier(ctx, meter)
     if error is not None:
         ctx.status_code, ctx.error_type = error.status_code, ledger_error_type(error)
     elif cancelled:
@@ -59,10 +62,16 @@ def _judge_prefix(ctx: RequestContext, services: Services) -> None:
     judge(ctx.prefix, ctx, input_price, cached_price)
 
 
+def _tier_inputs(ctx: RequestContext, meter: Meter) -> tuple[Any, ...]:
+    """Everything `settle_tier` reads: the same again, it would settle the same tier."""
+    return (ctx, meter.service_tier, meter.speed, ctx.route, ctx.tier_planned, ctx.tier_requested)
+
+
 def price_now(ctx: RequestContext, meter: Meter, services: Services) -> None:
     """Price the usage the upstream reported, as soon as it arrives (the stream's last chunk)."""
     assert ctx.alias is not None and meter.usage is not None
     settle_tier(ctx, meter)
+    meter.tier_read = _tier_inputs(ctx, meter)
     price_usage(ctx, meter.usage, services.prices, services.config.price_key(ctx.alias))
 
 

@@ -50,6 +50,9 @@ class Meter:
     service_tier: str | None = None
     speed: str | None = None
     chunks: int = 0
+    # What the tier was settled from when the usage chunk was priced (`finish.price_now`):
+    # the attempt's end settles it again only if that changed.
+    tier_read: tuple[Any, ...] | None = None
 
     def observe_chunk(self, chunk: dict[str, Any]) -> None:
         """Account for one streamed `chat.completion.chunk`."""

@@ -24,7 +24,7 @@ from gateway.ledger.records import (
     RoundedRecord,
     as_money,
 )
-from gateway.metrics import Metrics, add, observe
+from gateway.metrics import Metrics, add, observe, observe_alike
 from gateway.pipeline.context import RequestContext
 from gateway.pricing import COMPONENTS, CostBreakdown
 from gateway.usage import Usage
@@ -379,33 +379,48 @@ def _observe_latencies(
     timings = ctx.timings
     if timings.first_token is None and timings.first_answer_token is None:
         return  # a whole reply: no token was seen arrive, so no latency to observe
-    ttft = timings.ms_since_sent(timings.first_token)
-    if ttft is not None:
-        for child in _pair(metrics, metrics.ttft, metrics.backend_ttft, model, where):
-            observe(child, ttft / 1000)
-    ttfat = timings.ms_since_sent(timings.first_answer_token)
-    if ttfat is not None:
-        for child in _pair(metrics, metrics.ttfat, metrics.backend_ttfat, model, where):
-            observe(child, ttfat / 1000)
+    # `ms_since_sent(moment) / 1000`, as the ledger's ttft_ms and ttfat_ms are taken
+    sent, first, answer = timings.upstream_sent, timings.first_token, timings.first_answer_token
+    ttft = None if first is None or sent is None else (first - sent) * 1000.0 / 1000
+    ttfat = None if answer is None or sent is None else (answer - sent) * 1000.0 / 1000
     speed = decode_speed(ctx)
+    by_first, by_answer, by_speed = _latency_series(
+        metrics, model, where, (ttft is not None, ttfat is not None, speed is not None)
+    )
+    if ttft is not None:
+        observe_alike(by_first, ttft)
+    if ttfat is not None:
+        observe_alike(by_answer, ttfat)
     if speed is not None:
-        key = (metrics.decode_speed, model)  # the metric itself: no other bundle's key
-        child = metrics.children.get(key)
-        if child is None:
-            child = metrics.keep(key, _labels(metrics, metrics.decode_speed, model=model))
-        observe(child, speed)
+        observe(by_speed, speed)
+
+
+def _latency_series(
+    metrics: Metrics, model: str, where: tuple[str, str], observed: tuple[bool, bool, bool]
+) -> tuple[Any, Any, Any]:
+    """A stream's latency children, one lookup: its time to first token by model and by
+    (backend, tier), the same for its first answer token, its decode speed by model; each
+    only where `observed` says the stream has it (None else), so that no series shows at 0
+    on /metrics before a request observed it."""
+    key = (_LATENCIES, model, where, observed)
+    found = metrics.children.get(key)
+    if found is None:
+        first, answer, speed = observed
+        found = (
+            _pair(metrics, metrics.ttft, metrics.backend_ttft, model, where) if first else None,
+            _pair(metrics, metrics.ttfat, metrics.backend_ttfat, model, where) if answer else None,
+            _labels(metrics, metrics.decode_speed, model=model) if speed else None,
+        )
+        metrics.keep(key, found)
+    return found
+
+
+_LATENCIES = object()  # the key of a `_latency_series` bundle
 
 
 def _pair(
     metrics: Metrics, by_model: Any, by_backend: Any, model: str, where: tuple[str, str]
 ) -> tuple[Any, Any]:
-    """The model's child of `by_model` and the (backend, tier) child of `by_backend`, one
-    lookup: a stream's time to first (answer) token is observed in both."""
-    children = metrics.children
-    key = (id(by_model), id(by_backend), model, where)
-    pair = children.get(key)
-    if pair is None:
-        pair = metrics.keep(
-            key, (_labels(metrics, by_model, model=model), _labels(metrics, by_backend, *where))
-        )
-    return pair
+    """The model's child of `by_model` and the (backend, tier) child of `by_backend` (a
+    stream's time to first (answer) token is observed in both), of the same buckets."""
+    return (_labels(metrics, by_model, model=model), _labels(metrics, by_backend, *where))
