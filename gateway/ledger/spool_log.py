@@ -5,13 +5,15 @@ flush (open, fsync, rename, fsync of the directory, and the unlink after the com
 whatever the segment's size. A log is created once, zero-filled and fsynced (so its
 blocks are allocated and its size is final), then renamed into place; each segment is
 then one positioned write of a *frame* and one `fdatasync`, which on overwritten,
-allocated blocks commits no metadata: ~0.2 ms for the same 140 rows.
+allocated blocks commits no metadata (bench/ledger_spool.py, 140 rows: 0.82 -> 0.46 ms
+of thread CPU for the write, 0.14 -> 0.01 for the delete).
 
 A frame is a JSON header line, then the segment's JSONL lines:
-`{"frame":1,"log":NAME,"lines":N,"bytes":B,"crc32":C}` + B bytes. The file stays JSONL
+`{"frame":1,"log":NAME,"lines":N,"bytes":B,"xxh3":H}` + B bytes. The file stays JSONL
 (each line an entry or a header) up to the zeros after its last frame. A frame whose
 `fdatasync` never returned may be torn by a power cut: its checksum fails and reading
-stops there; every frame before it was durable before it was written.
+stops there; every frame before it was durable before it was written. The checksum is
+XXH3-64 (~13 µs for 145 KB here, against ~105-145 for zlib's CRC-32, on the gateway's core).
 
 A full log whose frames are all committed is *recycled*: renamed (a new name, which
 sorts after the logs written before it) and written again from its start, with no new
@@ -27,12 +29,12 @@ from __future__ import annotations
 
 import errno
 import os
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from xxhash import xxh3_64_intdigest
 
 try:
     import fcntl
@@ -61,7 +63,7 @@ def frame_bytes(body: bytes, lines: int, log: str) -> bytes:
     """The header line and the body (`lines` JSONL lines), as one buffer for one write to
     the log named `log` (at most `HEADER_ROOM` bytes more than the body)."""
     header = {"frame": 1, "log": log, "lines": lines, "bytes": len(body)}
-    header["crc32"] = zlib.crc32(body)
+    header["xxh3"] = xxh3_64_intdigest(body)
     return orjson.dumps(header) + b"\n" + body
 
 
@@ -76,13 +78,13 @@ def frame_body(data: bytes, log: str, offset: int = 0) -> tuple[bytes, int, int]
         return None
     try:
         header = orjson.loads(data[offset:newline])
-        lines, size, crc = int(header["lines"]), int(header["bytes"]), int(header["crc32"])
+        lines, size, digest = int(header["lines"]), int(header["bytes"]), int(header["xxh3"])
         if header["log"] != log:
             return None
     except (ValueError, KeyError, TypeError):
         return None  # a header torn by a power cut before its fdatasync returned
     body = data[newline + 1 : newline + 1 + size]
-    if len(body) != size or zlib.crc32(body) != crc:
+    if len(body) != size or xxh3_64_intdigest(body) != digest:
         return None
     return body, lines, newline + 1 + size - offset
 
