@@ -8,8 +8,8 @@ bytes and raises the same errors with less of that: the names are checked in one
 over their join and the values in one over theirs joined by a tab (uvicorn's patterns are
 character classes, read here as `bytes.translate` tables, and a tab is allowed in a value,
 so the join holds a refused byte exactly when one of them does), names are lowercased
-only when one is not, and a body that came in one
-piece is handed on as the parser gave it (uvicorn copies it into a bytearray, then out).
+only when one is not, and a body that came in one piece is handed on as the parser gave
+it (uvicorn copies it into a bytearray, then out).
 `gateway.server.FareboxHttpToolsProtocol` builds one per request.
 """
 
