@@ -41,6 +41,10 @@ MAX_BYTES = 4096
 reply of text); past it, the scan's cost no longer grows with the body while this does."""
 
 
+MAX_SET_FIELDS = 64
+"""The most fields `_rawjson.set_members` sets in one call (and the most members it edits)."""
+
+
 def patch_compact(
     raw: bytes,
     parsed: Mapping[str, Any],
@@ -96,8 +100,10 @@ def patch_spans(
     """
     if _SET_MEMBERS is None or len(raw) > MAX_BYTES or type(raw) is not bytes:
         return None
-    if not set_fields or (remove and not set(remove) <= set_fields.keys()):
-        return None  # nothing set, or a member to remove
+    if not set_fields or len(set_fields) > MAX_SET_FIELDS:
+        return None  # nothing set, or more than the native call takes
+    if remove and not set(remove) <= set_fields.keys():
+        return None  # a member to remove
     try:
         keys = tuple(map(str.encode, set_fields))
         values = tuple(map(orjson.dumps, set_fields.values()))  # what the splice writes

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import compact_patch
-from gateway.compact_patch import MAX_BYTES, patch_rendered, patch_spans
+from gateway.compact_patch import MAX_BYTES, MAX_SET_FIELDS, patch_rendered, patch_spans
 from gateway.rawjson import patch_object
 
 _rawjson = pytest.importorskip("gateway._rawjson")
@@ -100,6 +100,11 @@ def test_what_it_cannot_be_sure_of_is_left_to_the_splice() -> None:
     there = '{"\u00e9": 1}'.encode()  # written in UTF-8, unescaped: found as bytes
     assert patch_spans(there, {"\u00e9": 2}) == '{"\u00e9": 2}'.encode()
     assert patch_spans(b"[1]", {"a": 1}) is None  # not an object
+    many = {f"k{i}": i for i in range(MAX_SET_FIELDS + 1)}
+    assert patch_spans(b"{}", many) is None  # more than one native call sets
+    assert patch_rendered(b"{}", {}, many) == patch_object(b"{}", many, trusted=True)
+    repeated = b'{"a": 1' + b', "a": 1' * MAX_SET_FIELDS + b"}"
+    assert patch_spans(repeated, {"a": 2}) is None  # more members to edit than it keeps
     big = json.dumps({"a": "x" * MAX_BYTES}).encode()
     assert patch_spans(big, {"a": 1}) is None
 
