@@ -7,8 +7,9 @@ chat front put around it: `old_whole` (bf9fc84's front: an anyio `CancelScope` e
 the request, which makes anyio's state for the task) and `new_whole`
 (`gateway.drain.TrackedRequest`, given its task as the server gives it), each around one
 await; `old_stream` and `new_stream` the same around a reply that awaits and then settles
-under an anyio shield, as the relay does (`new_stream` sends it through
-`gateway.drain.ScopedReply`). Prints the best and median of `--rounds` rounds, µs of
+under a shield, as the relay does (`old_stream`: an anyio shield, as bf9fc84's relay
+did; `new_stream`: `gateway.drain.Shield`, as the relay does since the streams' seventh
+pass, with no scope per stream). Prints the best and median of `--rounds` rounds, µs of
 process CPU per task, interleaved. `--callgrind` reruns this script under
 `valgrind --tool=callgrind` and prints the instructions per task of each variant instead
 (counters zeroed before and dumped after each variant's `--tasks`, twice): steady on a
@@ -34,7 +35,7 @@ import uvloop
 from anyio._backends._asyncio import CancelScope  # the class anyio.CancelScope() resolves to
 from starlette.responses import Response
 
-from gateway.drain import InFlight, ScopedReply, TrackedRequest
+from gateway.drain import InFlight, Shield, TrackedRequest
 
 IN_FLIGHT = InFlight()
 SCOPES = IN_FLIGHT._scopes
@@ -48,12 +49,18 @@ async def _settle() -> None:
         pass
 
 
-class _Reply(Response):
-    def __init__(self) -> None:  # no headers or body: only the awaits matter here
+async def _settle_tracked() -> None:
+    await asyncio.sleep(0)
+    with Shield():  # the relay books under the tracked request's shield
         pass
 
+
+class _Reply(Response):
+    def __init__(self, settle: Callable[[], Coroutine[Any, Any, None]] = _settle) -> None:
+        self.settle = settle  # no headers or body: only the awaits matter here
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await _settle()
+        await self.settle()
 
 
 async def old_whole() -> None:
@@ -87,7 +94,7 @@ async def old_stream() -> None:
 async def new_stream() -> None:
     cut = TrackedRequest(IN_FLIGHT, TASK[0])
     try:
-        await ScopedReply(_Reply())(NONE, NONE, NONE)
+        await _Reply(_settle_tracked)(NONE, NONE, NONE)
     finally:
         cut.leave()
 

@@ -31,7 +31,6 @@ from typing import Any, cast
 
 import anyio
 import uvicorn
-from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.accept_turns import Loads, TakeTurns
@@ -85,8 +84,7 @@ class TrackedRequest:
 
     Made in the request's task, and `leave` called there when it ends; `cut` cancels that
     task natively at once and again at each turn of the loop until it leaves (as an anyio
-    scope delivers its cancellation), except while it is inside a `Shield` or while a
-    streamed reply is sent in `ScopedReply`'s anyio scope, which is cancelled instead. `leave`
+    scope delivers its cancellation), except while it is inside a `Shield`. `leave`
     takes back the cancellations the cut made (as the scope's exit would) and tells
     whether the task has one to raise that is not the cut's (the server's own).
     """
@@ -97,7 +95,6 @@ class TrackedRequest:
         "base",
         "called",
         "cancels",
-        "scope",
         "shields",
         "task",
     )
@@ -111,7 +108,6 @@ class TrackedRequest:
         self.base = 0  # the task's `cancelling()` when the cut began
         self.cancels = 0  # native cancellations made by the cut, to take back
         self.shields = 0  # `Shield`s the task is inside
-        self.scope: anyio.CancelScope | None = None  # a `ScopedReply`'s, while it is sent
         self._token: contextvars.Token[TrackedRequest | None] | None = _REQUEST.set(self)
         in_flight.requests.add(self)
 
@@ -139,9 +135,6 @@ class TrackedRequest:
     def _deliver(self) -> None:
         if self not in self._in_flight.requests or self.task.done():
             return  # over: nothing more to cut
-        if self.scope is not None:
-            self.scope.cancel()  # anyio delivers it from here, shields and all
-            return
         if not self.shields:
             self.task.cancel()
             self.cancels += 1
@@ -190,42 +183,6 @@ class Shield:
         finally:
             if self._request is not None:
                 self._request.shields -= 1
-
-
-class ScopedReply(Response):
-    """`reply`, sent inside an anyio cancel scope that the cut of its request cancels.
-
-    For a reply whose clean-up is shielded by anyio's own scopes, which a native
-    cancellation would break through. The chat stream no longer needs it (its relay's
-    shields are `Shield`s: no scope per stream); kept for bench/pipeline_cut_scope.py's
-    measure of that scope. Outside a tracked request (a route served in
-    `InFlightMiddleware`'s scope) the reply is sent as it is.
-    """
-
-    def __init__(self, reply: Response) -> None:  # no super().__init__: a view of `reply`
-        self.reply = reply
-
-    @property
-    def background(self) -> Any:
-        return self.reply.background
-
-    @background.setter
-    def background(self, value: Any) -> None:
-        self.reply.background = value
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = _REQUEST.get()
-        if request is None:
-            await self.reply(scope, receive, send)
-            return
-        with cancel_scope() as cut:
-            request.scope = cut
-            if request.called:
-                cut.cancel()
-            try:
-                await self.reply(scope, receive, send)
-            finally:
-                request.scope = None
 
 
 class InFlightMiddleware:
