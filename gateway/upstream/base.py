@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,6 +23,9 @@ class UpstreamCall:
     base_url: str
     api_key: str | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
+    # Run once the request is written, before the wait for the reply (h1's upstreams only;
+    # the pipeline settles it itself wherever it did not run): must not raise.
+    while_waiting: Callable[[], None] | None = None
 
 
 @dataclass(slots=True)

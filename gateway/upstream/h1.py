@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -633,8 +633,14 @@ class Pool:
         body: bytes | AsyncIterator[bytes],
         headers: dict[str, str],
         timeout: aiohttp.ClientTimeout,
+        while_waiting: Callable[[], None] | None = None,
     ) -> Reply:
-        """POST `body` to `url` and wait for the reply's head; raises aiohttp's errors."""
+        """POST `body` to `url` and wait for the reply's head; raises aiohttp's errors.
+
+        `while_waiting` runs once the request is written, before the wait: CPU work the
+        reply does not need (the pipeline's prefix check) done while the upstream computes.
+        It must not raise: an error there would close a connection that did nothing wrong.
+        """
         where = origin(url)
         if isinstance(body, bytes):
             length: int | None = len(body)
@@ -644,6 +650,8 @@ class Pool:
         conn = await self.acquire(where, timeout.sock_connect)
         try:
             await conn.send(head, body, length is None)
+            if while_waiting is not None:
+                while_waiting()
             while not conn.headers_done:
                 if conn.error is not None:
                     raise conn.error
