@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -34,7 +35,8 @@ from gateway.pipeline.measure import Meter
 from gateway.pipeline.offload import patch_size, sized
 from gateway.pipeline.parse import parse_request
 from gateway.pipeline.policy import apply_policy, capabilities
-from gateway.pipeline.prefix import check_prefix, rule_for_route
+from gateway.pipeline.prefix import rule_for_route
+from gateway.pipeline.prefix_pending import PendingPrefix, start_prefix_check
 from gateway.pipeline.relay import Relay, RelayResponse
 from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.pipeline.task_claim import claim_task
@@ -61,12 +63,18 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     assert ctx.alias is not None
     decision = await apply_task_policy(ctx, services)
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
-    ctx.prefix = await check_prefix(ctx, services.prefix_checker, services.state, rule, parsed=True)
-    await quota.reserve(ctx, services)  # a refused request is never sent, nor booked
-    send = _stream if ctx.stream else _complete
+    # On a route that only observes, the check's CPU part runs while the upstream works.
+    pending = await start_prefix_check(ctx, services.prefix_checker, services.state, rule)
+    try:
+        await quota.reserve(ctx, services, pending.settle)  # refused: never sent, nor booked
+    except BaseException:
+        pending.run_now()  # the error's reply carries the prefix headers, as before
+        raise
+    send = partial(_stream if ctx.stream else _complete, pending=pending)
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)
     except BaseException:
+        pending.run_now()
         with Shield():
             await quota.close(ctx, services)  # no error path keeps a hold
         raise
@@ -120,21 +128,32 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
     return safe_headers(headers | ctx.response_headers)  # a task id may hold anything
 
 
-async def _complete(ctx: RequestContext, services: Services) -> Response:
+async def _complete(ctx: RequestContext, services: Services, pending: PendingPrefix) -> Response:
     call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
+    pending.while_waiting_for(call, adapter)
     ctx.timings.upstream_sent = time.perf_counter()
     try:
         reply = await adapter.complete(call)  # a failure is booked by the caller
     except asyncio.CancelledError:
         # Cut while the upstream works on it (shutdown past its grace period): the call
         # is paid for, so it is booked, as 499 with its tokens estimated.
+        pending.run_now()
         with Shield():
             await finish(ctx, meter, services, cancelled=True)
         raise
+    except BaseException:
+        pending.run_now()  # the failure's row and a retry have the check's outcome
+        raise
     reply_json = reply.payload  # parsed and checked by the adapter: a bad reply is a 502
     meter.observe_reply(reply_json)
+    try:
+        pending.settle()  # ran while the upstream worked, or now; its error is raised here
+    except BaseException:
+        with Shield():
+            await finish(ctx, meter, services)  # the paid call is booked all the same
+        raise
     ctx.dropped_params = dropped_notice(call.route.via_litellm, reply.headers)
     # Priced, billed and told to the observers now (the cost goes in the reply); the rest
     # of the booking (ledger row, metrics, prefix history) runs after the reply's last byte.
@@ -203,7 +222,7 @@ class WholeReply(Response):
             await self.background()
 
 
-async def _stream(ctx: RequestContext, services: Services) -> Response:
+async def _stream(ctx: RequestContext, services: Services, pending: PendingPrefix) -> Response:
     """Open the upstream stream and wait for its first event before answering.
 
     Until the first event arrives nothing has reached the client, so a failure here is
@@ -212,8 +231,20 @@ async def _stream(ctx: RequestContext, services: Services) -> Response:
     call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
+    pending.while_waiting_for(call, adapter)
     ctx.timings.upstream_sent = time.perf_counter()
-    stream = await adapter.open_stream(call)
+    try:
+        stream = await adapter.open_stream(call)
+    except BaseException:
+        pending.run_now()  # the failure's row and a retry have the check's outcome
+        raise
+    try:
+        pending.settle()  # the reply's headers carry the check's
+    except BaseException:
+        await stream.aclose()
+        with Shield():
+            await finish(ctx, meter, services)  # the paid call is booked all the same
+        raise
     events = stream.events()
     first = await first_event(stream, events, call)
     ctx.dropped_params = dropped_notice(call.route.via_litellm, stream.headers)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from decimal import Decimal
@@ -168,13 +169,21 @@ def refusal_error(refusal: Refusal) -> FareboxError:
     return BudgetStateUnavailableError(refusal.message, headers=refusal.headers)
 
 
-async def reserve(ctx: RequestContext, services: Services) -> None:
-    """Hold the worst case, or raise the refusal; a request no limit applies to passes."""
+async def reserve(
+    ctx: RequestContext, services: Services, prefix_ready: Callable[[], None] | None = None
+) -> None:
+    """Hold the worst case, or raise the refusal; a request no limit applies to passes.
+
+    `prefix_ready` settles a prefix check left to run beside the upstream call
+    (`prefix_pending`): a limit's worst case takes the check's token estimate.
+    """
     record = ctx.principal.key
     line = services.keys.line_of(record) if record is not None else None
     scopes = scopes_for(ctx, services.config, line)
     if not scopes:
         return
+    if prefix_ready is not None:
+        prefix_ready()
     worst = worst_case(ctx, services)
     held = await services.limiter.reserve(scopes, worst.usd, worst.tokens)
     if not isinstance(held, Reservation):

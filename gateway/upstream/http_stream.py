@@ -16,7 +16,7 @@ is also how an upstream learns to stop generating.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -47,6 +47,9 @@ class HttpRequest:
     headers: dict[str, str]
     timeout: aiohttp.ClientTimeout
     secrets: tuple[str | None, ...] = field(default=())
+    # Run once the request is written, before the reply's wait (`h1.Pool.request`); before
+    # sending on aiohttp's path. Must not raise.
+    while_waiting: Callable[[], None] | None = None
 
 
 def client_timeout(connect: float, read: float) -> aiohttp.ClientTimeout:
@@ -100,8 +103,14 @@ class HttpClient:
             if h1.serves(request.url):  # http(s) without credentials in the URL
                 pool = self._h1 if self._h1 is not None and not self._h1.closed else self.pool()
                 return await pool.request(
-                    request.url, request.body, request.headers, request.timeout
+                    request.url,
+                    request.body,
+                    request.headers,
+                    request.timeout,
+                    request.while_waiting,
                 )
+            if request.while_waiting is not None:
+                request.while_waiting()
             return await self.session().post(
                 request.url,
                 data=request.body,

@@ -87,7 +87,8 @@ class OpenAICompatUpstream:
         url = call.base_url.rstrip("/") + "/chat/completions"
         headers = _headers(call)
         body = sized_body(call.body, headers)
-        return HttpRequest(url, body, headers, call_timeout(call), (call.api_key,))
+        timeout = call_timeout(call)
+        return HttpRequest(url, body, headers, timeout, (call.api_key,), call.while_waiting)
 
     async def complete(self, call: UpstreamCall) -> UpstreamReply:
         where = failures.describe_upstream(call.alias, call.base_url)
