@@ -379,10 +379,8 @@ def _observe_latencies(
     timings = ctx.timings
     if timings.first_token is None and timings.first_answer_token is None:
         return  # a whole reply: no token was seen arrive, so no latency to observe
-    # `ms_since_sent(moment) / 1000`, as the ledger's ttft_ms and ttfat_ms are taken
-    sent, first, answer = timings.upstream_sent, timings.first_token, timings.first_answer_token
-    ttft = None if first is None or sent is None else (first - sent) * 1000.0 / 1000
-    ttfat = None if answer is None or sent is None else (answer - sent) * 1000.0 / 1000
+    ttft = _seconds(timings.ms_since_sent(timings.first_token))  # as the ledger's ttft_ms
+    ttfat = _seconds(timings.ms_since_sent(timings.first_answer_token))
     speed = decode_speed(ctx)
     by_first, by_answer, by_speed = _latency_series(
         metrics, model, where, (ttft is not None, ttfat is not None, speed is not None)
@@ -416,6 +414,10 @@ def _latency_series(
 
 
 _LATENCIES = object()  # the key of a `_latency_series` bundle
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1000
 
 
 def _pair(
