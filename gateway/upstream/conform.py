@@ -86,7 +86,10 @@ def conformed_reply_bytes(body: bytes, payload: dict[str, Any]) -> tuple[bytes, 
     set_fields, remove = reply_fixes(payload)
     if not set_fields and not remove:
         return body, payload
-    fixed = {k: set_fields.get(k, v) for k, v in payload.items() if k not in remove}
+    fixed = dict(payload)  # each kept or set member in its place, as a comprehension would
+    for key in remove:
+        del fixed[key]
+    fixed.update(set_fields)  # (a dict comprehension with a `get` per member: ~2 us more)
     fast = patch_compact(body, payload, set_fields, remove)  # same bytes, no member scan
     if fast is not None:
         return fast, fixed
@@ -105,9 +108,11 @@ def reply_fixes(payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """
     remove = [k for k, v in payload.items() if v is None and k in REPLY_NOT_NULL]
     choices = payload.get("choices")
-    if isinstance(choices, list) and any(_choice_breaks(c) for c in choices):
-        fixed = [_reply_choice(c) if isinstance(c, dict) else c for c in choices]
-        return {"choices": fixed}, remove
+    if isinstance(choices, list):
+        for choice in choices:  # a loop, not any() over a generator: one frame less
+            if _choice_breaks(choice):
+                fixed = [_reply_choice(c) if isinstance(c, dict) else c for c in choices]
+                return {"choices": fixed}, remove
     return {}, remove
 
 
@@ -122,7 +127,10 @@ def _choice_breaks(choice: Any) -> bool:
         return False
     if "content" not in message or "refusal" not in message:  # MESSAGE_REQUIRED
         return True
-    return any(message.get(k, ...) is None for k in MESSAGE_NOT_NULL)
+    for key in MESSAGE_NOT_NULL:  # noqa: SIM110 - a loop: no generator made per reply
+        if key in message and message[key] is None:
+            return True
+    return False
 
 
 def top_level_edits(
@@ -134,10 +142,26 @@ def top_level_edits(
 
 
 def _reply_choice(choice: dict[str, Any]) -> dict[str, Any]:
-    fixed = _with_keys(choice, REPLY_CHOICE_REQUIRED)
+    """`choice` with its required keys (null, last) and without its forbidden nulls.
+
+    What `_with_keys(_drop_null(...))` gives, built by copying and editing the copy: a
+    deletion keeps the other members' order and a missing key goes last, in the order of
+    the tuple, as the merge of two dicts puts them.
+    """
+    fixed = dict(choice)
+    for key in REPLY_CHOICE_REQUIRED:
+        if key not in fixed:
+            fixed[key] = None
     message = fixed.get("message")
     if isinstance(message, dict):
-        fixed["message"] = _with_keys(_drop_null(message, MESSAGE_NOT_NULL), MESSAGE_REQUIRED)
+        kept = dict(message)
+        for key in MESSAGE_NOT_NULL:
+            if key in kept and kept[key] is None:
+                del kept[key]
+        for key in MESSAGE_REQUIRED:
+            if key not in kept:
+                kept[key] = None
+        fixed["message"] = kept
     return fixed
 
 
