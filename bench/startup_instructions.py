@@ -5,7 +5,8 @@ Run: `python bench/startup_instructions.py --src /work/wt-base --src .` (each tr
 checkout with its compiled extensions and bytecode). It imports as `serve` does: gateway.cli
 with `serve` as the command, fastapi (inside `serve_imports.deferred_model_builds` where the
 tree has it), gateway.app, gateway.server, gateway.preflight, gateway.drain,
-gateway.workers; then `create_app` (with `defer_routes=True, migrated=True` where the tree
+gateway.workers; freezes them (and resumes the collector where the tree pauses it) as
+`serve` does; then `create_app` (with `defer_routes=True, migrated=True` where the tree
 takes them) on the embedded default configuration and a SQLite ledger in a scratch folder,
 and routes one unserved path through the app's router as the warm-up does. Nothing listens;
 the lifespan does not run.
@@ -40,6 +41,10 @@ def child(data_dir: str) -> None:
     import gateway.server
     import gateway.workers  # noqa: F401
     from gateway.app import create_app
+    from gateway.heap import freeze_imports
+
+    freeze_imports()  # as serve does next; then the collector runs again where paused
+    getattr(serve_imports, "resume_collection", lambda: None)()
     from gateway.config import load_config
     from gateway.settings import Settings
     from gateway.warmup import route_unrouted

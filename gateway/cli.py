@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# First: it keeps httpx's command line out and pauses the collector for serve's imports.
+from gateway import serve_imports as _serve_imports
+
+# isort: split
 import builtins
 import ipaddress
 import logging
@@ -16,7 +20,6 @@ import typer
 from pydantic import ValidationError
 
 from gateway import __version__
-from gateway import serve_imports as _serve_imports  # first: before httpx
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.ledger.diagnosis import shown
 from gateway.services import Services
@@ -223,6 +226,7 @@ def serve(
     from gateway.workers import Supervisor, workers_refusal
 
     freeze_imports()  # the lifespan's collection then walks only what start-up makes
+    _serve_imports.resume_collection()  # paused since gateway.cli's first import
 
     given = {"host": host, "port": port, "config": config, "workers": workers}
     given["per_worker_state"] = per_worker_state
