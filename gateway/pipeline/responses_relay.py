@@ -25,6 +25,7 @@ from gateway.services import Services
 from gateway.upstream import failures
 from gateway.upstream.base import UpstreamStream
 from gateway.upstream.responses_stream import ChatToResponses, sse
+from gateway.upstream.sse import DONE
 from gateway.usage import usage_from_openai
 
 Done = Callable[[dict[str, Any]], Awaitable[None]]
@@ -52,13 +53,16 @@ async def translated_events(
     usage = None
     chunk: bytes | None = first
     while chunk is not None:
-        payload = event_payload(chunk, where) if b"[DONE]" not in chunk else None
+        # `find`, not `in`: CPython 3.11 tries a bytes needle as an int first and raises
+        # and clears a TypeError each time (twice per event here, before).
+        done = chunk.find(DONE) >= 0
+        payload = event_payload(chunk, where) if not done else None
         if payload is not None:
             if isinstance(payload.get("usage"), dict):
                 usage = usage_from_openai(payload["usage"])
             for event in teller.feed(payload):
                 yield sse(event), event
-        if b"[DONE]" in chunk:
+        if done:
             break
         chunk = await anext(events, None)
     else:

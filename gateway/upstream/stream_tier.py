@@ -35,7 +35,9 @@ class StreamTierReport:
         if self.done:
             return
         self._buffer = (self._buffer + data).replace(b"\r\n", b"\n")
-        while b"\n\n" in self._buffer and not self.done:
+        # `find`, not `b"\n\n" in`: CPython 3.11 tries a bytes needle as an int first
+        # and raises and clears a TypeError each time.
+        while self._buffer.find(b"\n\n") >= 0 and not self.done:
             event, self._buffer = self._buffer.split(b"\n\n", 1)
             self._read_event(event)
         if len(self._buffer) > _GIVE_UP_BYTES:
