@@ -6,9 +6,17 @@ again for the app when the warm-up routed past it. The reports, the explorer, th
 prefix and admin routes (`DEFERRED`) took 230-250 M of the serve imports' ~4,750 M
 instructions (callgrind) and 90-150 ms of CPU on this box, and a first chat request needs
 none of them. With `defer` they are imported and included just before the first request
-FastAPI routes (`IncludeDeferred`), which pays that once; the chat front, the other
-model routes, the probes and /metrics are included at once, as before. Either way the
-app's routes end up in `ORDER`, so /openapi.json and the router's matching are the same.
+FastAPI routes (`IncludeDeferred`), which pays that once; the chat front, /v1/models,
+the probes and /metrics are included at once. Either way the app's routes end up in
+`ORDER`, so /openapi.json and the router's matching are the same.
+
+The other model routes (messages, responses, completions, embeddings) are deferred too:
+their modules and the pipelines and upstream wires behind them are 28 modules, 20-27 ms
+of CPU before the port opened (88 M of ~4,035 M instructions by
+bench/startup_instructions.py), and a chat request reads none of them. Any request FastAPI
+routes already included the deferred routers first, a /v1/messages or /v1/responses
+request among them, so their first request pays it with the rest (~25 ms more), as
+/v1/spend's does, and a readiness probe pays all of it before traffic.
 """
 
 from __future__ import annotations
@@ -45,6 +53,10 @@ ORDER = (
 # Not needed before the first request to one of their own routes.
 DEFERRED = frozenset(
     {
+        "gateway.api.messages",
+        "gateway.api.responses",
+        "gateway.api.completions",
+        "gateway.api.embeddings",
         "gateway.api.stored_responses",
         "gateway.api.tasks",
         "gateway.api.spend",
