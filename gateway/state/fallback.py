@@ -42,6 +42,8 @@ from gateway.state.redis import CostDelta, RedisState
 log = logging.getLogger("farebox.state")
 T = TypeVar("T")
 CLAIM_REUSE_S = 60.0
+BATCHED = True
+"""`_call`'s flag for a call that goes through `RedisState`'s command batch."""
 
 
 class _Unavailable(Exception):
@@ -72,6 +74,8 @@ class FallbackState:
         self._probe: asyncio.Task[None] | None = None
         self._pushed = 0  # task totals pushed since the last transition, for its log line
         self._closing = False
+        # Calls through Redis's command batch are bounded there, one timer per batch.
+        redis.bound_batched_calls(self._deadline)
 
     @classmethod
     async def connect(
@@ -109,7 +113,7 @@ class FallbackState:
             floor = known + amount
             try:
                 total = await self._call(
-                    lambda redis: redis.add_task_cost(task_id, amount, ttl_s, floor)
+                    lambda redis: redis.add_task_cost(task_id, amount, ttl_s, floor), BATCHED
                 )
             except _Unavailable:
                 pass
@@ -126,22 +130,30 @@ class FallbackState:
         return await self._either("task_cost", lambda state: state.task_cost(task_id))
 
     async def prefix_history(self, keys: list[str]) -> list[dict[str, Any]]:
-        return await self._either("prefix_history", lambda state: state.prefix_history(keys))
+        return await self._either(
+            "prefix_history", lambda state: state.prefix_history(keys), BATCHED
+        )
 
     async def remember_prefix(
         self, keys: list[str], record: dict[str, Any], ttl_s: float, keep: int
     ) -> None:
         await self._either(
-            "remember_prefix", lambda state: state.remember_prefix(keys, record, ttl_s, keep)
+            "remember_prefix",
+            lambda state: state.remember_prefix(keys, record, ttl_s, keep),
+            BATCHED,
         )
 
     async def task_value(self, task_id: str, name: str) -> str | None:
-        return await self._either("task_value", lambda state: state.task_value(task_id, name))
+        return await self._either(
+            "task_value", lambda state: state.task_value(task_id, name), BATCHED
+        )
 
     async def pin_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> None:
         if self._up:
             try:
-                await self._call(lambda redis: redis.pin_task_value(task_id, name, value, ttl_s))
+                await self._call(
+                    lambda redis: redis.pin_task_value(task_id, name, value, ttl_s), BATCHED
+                )
                 return
             except _Unavailable:
                 pass
@@ -166,7 +178,7 @@ class FallbackState:
                 return known[0]
             try:
                 held = await self._call(
-                    lambda redis: redis.claim_task_value(task_id, name, value, ttl_s)
+                    lambda redis: redis.claim_task_value(task_id, name, value, ttl_s), BATCHED
                 )
             except _Unavailable:
                 pass
@@ -199,28 +211,38 @@ class FallbackState:
         await self.redis.aclose()
         await self.local.aclose()
 
-    async def _either(self, operation: str, call: Callable[[Any], Awaitable[T]]) -> T:
+    async def _either(
+        self, operation: str, call: Callable[[Any], Awaitable[T]], batched: bool = False
+    ) -> T:
         """Ask Redis while it is up; the local state when it is down or this call fails."""
         if self._up:
             try:
-                return await self._call(call)
+                return await self._call(call, batched)
             except _Unavailable:
                 pass
         self._fell_back(operation)
         return await call(self.local)
 
-    async def _call(self, call: Callable[[RedisState], Awaitable[T]]) -> T:
-        """One bounded Redis call, then a push of local deltas; `_Unavailable` on failure."""
+    async def _call(self, call: Callable[[RedisState], Awaitable[T]], batched: bool = False) -> T:
+        """One bounded Redis call, then a push of local deltas; `_Unavailable` on failure.
+
+        `batched`: `call` only waits on Redis's command batch, which bounds it by the same
+        deadline (`RedisState.bound_batched_calls`), so it needs no timer of its own.
+        """
         try:
-            async with asyncio.timeout(self._deadline):
+            if batched:
                 result = await call(self.redis)
+            else:
+                async with asyncio.timeout(self._deadline):
+                    result = await call(self.redis)
         except outage.CAUGHT as exc:
             if not outage.is_outage(exc):
                 raise
             self._failed(exc)
             raise _Unavailable from exc
         self._failures = 0
-        await self._push()  # the call succeeded whether or not the push does
+        if self._unsynced_costs or self._unsynced_pins:
+            await self._push()  # the call succeeded whether or not the push does
         return result
 
     async def _push(self) -> bool:

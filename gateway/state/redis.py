@@ -100,6 +100,12 @@ class RedisState:
             aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0)), namespace, pool
         )
 
+    def bound_batched_calls(self, deadline_s: float) -> None:
+        """Answer every batched call (the calls that go through `CommandBatch`: the prefix
+        history, task values and task costs) within `deadline_s` of its making, a
+        `TimeoutError` if Redis has not answered by then; the others stay unbounded here."""
+        self._batch.deadline_s = deadline_s
+
     @property
     def address(self) -> str:
         """host:port/db, for log lines (never the password)."""

@@ -8,6 +8,7 @@ a Redis that forgot its scripts, a caller that gave up, and a Redis that went aw
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 
 import pytest
@@ -127,6 +128,43 @@ async def test_a_batch_that_meets_a_dead_redis_is_answered_locally(
         assert all(len(history) == 4 for history in histories)
         assert state.degraded
     finally:
+        await state.aclose()
+
+
+async def test_batched_calls_to_a_hung_redis_end_by_their_own_deadlines(
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    """One timer per batch, set by its oldest call, answers every call by its deadline."""
+    redis_server.start()
+    state = await _state(redis_server.url)  # sockets patient (5 s): only the deadline ends it
+    deadline = 0.4
+    state.redis.bound_batched_calls(deadline)
+    assert redis_server.process is not None
+    try:
+        await state.remember_prefix(["k"], {"n": 1}, 60, 4)  # connected, scripts loaded
+        loop = asyncio.get_running_loop()
+        redis_server.process.send_signal(signal.SIGSTOP)  # alive, accepting, never answering
+
+        async def wave(delay: float) -> tuple[float, list[BaseException | object]]:
+            await asyncio.sleep(delay)
+            made = loop.time()
+            calls = (state.redis.prefix_history(["k"]) for _ in range(8))
+            outcomes = await asyncio.gather(*calls, return_exceptions=True)
+            return loop.time() - made, outcomes
+
+        # The second wave queues behind the first wave's batch, then goes in its own.
+        (first, first_outcomes), (second, second_outcomes) = await asyncio.gather(
+            wave(0), wave(0.15)
+        )
+        for outcome in first_outcomes + second_outcomes:
+            assert isinstance(outcome, TimeoutError)
+            assert outage.is_outage(outcome)  # the callers fall back
+        assert deadline - 0.05 <= first <= deadline + 0.25
+        # ... by its own deadline, not the first batch's end plus a deadline of its own.
+        assert second <= deadline + 0.25
+        assert state.redis._batch.sent == 1 + 2
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
         await state.aclose()
 
 
