@@ -142,15 +142,16 @@ class PrefixChecker:
         divergence = None
         if comparison.closest is not None:
             divergence = explain(record, comparison.closest, comparison.matched, rule, findings)
+        # By position, in `PrefixCheck`'s field order (keywords cost ~0.5 µs more).
         return _PREFIX_CHECK(
-            request=request,
-            record=record,
-            findings=tuple(findings),
-            unscanned=moved_tuple(unscanned, acyclic=True),  # names: no copy, no cycle
-            expectation=comparison.expectation,
-            divergence=divergence,
-            forecast=forecast(record, comparison, divergence, rule, repaired),
-            predicted_prompt_tokens=predicted_prompt_tokens(record, comparison.closest),
+            request,
+            record,
+            tuple(findings),
+            moved_tuple(unscanned, acyclic=True),  # names: no copy, no cycle
+            comparison.expectation,
+            divergence,
+            forecast(record, comparison, divergence, rule, repaired),
+            predicted_prompt_tokens(record, comparison.closest),
         )
 
     def _repeated_clean(

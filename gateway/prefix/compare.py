@@ -167,9 +167,9 @@ def explain(
     lost = current.total_tokens - before
     part = name if not name.startswith("messages[") else "messages"
     reason, detail = _reason(current, earlier, matched, findings)
-    hits = tuple(f for f in findings if f.segment == name)
-    if reason is not Reason.VOLATILE_VALUE:
-        hits = ()
+    hits: tuple[Finding, ...] = ()
+    if reason is Reason.VOLATILE_VALUE:  # else none are kept: not gathered (a frame less)
+        hits = tuple(f for f in findings if f.segment == name)
     invalidates = invalidated_by(rule, part)
     return _DIVERGENCE(matched, name, reason, detail, lost, invalidates, hits)
 
@@ -185,7 +185,7 @@ def _reason(
     canonical = current.canonical_digests[k]
     if canonical and canonical == earlier.canonical_digests[k]:
         return Reason.REORDERED_JSON, f"{name}: same content, different key or tool order"
-    volatile = [f for f in findings if f.segment == name]
+    volatile = [f for f in findings if f.segment == name] if findings else findings
     if volatile:
         shown = ", ".join(f"{f.kind} {f.text!r}" for f in volatile[:3])
         return Reason.VOLATILE_VALUE, f"{name} holds volatile values: {shown}"
@@ -218,10 +218,13 @@ def _message_reason(current: PrefixRecord, earlier: PrefixRecord, k: int) -> tup
 
 def _shift(current: Sequence[str], earlier: Sequence[str], k: int) -> int:
     """Return +n when n earlier segments were dropped at k, -n when n were inserted, else 0."""
-    for n in range(1, _SHIFT_LOOKAHEAD + 1):
-        if k + n < len(earlier) and current[k] == earlier[k + n]:
+    in_earlier, in_current = len(earlier), len(current)
+    # Past both ends nothing is compared: the newest message of a small request (k last)
+    # looks at no n at all.
+    for n in range(1, min(_SHIFT_LOOKAHEAD, max(in_earlier, in_current) - k - 1) + 1):
+        if k + n < in_earlier and current[k] == earlier[k + n]:
             return n
-        if k + n < len(current) and current[k + n] == earlier[k]:
+        if k + n < in_current and current[k + n] == earlier[k]:
             return -n
     return 0
 

@@ -321,27 +321,43 @@ def _record(
     canonical: tuple[str, ...],
     cumulative: tuple[int, ...],
 ) -> PrefixRecord:
-    segments = request.segments
+    # By position, in `PrefixRecord`'s field order (keywords cost ~0.6 µs more a record).
     return _BUILD(
-        family=request.family,
-        model=request.model,
-        segment_names=names,
-        segment_digests=digests,
-        canonical_digests=canonical,
-        cumulative_tokens=cumulative,
-        stable_count=request.stable_count,
-        header_count=request.header_count,
-        breakpoints=written_breakpoints(request, rule),
-        settings={
-            s.name: s.data.decode("utf-8", "replace")[:_SETTING_PREVIEW]
-            for s in segments[: request.header_count]
-            if s.kind is SegmentKind.SETTING and s.data != b"null"
-        },
+        request.family,
+        request.model,
+        names,
+        digests,
+        canonical,
+        cumulative,
+        request.stable_count,
+        request.header_count,
+        written_breakpoints(request, rule),
+        _settings(request.segments, request.header_count),
     )
 
 
+_SETTING = SegmentKind.SETTING
+
+
+def _settings(segments: Sequence[Any], header_count: int) -> dict[str, str]:
+    """The header settings a request renders (not `null`), each a preview of its JSON.
+
+    A loop, not a comprehension: in a small request's record (five headers, none set)
+    the comprehension's own frame and the enum member's lookup were ~1 µs of ~5.
+    """
+    settings: dict[str, str] = {}
+    for segment in segments[:header_count]:
+        if segment[1] is _SETTING and segment[2] != b"null":
+            settings[segment[0]] = segment[2].decode("utf-8", "replace")[:_SETTING_PREVIEW]
+    return settings
+
+
 def _small_record(request: RequestSegments, rule: CacheRule) -> PrefixRecord:
-    """`build_record` of a request of few segments (most): its columns by one zip."""
+    """`build_record` of a request of few segments (most): its columns in one native pass
+    (`record_columns`, ~0.5 µs for six segments), else by one zip (~2 µs)."""
+    native = _RECORD_COLUMNS(request.segments) if _RECORD_COLUMNS is not None else None
+    if native is not None:
+        return _record(request, rule, *native)
     names, _, datas, digests, _, canonical, _ = zip(*request.segments, strict=True)
     return _record(
         request,

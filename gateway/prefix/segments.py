@@ -610,12 +610,12 @@ def split_request(
     newest = newest_turn(messages, n_system) if len(messages) > n_system else len(messages)
     stable = header_count + max(newest - n_system, 0)
     model = body.get("model")
+    # By position, in `RequestSegments`' field order (keywords cost ~0.4 µs more).
     return _REQUEST_SEGMENTS(
-        family=rule.family,
-        model=model if isinstance(model, str) else "",
-        # Moved, not copied (segments are atoms and their kind: in no cycle).
-        segments=moved_tuple(segments, acyclic=True),
-        stable_count=stable,
-        header_count=header_count,
-        implicit_breakpoint=_implicit_breakpoint(body, rule.family),
+        rule.family,
+        model if isinstance(model, str) else "",
+        moved_tuple(segments, acyclic=True),  # moved, not copied: atoms, in no cycle
+        stable,
+        header_count,
+        _implicit_breakpoint(body, rule.family),
     )
