@@ -98,7 +98,9 @@ def create_app(
             )
             app.state.services = services  # for tests and the CLI banner
             services.metrics.in_flight.set_function(lambda: len(app.state.in_flight))
-            await warm_up(app)  # before the heap is frozen: its objects live as long
+            # Before the heap is frozen: its objects live as long. Deferred routers: no
+            # chat request needs anyio's backend, the first routed request loads it.
+            await warm_up(app, anyio_backend=not defer_routes)
             # In the background: the port opens now, /readyz says `warming` until it is done.
             services.upstreams.warm(services.config.models.values())
             if not services.upstreams.warming:

@@ -14,6 +14,11 @@ first chat and lint requests), a first call held the loop 32-37 ms (chat) and ~2
 `warm_up` does each once in the lifespan, before the server accepts connections. It
 sends nothing upstream and leaves no row: the ledger's statements run on a sample row in
 a transaction that is rolled back.
+
+An app whose routers are deferred (`farebox serve`: gateway.api.routers) skips anyio's
+backend: no chat request, whole or streamed, enters an anyio scope (the chat front cuts
+natively, gateway.drain), and the first request FastAPI routes, which does, pays the
+deferred routers' import already. That import cost 16-19 ms of CPU before the port opened.
 """
 
 from __future__ import annotations
@@ -31,11 +36,13 @@ log = logging.getLogger("farebox")
 UNROUTED_PATH = "/__farebox_warm_up__"
 
 
-async def warm_up(app: Any) -> None:
-    """Load the asyncio backend of anyio and build every route's state; log the CPU it took."""
+async def warm_up(app: Any, anyio_backend: bool = True) -> None:
+    """Load the asyncio backend of anyio (unless not `anyio_backend`) and build every
+    included route's state; log the CPU it took."""
     started = time.thread_time()
-    with anyio.CancelScope():  # imports anyio's asyncio backend, as the first request would
-        pass
+    if anyio_backend:
+        with anyio.CancelScope():  # imports anyio's asyncio backend, as a request would
+            pass
     imported = time.thread_time()
     await route_unrouted(app.router)
     routed = time.thread_time()

@@ -1,6 +1,7 @@
-"""A real `farebox serve` answers chat without the routers no chat request needs, then
-every route once asked (gateway/api/routers.py), and builds FastAPI's OpenAPI models only
-for /openapi.json (gateway/serve_imports.py `deferred_model_builds`)."""
+"""A real `farebox serve` answers chat without the routers no chat request needs (nor
+anyio's backend, gateway/warmup.py), then every route once asked (gateway/api/routers.py),
+and builds FastAPI's OpenAPI models only for /openapi.json (gateway/serve_imports.py
+`deferred_model_builds`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from gateway.sim.app import create_sim_app
 from gateway.sim.config import SimConfig
 from tests.e2e.test_serve_imports import DUMP_ON_SIGNAL
 from tests.servers import ServerThread, free_port, running
+
+# anyio's asyncio backend: the warm-up of a deferred app leaves it to the first routed request.
+ANYIO_BACKEND = "anyio._backends._asyncio"
 
 
 @pytest.fixture
@@ -52,6 +56,13 @@ def _first_chat(base: str, process: subprocess.Popen[bytes]) -> None:
         except httpx.TransportError:
             time.sleep(0.05)
     raise AssertionError("farebox serve never answered a chat request")
+
+
+def _streamed_chat(base: str) -> None:
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=30) as reply:
+        assert reply.status_code == 200
+        assert "[DONE]" in reply.read().decode()
 
 
 def test_serve_includes_the_deferred_routers_on_first_use(
@@ -83,13 +94,16 @@ def test_serve_includes_the_deferred_routers_on_first_use(
     base = f"http://127.0.0.1:{port}"
     try:
         _first_chat(base, process)  # as bench/first_request.py: no other request before
+        _streamed_chat(base)
         before = _modules(process, out)
         assert "gateway.api.health" in before and "gateway.api.chat" in before
         assert not DEFERRED & before
+        assert ANYIO_BACKEND not in before  # neither chat request entered an anyio scope
         assert httpx.get(f"{base}/readyz", timeout=30).status_code == 200  # the first routed
         assert httpx.get(f"{base}/v1/spend", timeout=30).status_code == 200
         assert httpx.get(f"{base}/ui", timeout=30).status_code == 200
-        assert _modules(process, out) >= DEFERRED
+        after = _modules(process, out)
+        assert after >= DEFERRED and ANYIO_BACKEND in after
         served = httpx.get(f"{base}/openapi.json", timeout=30).text
     finally:
         process.send_signal(signal.SIGTERM)
