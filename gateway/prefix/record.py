@@ -127,22 +127,25 @@ class PrefixRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PrefixRecord:
         """Rebuild a record from `to_dict()` output."""
+        # Columns through C-level maps, not generators (a record read back from Redis,
+        # once per record: ~7 µs for a small one with generators and keywords).
+        settings = data.get("settings", {})
         record = (_BUILD if cls is PrefixRecord else cls)(
             family=str(data["family"]),
             model=str(data["model"]),
             segment_names=tuple(data["segment_names"]),
             segment_digests=tuple(data["segment_digests"]),
             canonical_digests=tuple(data["canonical_digests"]),
-            cumulative_tokens=tuple(int(n) for n in data["cumulative_tokens"]),
+            cumulative_tokens=tuple(map(int, data["cumulative_tokens"])),
             stable_count=int(data["stable_count"]),
             header_count=int(data["header_count"]),
-            breakpoints=tuple(int(n) for n in data.get("breakpoints", ())),
-            settings={str(k): str(v) for k, v in dict(data.get("settings", {})).items()},
+            breakpoints=tuple(map(int, data.get("breakpoints", ()))),
+            settings={} if settings == {} else {str(k): str(v) for k, v in dict(settings).items()},
             reported_prompt_tokens=int(data.get("reported_prompt_tokens") or 0),
         )
         stored = data.get("fingerprints")
         if isinstance(stored, list) and len(stored) == len(record.segment_digests):
-            record._chain.append(tuple(str(f) for f in stored))
+            record._chain.append(tuple(map(str, stored)))
         return record
 
 

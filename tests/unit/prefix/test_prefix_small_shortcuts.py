@@ -6,6 +6,8 @@
   full look-ahead of `_SHIFT_LOOKAHEAD` steps for any records and break.
 - `explain` gathers the findings of the broken segment only for a volatile value: the
   same divergence as gathering them always, with and without findings.
+- A record read back from its stored JSON (`from_dict`, C-level maps for its columns) is
+  the record, and stored settings read as they always did.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.prefix import PrefixChecker, record, rule_for
+from gateway.prefix import PrefixChecker, PrefixRecord, record, rule_for
 from gateway.prefix.compare import Reason, _reason, compare, explain
 from gateway.prefix.record import build_record
 from gateway.prefix.segments import split_request
@@ -126,3 +129,32 @@ def test_explain_gathers_hits_only_for_a_volatile_value(
     hits = tuple(f for f in findings if f.segment == name)
     assert got.findings == (hits if reason is Reason.VOLATILE_VALUE else ())
     assert got.reason is reason
+
+
+@settings(deadline=None)
+@given(
+    turns=st.integers(0, 5),
+    system=st.sampled_from(["", "be brief"]),
+    extras=_EXTRAS,
+    family=st.sampled_from(["openai", "anthropic", "vllm"]),
+)
+def test_a_record_read_back_from_json_is_the_record(
+    turns: int, system: str, extras: dict[str, Any], family: str
+) -> None:
+    checker, rule = PrefixChecker(), rule_for(family)
+    made = checker.check(_body(turns, system, extras), rule).record
+    read = PrefixRecord.from_dict(orjson.loads(orjson.dumps(made.to_dict())))
+    assert read == made
+    assert read.settings == made.settings
+    assert read.fingerprints == made.fingerprints
+    assert [type(n) for n in read.cumulative_tokens] == [int] * len(made.cumulative_tokens)
+
+
+def test_a_stored_record_s_settings_read_as_before() -> None:
+    stored = PrefixChecker().check(_body(0, "", {}), rule_for("openai")).record.to_dict()
+    assert PrefixRecord.from_dict({**stored, "settings": [["effort", "high"]]}).settings == {
+        "effort": "high"
+    }
+    assert PrefixRecord.from_dict({**stored, "settings": []}).settings == {}
+    with pytest.raises(TypeError):
+        PrefixRecord.from_dict({**stored, "settings": None})  # as dict(None) always did
