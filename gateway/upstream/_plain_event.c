@@ -95,6 +95,15 @@ static int utf8_length(Ptr p, Ptr end) {
     return 0;
 }
 
+/* PLAIN[b]: byte b stands for itself in a JSON string and needs no other look: printable
+ * ASCII (0x20-0x7F) but `"` and `\`. Filled once, at the module's import. */
+static unsigned char PLAIN[256];
+
+static void fill_plain(void) {
+    for (int b = 0x20; b < 0x80; b++)
+        PLAIN[b] = b != '"' && b != '\\';
+}
+
 /* A string at c->p (its opening quote): 1 and its bytes in `span`, c->p past it; 0 if it
  * is not a valid JSON string. */
 static int read_string(Cursor *c, Span *span) {
@@ -102,6 +111,15 @@ static int read_string(Cursor *c, Span *span) {
     span->start = p;
     span->escaped = 0;
     while (p < end) {
+        /* Nearly every byte of a chunk's strings is plain ASCII: one table load each, four
+         * at a time (the byte-by-byte tests below took ~13 instructions a byte, callgrind:
+         * 30,000 of a mock stream's 635,000 after its first event). */
+        while (end - p >= 4 && PLAIN[p[0]] && PLAIN[p[1]] && PLAIN[p[2]] && PLAIN[p[3]])
+            p += 4;
+        while (p < end && PLAIN[*p])
+            p++;
+        if (p >= end)
+            break;
         unsigned char ch = *p;
         if (ch == '"') {
             span->end = p;
@@ -532,4 +550,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plain_event", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__plain_event(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__plain_event(void) {
+    fill_plain();
+    return PyModule_Create(&module);
+}
