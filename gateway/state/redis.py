@@ -215,19 +215,17 @@ class RedisState:
 
     async def task_value(self, task_id: str, name: str) -> str | None:
         key = self._pin_key(task_id, name)
-        value = await self._batch.command(lambda pipe: pipe.get(key))
+        value = await self._batch.command("GET", key)
         return value.decode() if isinstance(value, bytes) else value
 
     async def pin_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> None:
         key, ex = self._pin_key(task_id, name), max(math.ceil(ttl_s), 1)
-        await self._batch.command(lambda pipe: pipe.set(key, value, ex=ex, nx=True))
+        await self._batch.command("SET", key, value, "EX", ex, "NX")
 
     async def claim_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> str:
         # SET NX GET (Redis 7.0+): one atomic command sets ours or returns the earlier value.
         key, ex = self._pin_key(task_id, name), max(math.ceil(ttl_s), 1)
-        held = await self._batch.command(
-            lambda pipe: pipe.set(key, value, ex=ex, nx=True, get=True)
-        )
+        held = await self._batch.command("SET", key, value, "EX", ex, "NX", "GET")
         if held is None:
             return value
         return held.decode() if isinstance(held, bytes) else str(held)
