@@ -243,11 +243,13 @@ class Relay(BookedStream):
             return _terminated(event)
         if cap is not None and cap.cut and _is_usage_only(chunk):
             chunk, event = _combined_usage(chunk, event, cap)
+            data = event_data(event)
         self._meter.observe_chunk(chunk)
         if _is_usage_only(chunk):
             if not self._ctx.client_wants_usage_chunk:
                 return None
-            event = _usage_event_with_cost(self._ctx, chunk, event, self._meter, self._services)
+            ctx, meter, services = self._ctx, self._meter, self._services
+            return _usage_event_with_cost(ctx, chunk, event, data, meter, services)
         return _terminated(event)
 
     def _error_in(self, chunk: dict[str, Any]) -> FareboxError | None:
@@ -310,13 +312,18 @@ def _combined_usage(
 
 
 def _usage_event_with_cost(
-    ctx: RequestContext, chunk: dict[str, Any], event: bytes, meter: Meter, services: Services
+    ctx: RequestContext,
+    chunk: dict[str, Any],
+    event: bytes,
+    data: bytes | None,
+    meter: Meter,
+    services: Services,
 ) -> bytes:
-    """The usage chunk with `usage.cost` added; the data line is rebuilt, nothing else."""
+    """The usage chunk (`event`, its `data` as `_outgoing` read it) with `usage.cost` added,
+    ended by its blank line; the data line is rebuilt, nothing else."""
     price_now(ctx, meter, services)
-    data = event_data(event)
-    if data is None:
-        return event
+    if data is None:  # `_outgoing` parsed it, so never: the event as it came
+        return _terminated(event)
     return b"data: " + with_cost(chunk, data, ctx) + b"\n\n"
 
 
