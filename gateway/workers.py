@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import gc
 import logging
 import mmap
@@ -220,6 +219,8 @@ def _share_before_fork() -> None:
 def _die_with(parent: int) -> None:
     """Have the kernel SIGTERM this child if the supervisor dies (even by SIGKILL)."""
     if sys.platform == "linux":
+        import ctypes  # here: a single-process `farebox serve` never forks a worker (4 ms)
+
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:  # it died before the line above took effect
