@@ -106,7 +106,9 @@ def reply_fixes(payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     Only `choices` is ever set (when a choice breaks the schema), only the null members of
     `REPLY_NOT_NULL` are removed; a whole reply is read once per request at concurrency 1.
     """
-    remove = [k for k, v in payload.items() if v is None and k in REPLY_NOT_NULL]
+    remove = [k for k in REPLY_NOT_NULL if payload.get(k, ...) is None]  # 2 keys, not all
+    if len(remove) > 1:  # in the reply's order, as a walk over its members gives them
+        remove = [k for k in payload if k in remove]
     choices = payload.get("choices")
     if isinstance(choices, list):
         for choice in choices:  # a loop, not any() over a generator: one frame less

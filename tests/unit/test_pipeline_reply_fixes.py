@@ -73,3 +73,12 @@ def test_a_reply_missing_refusal_gets_it_and_keeps_its_bytes_elsewhere() -> None
         b'"refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"a":1}}'
     )
     assert list(fixed) == ["id", "choices", "usage"]
+
+
+def test_nulls_to_remove_come_in_the_replys_order() -> None:
+    payload = {"id": "c", "usage": None, "choices": [], "system_fingerprint": None}
+    assert (
+        conform.reply_fixes(payload) == _by_diff(payload) == ({}, ["usage", "system_fingerprint"])
+    )
+    out, fixed = conform.conformed_reply_bytes(orjson.dumps(payload), payload)
+    assert out == b'{"id":"c","choices":[]}' and list(fixed) == ["id", "choices"]
