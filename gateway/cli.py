@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, NoReturn
@@ -219,9 +220,10 @@ def serve(
 
     from gateway.app import create_app
     from gateway.drain import DrainingServer
-    from gateway.forked import call_forked
+    from gateway.forked import fetch_forked
     from gateway.heap import freeze_imports
-    from gateway.preflight import PreflightError, bind, check_ledger
+    from gateway.preflight import PreflightError, bind
+    from gateway.pricing.serving import install_serving_digest
     from gateway.server import server_config
     from gateway.workers import Supervisor, workers_refusal
 
@@ -246,9 +248,11 @@ def serve(
     try:
         listener = bind(settings.host, settings.port)  # before any banner: a busy port fails
         gateway_config = load_config(settings.config_path())
-        # In a child: a migration's Alembic imports never reach the serving process.
-        call_forked(lambda: check_ledger(settings), PreflightError)
-        _price_map_digest(gateway_config)
+        # In one forked child: a migration's Alembic imports and litellm's parsed price map
+        # never reach the serving process (one fork for both: 5-7 ms of CPU less).
+        digest = fetch_forked(lambda: _preflight_steps(settings, gateway_config), PreflightError)
+        if digest:
+            install_serving_digest(digest)
     except (ConfigError, PreflightError) as exc:
         if listener is not None:
             listener.close()
@@ -267,18 +271,22 @@ def serve(
     )
 
 
-def _price_map_digest(config: GatewayConfig) -> None:
-    """Read litellm's price map in a forked child: this process keeps only what it serves.
+def _preflight_steps(settings: Settings, config: GatewayConfig) -> bytes:
+    """In serve's forked child: migrate the ledger (PreflightError says why it cannot), then
+    read litellm's price map for what serving `config` reads (`serving_digest`), so the
+    serving process keeps only that. b"" if the reading fails: the app then reads the map
+    itself, as it always could (and says what is wrong)."""
+    from gateway.preflight import check_ledger
+    from gateway.pricing.serving import serving_digest
 
-    On any failure the app reads the map itself, as it always did (and says what is wrong).
-    """
-    from gateway.forked import ForkedStepError, fetch_forked
-    from gateway.pricing.serving import install_serving_digest, serving_digest
-
+    check_ledger(settings)
     try:
-        install_serving_digest(fetch_forked(lambda: serving_digest(config)))
-    except ForkedStepError as exc:
-        logging.getLogger("farebox").debug("price map read in this process: %s", exc)
+        return serving_digest(config)
+    except Exception:  # the migration is done: a failed digest must not stop the start
+        logging.getLogger("farebox").debug(
+            "price map read in this process: %s", traceback.format_exc()
+        )
+        return b""
 
 
 def _register_commands() -> None:

@@ -16,6 +16,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from typing import NoReturn
 
 # The child's exit status: the step returned, raised the expected error, or anything else.
 _DONE, _EXPECTED, _FAILED = 0, 2, 1
@@ -31,9 +32,21 @@ def call_forked(step: Callable[[], object], expected: type[Exception] = Exceptio
     Any other failure comes back as `ForkedStepError` with the child's traceback. Where
     there is no `os.fork` (Windows) the step runs in this process.
     """
-    if not hasattr(os, "fork"):
+
+    def run() -> bytes:
         step()
-        return
+        return b""
+
+    run.__name__ = getattr(step, "__name__", "step")
+    fetch_forked(run, expected)
+
+
+def fetch_forked(step: Callable[[], bytes], expected: type[Exception] | None = None) -> bytes:
+    """Run `step()` in a forked child and return the bytes it returned; raise
+    `expected(message)` if it raised `expected`, `ForkedStepError` (with the child's
+    traceback) for any other failure. Without `os.fork`, runs in this process."""
+    if not hasattr(os, "fork"):
+        return step()
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -41,63 +54,34 @@ def call_forked(step: Callable[[], object], expected: type[Exception] = Exceptio
         _run_child(step, expected, write_end)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as said:
-        message = said.read().decode("utf-8", "replace")
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    if code == _EXPECTED:
-        raise expected(message)
-    if code != _DONE:
-        raise ForkedStepError(
-            f"{getattr(step, '__name__', 'step')} failed (exit {code}):\n{message}"
-        )
-
-
-def _run_child(step: Callable[[], object], expected: type[Exception], write_end: int) -> None:
-    code, message = _DONE, ""
-    try:
-        step()
-    except expected as exc:
-        code, message = _EXPECTED, str(exc)
-    except BaseException:  # the parent reports it; the child must reach os._exit
-        code, message = _FAILED, traceback.format_exc()
-    try:
-        with os.fdopen(write_end, "wb") as out:
-            out.write(message.encode("utf-8", "replace"))
-        for stream in (sys.stdout, sys.stderr):  # what the step logged, before _exit
-            stream.flush()
-    finally:
-        os._exit(code)  # no atexit handlers, no parent's buffers written twice
-
-
-def fetch_forked(step: Callable[[], bytes]) -> bytes:
-    """Run `step()` in a forked child and return the bytes it returned; `ForkedStepError`
-    (with the child's traceback) if it raised. Without `os.fork`, runs in this process."""
-    if not hasattr(os, "fork"):
-        return step()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.close(read_end)
-        code, payload = _DONE, b""
-        try:
-            payload = step()
-        except BaseException:  # the parent reports it; the child must reach os._exit
-            code, payload = _FAILED, traceback.format_exc().encode("utf-8", "replace")
-        try:
-            with os.fdopen(write_end, "wb") as out:
-                out.write(payload)
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as said:
         payload = said.read()
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
+    if code == _EXPECTED and expected is not None:
+        raise expected(payload.decode("utf-8", "replace"))
     if code != _DONE:
         message = payload.decode("utf-8", "replace")
         raise ForkedStepError(
             f"{getattr(step, '__name__', 'step')} failed (exit {code}):\n{message}"
         )
     return payload
+
+
+def _run_child(
+    step: Callable[[], bytes], expected: type[Exception] | None, write_end: int
+) -> NoReturn:
+    code, payload = _DONE, b""
+    try:
+        payload = step()
+    except BaseException as exc:  # the parent reports it; the child must reach os._exit
+        if expected is not None and isinstance(exc, expected):
+            code, payload = _EXPECTED, str(exc).encode("utf-8", "replace")
+        else:
+            code, payload = _FAILED, traceback.format_exc().encode("utf-8", "replace")
+    try:
+        with os.fdopen(write_end, "wb") as out:
+            out.write(payload)
+        for stream in (sys.stdout, sys.stderr):  # what the step logged, before _exit
+            stream.flush()
+    finally:
+        os._exit(code)  # no atexit handlers, no parent's buffers written twice

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.forked import ForkedStepError, call_forked
+from gateway.forked import ForkedStepError, call_forked, fetch_forked
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
 
@@ -64,3 +64,14 @@ def test_what_the_step_prints_is_written_before_the_child_exits() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout == "migrated in the child"
+
+
+def test_fetch_forked_returns_the_bytes_or_raises_the_expected_error() -> None:
+    def refuse() -> bytes:
+        raise StepRefusedError("cannot reach the ledger database: start it")
+
+    assert fetch_forked(lambda: str(os.getpid()).encode()) != str(os.getpid()).encode()
+    with pytest.raises(StepRefusedError, match=r"^cannot reach the ledger database: start it$"):
+        fetch_forked(refuse, StepRefusedError)
+    with pytest.raises(ForkedStepError, match="StepRefusedError"):
+        fetch_forked(refuse)  # not expected: the child's traceback
