@@ -161,16 +161,25 @@ class Shield:
     """`anyio.CancelScope(shield=True)` that the chat path's native cut respects as well.
 
     Clean-up that must finish when a request is cut (booking a paid call) runs inside one.
+    In a chat request's task (a `TrackedRequest` in its context) it is that request's count
+    alone: the chat front enters no anyio scope (its cut is native, which holds off while
+    the count is up), so there is none to shield from, and making one cost 5-10 µs (a
+    scope, its task's state in anyio's weak-key map, `current_task`'s getpid) at every
+    booking that waits (a streamed reply's, with Redis or PostgreSQL behind it), and the
+    import of anyio's asyncio backend at the first (gateway.warmup skips it when serving).
+    Anywhere else (a route under `InFlightMiddleware`'s scope) it is anyio's shield.
     """
 
     __slots__ = ("_request", "_scope")
 
-    def __enter__(self) -> anyio.CancelScope:
-        self._request = _REQUEST.get()
-        if self._request is not None:
-            self._request.shields += 1
-        self._scope = cancel_scope(shield=True)
-        return self._scope.__enter__()
+    def __enter__(self) -> anyio.CancelScope | None:
+        request = self._request = _REQUEST.get()
+        if request is not None:
+            request.shields += 1
+            self._scope = None
+            return None
+        scope = self._scope = cancel_scope(shield=True)
+        return scope.__enter__()
 
     def __exit__(
         self,
@@ -178,11 +187,10 @@ class Shield:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool:
-        try:
-            return self._scope.__exit__(exc_type, exc, traceback)
-        finally:
-            if self._request is not None:
-                self._request.shields -= 1
+        request, scope = self._request, self._scope
+        if request is not None:
+            request.shields -= 1
+        return scope.__exit__(exc_type, exc, traceback) if scope is not None else False
 
 
 class InFlightMiddleware:

@@ -175,6 +175,23 @@ def test_a_streamed_reply_is_cut_natively_and_books_under_its_shield() -> None:
     asyncio.run(main())
 
 
+def test_inside_a_tracked_request_a_shield_is_its_count_alone() -> None:
+    async def main() -> None:
+        cut = TrackedRequest(InFlight())
+        with Shield() as scope:
+            assert scope is None  # no anyio scope: the chat front enters none to shield from
+            assert cut.shields == 1
+            with Shield():
+                assert cut.shields == 2
+        assert cut.shields == 0
+        with contextlib.suppress(RuntimeError), Shield():
+            raise RuntimeError("an error inside goes on, the count taken back")
+        assert cut.shields == 0
+        assert not cut.leave()
+
+    asyncio.run(main())
+
+
 def test_outside_a_tracked_request_a_shield_is_anyio_s() -> None:
     async def main() -> None:
         seen: list[str] = []
