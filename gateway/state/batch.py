@@ -49,6 +49,7 @@ Command = tuple[Any, ...]
 Again = Callable[[], Awaitable[Any]]
 """Makes a script's call on its own, loading it first (after NOSCRIPT)."""
 Call = tuple[Command, Again | None, "asyncio.Future[Any]", float]
+"""A call's command, its retry after NOSCRIPT, its reply, and when it was made (loop time)."""
 
 
 def _hiredis_packer() -> Callable[[Command], bytes] | None:
@@ -61,7 +62,6 @@ def _hiredis_packer() -> Callable[[Command], bytes] | None:
 
 
 _hiredis_pack = _hiredis_packer()
-"""A call's command, its retry after NOSCRIPT, its reply, and when it was made (loop time)."""
 
 
 class CommandBatch:
