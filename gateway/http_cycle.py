@@ -19,6 +19,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from uvicorn.protocols.http.flow_control import FlowControl
@@ -30,6 +31,7 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
+_NAME, _VALUE = itemgetter(0), itemgetter(1)
 _FRAMING = frozenset((b"content-length", b"transfer-encoding", b"connection"))
 _CHUNKED_END = b"0\r\n\r\n"
 
@@ -94,6 +96,11 @@ def _render(defaults: list[tuple[bytes, bytes]]) -> bytes | None:
 
 # One per process: each response of a second reads the same server defaults.
 _RENDERED = _RenderedDefaults()
+# Response header names already checked, joined, and whether the join is in lower case
+# (both tests read the join byte by byte, so they hold for any list with the same join):
+# a route sends the same names on every response.
+_CHECKED_NAMES: dict[bytes, bool] = {}
+_CHECKED_NAMES_SIZE = 256
 
 
 class Cycle(RequestResponseCycle):
@@ -206,12 +213,18 @@ class Cycle(RequestResponseCycle):
                 self.scope["http_version"],
                 status_code,
             )
-        names = b"".join([name for name, _ in headers])
-        if refused_name(names):
-            raise RuntimeError("Invalid HTTP header name.")
-        if refused_value(b"\t".join([value for _, value in headers])):
+        names = b"".join(map(_NAME, headers))  # no comprehension's frame
+        lowered = _CHECKED_NAMES.get(names)
+        if lowered is None:
+            if refused_name(names):
+                raise RuntimeError("Invalid HTTP header name.")
+            lowered = names.lower() == names
+            if len(_CHECKED_NAMES) >= _CHECKED_NAMES_SIZE:
+                _CHECKED_NAMES.clear()
+            _CHECKED_NAMES[names] = lowered
+        if refused_value(b"\t".join(map(_VALUE, headers))):
             raise RuntimeError("Invalid HTTP header value.")
-        if names.lower() != names:
+        if not lowered:
             headers = [(name.lower(), value) for name, value in headers]
         content = [STATUS_LINE[status_code]]
         if rendered is not None:

@@ -147,3 +147,19 @@ def test_receive_hands_a_one_piece_body_on_and_joins_pieces() -> None:
 def test_a_plain_origin_form_path_is_what_parse_url_reads(url: bytes) -> None:
     parsed = httptools.parse_url(url)
     assert (parsed.path, parsed.query or b"") == (url, b"")
+
+
+def test_names_checked_once_are_written_and_refused_as_uvicorn_does_every_time() -> None:
+    """The names' checks are kept by their join: repeats (and other lists of the same join)
+    still write what uvicorn writes, and a refused list is refused each time."""
+    lists = [
+        [(b"x-request-id", b"a"), (b"content-length", b"0")],
+        [(b"X-Request-ID", b"b"), (b"content-length", b"0")],
+        [(b"x bad", b"1"), (b"content-length", b"0")],
+        [(b"x-re", b"c"), (b"quest-idcontent-length", b"d"), (b"content-length", b"0")],
+    ]
+    for _ in range(3):
+        for headers in lists:
+            messages = [_start(headers), _body()]
+            ours = asyncio.run(_run(Cycle, messages, "POST", True))
+            assert ours == asyncio.run(_run(RequestResponseCycle, messages, "POST", True))
