@@ -31,7 +31,10 @@ The garbage collector is paused from here (gateway.cli imports this module first
 garbage to speak of (a full collection after it frees nothing; the ~280 collections that
 ran during it freed ~2,100 objects in all), but each of them walked the young objects, and
 the two full ones every object imported so far: 150-190 ms of the imports' 1.1-1.3 s of
-CPU (gc.callbacks, 3 runs), all before the first request.
+CPU (gc.callbacks, 3 runs), all before the first request. The price: what they would have
+freed (2,150 unreachable objects, 588 KiB of them shallow: dead temporary classes,
+functions, cells) is frozen with the imports and kept, ~0.6 MiB per process; a collection
+before the freeze to free it would walk all ~120,000 objects again (a full one: ~35 ms).
 """
 
 from __future__ import annotations
