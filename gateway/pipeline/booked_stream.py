@@ -36,16 +36,17 @@ class BookedStream:
     """Set by the response: called (once) before the body first waits on its upstream."""
 
     def _shield(self) -> Shield:
-        """An anyio shield that the chat path's native cut respects too (`drain.Shield`):
-        the booking of a cut stream runs to its end either way."""
+        """`drain.Shield`: the native cut's count in a chat request (no anyio scope there),
+        anyio's shield under a route's scope: the booking of a cut stream runs to its end
+        either way."""
         return Shield()
 
     async def _settle_shielded(self, error: FareboxError | None, cancelled: bool) -> None:
         """`_settle` under the shield, which is entered only if the booking waits.
 
         A booking that never suspends (usage reported, in-process state, no quota: the
-        usual stream) cannot be cancelled, so it needs no scope (3.7-5.3 us to enter and
-        leave one here). One that suspends enters the shield at its first wait, before the
+        usual stream) cannot be cancelled, so it needs no shield (an anyio scope, outside
+        the chat path, is 3.7-5.3 us to enter and leave here). One that suspends enters the shield at its first wait, before the
         loop runs anything else, and is resumed under it (`_Resumed`), as if it had been
         awaited inside it from the start.
         """
