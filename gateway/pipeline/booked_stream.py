@@ -46,9 +46,9 @@ class BookedStream:
 
         A booking that never suspends (usage reported, in-process state, no quota: the
         usual stream) cannot be cancelled, so it needs no shield (an anyio scope, outside
-        the chat path, is 3.7-5.3 us to enter and leave here). One that suspends enters the shield at its first wait, before the
-        loop runs anything else, and is resumed under it (`_Resumed`), as if it had been
-        awaited inside it from the start.
+        the chat path, is 3.7-5.3 us to enter and leave here). One that suspends enters
+        the shield at its first wait, before the loop runs anything else, and is resumed
+        under it (`_Resumed`), as if it had been awaited inside it from the start.
         """
         booking = self._settle(error, cancelled)
         try:
