@@ -278,6 +278,7 @@ def records_of(items: list[dict[str, Any]]) -> list[PrefixRecord]:
     not kept are rebuilt and kept as `_record_of` does.
     """
     found: list[PrefixRecord | None] = []
+    missing = False  # not `None in found`: that calls each record's dataclass `__eq__`
     with _PARSED_LOCK:
         for item in items:
             key = id(item)
@@ -291,7 +292,8 @@ def records_of(items: list[dict[str, Any]]) -> list[PrefixRecord]:
                 found.append(entry[1])
             else:
                 found.append(None)
-    if None not in found:
+                missing = True
+    if not missing:
         return found  # type: ignore[return-value]
     return [
         _record_of(item) if record is None else record

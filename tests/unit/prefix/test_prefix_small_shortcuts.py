@@ -8,6 +8,8 @@
   same divergence as gathering them always, with and without findings.
 - A record read back from its stored JSON (`from_dict`, C-level maps for its columns) is
   the record, and stored settings read as they always did.
+- `records_of` hands back the kept record of a kept dict and rebuilds the others, in
+  order, whichever are missing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.pipeline import prefix as prefix_stage
 from gateway.prefix import PrefixChecker, PrefixRecord, record, rule_for
 from gateway.prefix.compare import Reason, _reason, compare, explain
 from gateway.prefix.record import build_record
@@ -158,3 +161,16 @@ def test_a_stored_record_s_settings_read_as_before() -> None:
     assert PrefixRecord.from_dict({**stored, "settings": []}).settings == {}
     with pytest.raises(TypeError):
         PrefixRecord.from_dict({**stored, "settings": None})  # as dict(None) always did
+
+
+def test_records_of_rebuilds_only_the_dicts_it_does_not_keep() -> None:
+    checker, rule = PrefixChecker(), rule_for("openai")
+    made = [checker.check(_body(i, "", {}), rule).record for i in range(4)]
+    stored = [record.to_dict() for record in made]
+    kept = prefix_stage.records_of(stored[:2])  # these two are kept now
+    fresh = [dict(item) for item in stored[2:]]  # equal dicts, not the kept ones
+    got = prefix_stage.records_of([stored[0], fresh[0], stored[1], fresh[1]])
+    assert got == [made[0], made[2], made[1], made[3]]
+    assert got[0] is kept[0] and got[2] is kept[1]  # kept ones are the very records
+    again = prefix_stage.records_of([stored[0], stored[1]])
+    assert again[0] is kept[0] and again[1] is kept[1]
