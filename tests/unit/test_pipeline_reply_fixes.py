@@ -45,13 +45,13 @@ def _by_diff(payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return conform.top_level_edits(payload, fixed)
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(REPLIES)
 def test_reply_fixes_are_the_diff_of_the_conforming_reply(payload: dict[str, Any]) -> None:
     assert conform.reply_fixes(payload) == _by_diff(payload)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(REPLIES)
 def test_conformed_bytes_are_the_conforming_reply(payload: dict[str, Any]) -> None:
     body = orjson.dumps(payload)
