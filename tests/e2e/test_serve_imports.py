@@ -10,11 +10,6 @@ database is still a 503) is tests/api's and tests/ledger's.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +18,8 @@ import pytest
 
 from gateway.sim.app import create_sim_app
 from gateway.sim.config import SimConfig
-from tests.servers import ServerThread, free_port, running, wait_ready
+from tests.serve_probe import probed_serve
+from tests.servers import ServerThread, running
 
 DUMP_ON_SIGNAL = """\
 import os, signal, sys
@@ -46,48 +42,13 @@ def sim() -> Iterator[ServerThread]:
 
 
 def _modules_after_serving(tmp_path: Path, sim_url: str) -> tuple[set[str], list[int]]:
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    (probe / "sitecustomize.py").write_text(DUMP_ON_SIGNAL)
-    config = tmp_path / "farebox.yaml"
-    config.write_text(
-        f"models:\n  chat:\n    provider: openai\n    model: sim-chat\n    base_url: {sim_url}/v1\n"
-    )
-    out = tmp_path / "modules.txt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
-    env.update(
-        FAREBOX_CONFIG=str(config),
-        FAREBOX_DATA_DIR=str(tmp_path / "data"),  # the SQLite ledger: data/farebox.db
-        PYTHONPATH=os.pathsep.join([str(probe), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        SERVE_MODULES_OUT=str(out),
-    )
-    port = free_port()
-    stdout = (tmp_path / "stdout.txt").open("w")  # not a terminal, as under a service
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=stdout,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_ready(port, process)
-        base = f"http://127.0.0.1:{port}"
-        body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+    with probed_serve(tmp_path, sim_url, DUMP_ON_SIGNAL, "SERVE_MODULES_OUT") as serve:
         statuses = [
-            httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30).status_code,
-            httpx.get(f"{base}/v1/spend", timeout=30).status_code,  # a ledger read
-            httpx.get(f"{base}/v1/tasks/no-such-task", timeout=30).status_code,
+            serve.chat(),
+            httpx.get(f"{serve.base}/v1/spend", timeout=30).status_code,  # a ledger read
+            httpx.get(f"{serve.base}/v1/tasks/no-such-task", timeout=30).status_code,
         ]
-        process.send_signal(signal.SIGUSR2)
-        deadline = time.monotonic() + 30
-        while not out.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.05)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
-        stdout.close()
-    return set(out.read_text(encoding="utf-8").split()), statuses
+        return set(serve.dump().split()), statuses
 
 
 def test_serving_never_imports_rich_nor_parses_the_price_map(

@@ -10,21 +10,16 @@ and writes them, with the collector's state, on SIGUSR2, after a chat request.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from gateway.heap import YOUNG_THRESHOLD
 from gateway.sim.app import create_sim_app
 from gateway.sim.config import SimConfig
-from tests.servers import ServerThread, free_port, running, wait_ready
+from tests.serve_probe import probed_serve
+from tests.servers import ServerThread, running
 
 COUNT_COLLECTIONS = """\
 import gc, json, os, signal
@@ -54,43 +49,10 @@ def sim() -> Iterator[ServerThread]:
 
 
 def _collector_after_serving(tmp_path: Path, sim_url: str) -> dict[str, object]:
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    (probe / "sitecustomize.py").write_text(COUNT_COLLECTIONS)
-    config = tmp_path / "farebox.yaml"
-    config.write_text(
-        f"models:\n  chat:\n    provider: openai\n    model: sim-chat\n    base_url: {sim_url}/v1\n"
-    )
-    out = tmp_path / "gc.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
-    env.update(
-        FAREBOX_CONFIG=str(config),
-        FAREBOX_DATA_DIR=str(tmp_path / "data"),
-        PYTHONPATH=os.pathsep.join([str(probe), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        SERVE_GC_OUT=str(out),
-    )
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_ready(port, process)
-        body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        assert httpx.post(url, json=body, timeout=30).status_code == 200
-        process.send_signal(signal.SIGUSR2)
-        deadline = time.monotonic() + 30
-        while not out.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        state: dict[str, object] = json.loads(out.read_text())
+    with probed_serve(tmp_path, sim_url, COUNT_COLLECTIONS, "SERVE_GC_OUT") as serve:
+        assert serve.chat() == 200
+        state: dict[str, object] = json.loads(serve.dump())
         return state
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=30)
 
 
 def test_serve_collects_nothing_while_importing_and_serves_with_the_collector_on(

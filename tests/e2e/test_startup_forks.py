@@ -7,20 +7,15 @@ checks that the serving process never parses the map)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from gateway.sim.app import create_sim_app
 from gateway.sim.config import SimConfig
-from tests.servers import ServerThread, free_port, running, wait_ready
+from tests.serve_probe import probed_serve
+from tests.servers import ServerThread, running
 
 COUNT_FORKS = """\
 import os, signal
@@ -44,40 +39,7 @@ def sim() -> Iterator[ServerThread]:
 
 
 def test_serve_forks_one_child_for_its_start_up_steps(tmp_path: Path, sim: ServerThread) -> None:
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    (probe / "sitecustomize.py").write_text(COUNT_FORKS)
-    config = tmp_path / "farebox.yaml"
-    config.write_text(
-        f"models:\n  chat:\n    provider: openai\n    model: sim-chat\n    base_url: {sim.url}/v1\n"
-    )
-    out = tmp_path / "forks.txt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
-    env.update(
-        FAREBOX_CONFIG=str(config),
-        FAREBOX_DATA_DIR=str(tmp_path / "data"),
-        PYTHONPATH=os.pathsep.join([str(probe), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        SERVE_FORKS_OUT=str(out),
-    )
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_ready(port, process)
-        body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        assert httpx.post(url, json=body, timeout=30).status_code == 200
+    with probed_serve(tmp_path, sim.url, COUNT_FORKS, "SERVE_FORKS_OUT") as serve:
+        assert serve.chat() == 200
         assert (tmp_path / "data" / "farebox.db").exists()  # migrated in the child
-        process.send_signal(signal.SIGUSR2)
-        deadline = time.monotonic() + 30
-        while not out.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert out.read_text() == "1"  # bbfb728: 2 (the migration's, the digest's)
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=30)
+        assert serve.dump() == "1"  # bbfb728: 2 (the migration's, the digest's)
