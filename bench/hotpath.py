@@ -261,10 +261,18 @@ def _shown(command: object) -> str:
 
 # Wall seconds to import the app, then how many of the modules it loaded from source
 # files had no bytecode to load (each start compiles those: `make` writes it at install).
+# What `farebox serve` imports before it binds, the way it does (gateway.cli first, with
+# `serve` as the command: bench/startup_instructions.py's list), not a plain `import
+# gateway.app`, which imports every router and runs the collector throughout.
 IMPORT_PROBE = """
 import os, sys, time
 t = time.perf_counter()
-import gateway.app
+sys.argv = ["farebox", "serve"]
+import gateway.cli
+from gateway import serve_imports
+with serve_imports.deferred_model_builds():
+    import fastapi
+import gateway.app, gateway.drain, gateway.preflight, gateway.server, gateway.workers
 took = time.perf_counter() - t
 cached = [m.__spec__.cached for m in list(sys.modules.values())
           if getattr(m, "__spec__", None) is not None and m.__spec__.cached]
@@ -273,7 +281,7 @@ print(took, sum(not os.path.exists(c) for c in cached), len(cached))
 
 
 def _import_seconds() -> tuple[float, tuple[int, int]] | None:
-    """Wall seconds to import the gateway's app on the gateway core (start-up's floor), and
+    """Wall seconds for serve's imports on the gateway core (start-up's floor), and
     (modules without bytecode, modules with a source file) of that import."""
     done = subprocess.run(
         ["taskset", "-c", GATEWAY_CORE, sys.executable, "-c", IMPORT_PROBE],

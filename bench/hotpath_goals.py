@@ -295,7 +295,7 @@ def _process_goals(r: Results) -> list[Goal]:
     start = Goal("first request served after start", "< 1.5 s")
     _judge(start, r.ready_s.get(FB), 1.5, "s", at_most=True)
     if r.import_s is not None:
-        start.bound = f"importing gateway.app alone takes {r.import_s:.2f} s on the gateway core"
+        start.bound = f"farebox serve's imports alone take {r.import_s:.2f} s on the gateway core"
         if r.import_uncompiled is not None:
             start.bound += _bytecode(*r.import_uncompiled)
     return [workers, rss, start]
