@@ -247,7 +247,8 @@ async def _stream(ctx: RequestContext, services: Services, pending: PendingPrefi
         raise
     events = stream.events()
     first = await first_event(stream, events, call)
-    ctx.dropped_params = dropped_notice(call.route.via_litellm, stream.headers)
+    if call.route.via_litellm:  # a native stream's own headers are not believed: not read
+        ctx.dropped_params = dropped_notice(True, stream.headers)
     body = Relay(ctx, first, events, stream, meter, services, thinking_cap_for(ctx, call, services))
     # No cancel scope of its own for the shutdown's cut: the relay's shields are
     # `drain.Shield`s, which the request's native cut respects (gateway.drain).

@@ -44,7 +44,10 @@ class UpstreamReply:
 class UpstreamStream(Protocol):
     """An opened streaming reply: OpenAI-shaped SSE events, each ending in a blank line."""
 
-    headers: dict[str, str]
+    @property
+    def headers(self) -> dict[str, str]:
+        """The reply's headers (a dict the litellm adapter may add its notice to)."""
+        ...
 
     def events(self) -> AsyncIterator[bytes]: ...
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import aiohttp
 
@@ -385,7 +386,12 @@ class SseStream:
         self._response = response
         self._where = where
         self._events: SseEvents | None = None
-        self.headers = response_headers(response)
+
+    @cached_property
+    def headers(self) -> dict[str, str]:
+        """The reply's headers, decoded on first use: a native chat stream never reads them
+        (only the litellm adapter's notice is believed), ~4 µs before its first event."""
+        return response_headers(self._response)
 
     def events(self) -> SseEvents:
         self._events = SseEvents(self._response.content, self._where)
