@@ -138,17 +138,8 @@ def compare(
     """Return the expected cache read for `current` and where it left the closest record."""
     closest, matched = None, 0
     written: list[int] = []
-    digests, model, family = current.segment_digests, current.model, current.family
-    small = len(digests) <= _LINEAR_UP_TO
     for record in history:
-        if not small:
-            shared = common_prefix(current, record)
-        elif record.model != model or record.family != family:
-            shared = 0
-        else:  # `common_prefix` of a small request, inline (four records a request)
-            earlier = record.segment_digests
-            high = min(len(digests), len(earlier))
-            shared = next(compress(count(), map(ne, digests, earlier)), high)
+        shared = common_prefix(current, record)
         if closest is None or shared >= matched:
             closest, matched = record, shared
         # A boundary an earlier request wrote is readable when all of it is repeated.

@@ -11,8 +11,8 @@ import orjson
 from gateway.errors import UpstreamProtocolError
 
 DONE = b"[DONE]"
-_CR = ord("\r")
-"""`_CR not in chunk`: an int needle is one `memchr`, where `b"\r" in chunk` on CPython
+CR = ord("\r")
+"""`CR not in chunk`: an int needle is one `memchr`, where `b"\r" in chunk` on CPython
 3.11 first tries the needle as an int and raises and clears a TypeError (0.3 against
 0.06 us here)."""
 
@@ -82,7 +82,7 @@ class EventSplitter:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add `chunk`; return the events it completed."""
-        if not self._buffer and type(chunk) is bytes and _CR not in chunk:
+        if not self._buffer and type(chunk) is bytes and CR not in chunk:
             return self._feed_lf(chunk)
         self._buffer += chunk
         events: list[bytes] = []
