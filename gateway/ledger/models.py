@@ -1,23 +1,35 @@
-"""The ledger's tables as SQLAlchemy 2 typed models, and the two column types money and time need.
+"""The ledger's tables (SQLAlchemy Core `Table`s in `METADATA`), and the two column types
+money and time need.
 
 SQLite has no exact decimal type: a NUMERIC column there turns `0.0000012345` into a
 float, and SUM() adds floats. So on SQLite money is stored as an integer count of
 1e-10 units (the precision of NUMERIC(20, 10)) and SQL sums stay exact; on PostgreSQL it
 is a real NUMERIC(20, 10). Either way Python sees `Decimal`.
+
+The gateway reads and writes these tables through SQLAlchemy Core only (`REQUESTS`,
+`TASKS`, ...). The ORM classes mapped onto them (`Base`, `RequestRow`, `TaskRow`, ...: the
+Alembic autogenerate target's base, and what tests query with) live in
+`gateway.ledger.orm` and are built on first use (`from gateway.ledger.models import
+RequestRow` still works): declaring them mapped 12 classes and evaluated ~210 `Mapped[...]`
+annotations in every gateway process before the port opened (~50 ms of CPU, measured for
+issue 12's start-up), though no request uses the ORM.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
+    Column,
     DateTime,
     Float,
     Index,
     Integer,
+    MetaData,
     Numeric,
     String,
     Table,
@@ -25,10 +37,24 @@ from sqlalchemy import (
     false,
 )
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from gateway.ledger.records import MONEY_QUANTUM, MONEY_SCALE, as_money
+
+if TYPE_CHECKING:  # built on first use: see the module docstring and __getattr__ below
+    from gateway.ledger.orm import (  # noqa: F401 (the names __getattr__ gives)
+        ApiKeyRow,
+        AuditRow,
+        Base,
+        DailyPrefixRollupRow,
+        DailyRollupRow,
+        DailyStepRollupRow,
+        HourlyPrefixRollupRow,
+        HourlyRollupRow,
+        HourlyStepRollupRow,
+        RequestRow,
+        TaskRow,
+    )
 
 
 class Money(TypeDecorator[Decimal]):
@@ -81,236 +107,198 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-class Base(DeclarativeBase):
-    """Declarative base of the ledger tables (the Alembic autogenerate target)."""
+METADATA = MetaData()
+"""Every ledger table (`Base.metadata` is this one)."""
 
 
-class RequestRow(Base):
-    """One upstream call, as written by the ledger writer."""
+def _required(name: str, kind: Any, **options: Any) -> Column[Any]:
+    return Column(name, kind, nullable=False, **options)
 
-    __tablename__ = "requests"
-    __table_args__ = (
-        Index("ix_requests_created_at", "created_at"),
-        Index("ix_requests_task_id", "task_id"),
-        Index("ix_requests_team_created_at", "team", "created_at"),
-        Index("ix_requests_request_id", "request_id"),
+
+def _optional(name: str, kind: Any) -> Column[Any]:
+    return Column(name, kind, nullable=True)
+
+
+def _key(name: str, kind: Any = String) -> Column[Any]:
+    return Column(name, kind, primary_key=True)
+
+
+_TOKENS = ("prompt", "cached", "cache_write", "cache_write_1h", "completion", "reasoning")
+_COSTS = ("input", "cached", "cache_write", "output", "reasoning", "total")
+
+
+def _token_and_cost_sums() -> list[Column[Any]]:
+    """The tokens and costs of a request row, and their sums in a task or rollup row."""
+    return [
+        *(_required(f"{kind}_tokens", BigInteger) for kind in _TOKENS),
+        *(_required(f"cost_{kind}", Money) for kind in _COSTS),
+    ]
+
+
+REQUESTS = Table(
+    "requests",  # one upstream call, as written by the ledger writer
+    METADATA,
+    _key("id"),
+    _required("request_id", String),
+    _required("attempt", Integer, default=0),
+    _required("created_at", UTCDateTime),
+    _required("task_id", String),
+    _optional("task_step", String),
+    _optional("step_kind", String),
+    _required("team", String),
+    _required("project", String),
+    _optional("caller", String),
+    _required("model_alias", String),
+    _required("backend", String),
+    _required("provider", String),
+    _required("upstream_model", String),
+    _required("tier_requested", String),
+    _required("tier_served", String),
+    _required("status_code", Integer),
+    _optional("error_type", String),
+    _required("streamed", Boolean),
+    _required("estimated", Boolean),
+    *_token_and_cost_sums(),
+    _optional("ttft_ms", BigInteger),
+    _optional("ttfat_ms", BigInteger),
+    _required("duration_ms", BigInteger),
+    _optional("decode_tps", Float),
+    _optional("expected_cached_tokens", BigInteger),
+    _optional("prefix_status", String),
+    _required("output_cap_clamped", Boolean),
+    # The upstream's usage was clamped to be billable; usage_reported keeps what it sent.
+    _required("usage_suspect", Boolean, server_default=false()),
+    _optional("usage_reported", Text),
+    _optional("tier_confirmed", Boolean),
+    _optional("prefix_lost_usd", Money),
+    _optional("thinking_enforcement", String),
+    _optional("dropped_params", String),
+    Index("ix_requests_created_at", "created_at"),
+    Index("ix_requests_task_id", "task_id"),
+    Index("ix_requests_team_created_at", "team", "created_at"),
+    Index("ix_requests_request_id", "request_id"),
+)
+
+TASKS = Table(
+    "tasks",  # running totals of one task (an agent run), kept up to date by the writer
+    METADATA,
+    _key("task_id"),
+    # Nullable: a finish can reach the database before the task's first request does.
+    _optional("team", String),
+    _optional("project", String),
+    _required("status", String),
+    _required("started_at", UTCDateTime),
+    _required("last_activity_at", UTCDateTime),
+    _optional("finished_at", UTCDateTime),
+    _required("request_count", BigInteger),
+    *_token_and_cost_sums(),
+    _optional("first_ttft_ms", BigInteger),
+    # The gateway's wrapper of one request sent without a task id (see queries.untasked_task).
+    _required("untasked", Boolean, server_default=false()),
+    Index("ix_tasks_status_last_activity_at", "status", "last_activity_at"),
+    Index("ix_tasks_team_finished_at", "team", "finished_at"),
+    # Carries what the Grafana panel "Cost per finished task" reads (migration 0008).
+    Index("ix_tasks_finished_at_cover", "finished_at"),
+    # Exact percentiles by rank without a sort (migration 0006, gateway.ledger.ranked).
+    Index("ix_tasks_team_cost", "team", "cost_total"),
+    Index("ix_tasks_team_status_cost", "team", "status", "cost_total"),
+    # The same by project (migration 0009).
+    Index("ix_tasks_project_cost", "project", "cost_total"),
+)  # their INCLUDE columns on PostgreSQL: POSTGRESQL_INCLUDE, below
+
+
+def _rollup(name: str, keys: tuple[str, ...], *after: Column[Any]) -> Table:
+    """A rollup table: a UTC hour or day of one team's project, then the family's own key
+    columns (`keys`), then the sums every rollup row carries, then `after`
+    (see gateway.ledger.rollup)."""
+    return Table(
+        name,
+        METADATA,
+        _key("bucket", UTCDateTime),
+        _key("team"),
+        _key("project"),
+        *(_key(key) for key in keys),
+        _required("request_count", BigInteger),
+        *_token_and_cost_sums(),
+        # Untasked requests counted at their first attempt, and the cost of all their attempts.
+        _required("untasked_requests", BigInteger),
+        _required("untasked_cost", Money),
+        *after,
     )
 
-    id: Mapped[str] = mapped_column(String, primary_key=True)
-    request_id: Mapped[str] = mapped_column(String)
-    attempt: Mapped[int] = mapped_column(Integer, default=0)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    task_id: Mapped[str] = mapped_column(String)
-    task_step: Mapped[str | None] = mapped_column(String)
-    step_kind: Mapped[str | None] = mapped_column(String)
-    team: Mapped[str] = mapped_column(String)
-    project: Mapped[str] = mapped_column(String)
-    caller: Mapped[str | None] = mapped_column(String)
-    model_alias: Mapped[str] = mapped_column(String)
-    backend: Mapped[str] = mapped_column(String)
-    provider: Mapped[str] = mapped_column(String)
-    upstream_model: Mapped[str] = mapped_column(String)
-    tier_requested: Mapped[str] = mapped_column(String)
-    tier_served: Mapped[str] = mapped_column(String)
-    status_code: Mapped[int] = mapped_column(Integer)
-    error_type: Mapped[str | None] = mapped_column(String)
-    streamed: Mapped[bool]
-    estimated: Mapped[bool]
-    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
-    cached_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger)
-    completion_tokens: Mapped[int] = mapped_column(BigInteger)
-    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
-    cost_input: Mapped[Decimal] = mapped_column(Money)
-    cost_cached: Mapped[Decimal] = mapped_column(Money)
-    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
-    cost_output: Mapped[Decimal] = mapped_column(Money)
-    cost_reasoning: Mapped[Decimal] = mapped_column(Money)
-    cost_total: Mapped[Decimal] = mapped_column(Money)
-    ttft_ms: Mapped[int | None] = mapped_column(BigInteger)
-    ttfat_ms: Mapped[int | None] = mapped_column(BigInteger)
-    duration_ms: Mapped[int] = mapped_column(BigInteger)
-    decode_tps: Mapped[float | None] = mapped_column(Float)
-    expected_cached_tokens: Mapped[int | None] = mapped_column(BigInteger)
-    prefix_status: Mapped[str | None] = mapped_column(String)
-    output_cap_clamped: Mapped[bool]
-    # The upstream's usage was clamped to be billable; usage_reported keeps what it sent.
-    usage_suspect: Mapped[bool] = mapped_column(server_default=false())
-    usage_reported: Mapped[str | None] = mapped_column(Text)
-    tier_confirmed: Mapped[bool | None] = mapped_column()
-    prefix_lost_usd: Mapped[Decimal | None] = mapped_column(Money)
-    thinking_enforcement: Mapped[str | None] = mapped_column(String)
-    dropped_params: Mapped[str | None] = mapped_column(String)
+
+# Request sums per UTC hour and day, keyed by model, backend and served tier too.
+ROLLUP_HOURLY = _rollup("rollup_hourly", ("model_alias", "backend", "tier_served"))
+ROLLUP_DAILY = _rollup("rollup_daily", ("model_alias", "backend", "tier_served"))
+# By step and step kind: a missing step or kind is stored as '' and a present one with a
+# ':' prefix, so NULL stays apart from every value in a key.
+ROLLUP_STEPS_HOURLY = _rollup("rollup_steps_hourly", ("task_step", "step_kind"))
+ROLLUP_STEPS_DAILY = _rollup("rollup_steps_daily", ("task_step", "step_kind"))
+# By served tier (migration 0008) and prefix verdict (`hit`, `miss:<reason>`; none is ''
+# and one ':' + it, as steps), with two more sums (NULL summed as 0) after the common ones.
+_PREFIX_KEYS = ("model_alias", "tier_served", "prefix_status")
 
 
-class TaskRow(Base):
-    """Running totals of one task (an agent run), kept up to date by the writer."""
-
-    __tablename__ = "tasks"
-    __table_args__ = (
-        Index("ix_tasks_status_last_activity_at", "status", "last_activity_at"),
-        Index("ix_tasks_team_finished_at", "team", "finished_at"),
-        # Carries what the Grafana panel "Cost per finished task" reads (migration 0008).
-        Index("ix_tasks_finished_at_cover", "finished_at"),
-        # Exact percentiles by rank without a sort (migration 0006, gateway.ledger.ranked).
-        Index("ix_tasks_team_cost", "team", "cost_total"),
-        Index("ix_tasks_team_status_cost", "team", "status", "cost_total"),
-        # The same by project (migration 0009).
-        Index("ix_tasks_project_cost", "project", "cost_total"),
-    )  # their INCLUDE columns on PostgreSQL: POSTGRESQL_INCLUDE, below
-
-    task_id: Mapped[str] = mapped_column(String, primary_key=True)
-    # Nullable: a finish can reach the database before the task's first request does.
-    team: Mapped[str | None] = mapped_column(String)
-    project: Mapped[str | None] = mapped_column(String)
-    status: Mapped[str] = mapped_column(String)
-    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    request_count: Mapped[int] = mapped_column(BigInteger)
-    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
-    cached_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger)
-    completion_tokens: Mapped[int] = mapped_column(BigInteger)
-    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
-    cost_input: Mapped[Decimal] = mapped_column(Money)
-    cost_cached: Mapped[Decimal] = mapped_column(Money)
-    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
-    cost_output: Mapped[Decimal] = mapped_column(Money)
-    cost_reasoning: Mapped[Decimal] = mapped_column(Money)
-    cost_total: Mapped[Decimal] = mapped_column(Money)
-    first_ttft_ms: Mapped[int | None] = mapped_column(BigInteger)
-    # The gateway's wrapper of one request sent without a task id (see queries.untasked_task).
-    untasked: Mapped[bool] = mapped_column(server_default=false())
+def _prefix_sums() -> tuple[Column[Any], Column[Any]]:
+    return _required("expected_cached_tokens", BigInteger), _required("prefix_lost_usd", Money)
 
 
-class RollupKey:
-    """The key columns every rollup starts with: a UTC hour or day of one team's project
-    (sorted first, before the family's own key columns; see gateway.ledger.rollup)."""
+ROLLUP_PREFIX_HOURLY = _rollup("rollup_prefix_hourly", _PREFIX_KEYS, *_prefix_sums())
+ROLLUP_PREFIX_DAILY = _rollup("rollup_prefix_daily", _PREFIX_KEYS, *_prefix_sums())
 
-    bucket: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True, sort_order=-1)
-    team: Mapped[str] = mapped_column(String, primary_key=True, sort_order=-1)
-    project: Mapped[str] = mapped_column(String, primary_key=True, sort_order=-1)
+API_KEYS = Table(
+    "api_keys",  # a virtual key: its SHA-256, never its secret (see gateway.keys)
+    METADATA,
+    _key("id"),
+    _required("prefix", String),
+    _required("secret_hash", String),
+    _required("attributes", Text),  # KeyAttributes as JSON
+    _required("created_at", UTCDateTime),
+    _required("updated_at", UTCDateTime),
+    _optional("revoked_at", UTCDateTime),
+    _optional("expires_at", UTCDateTime),
+    _optional("rotated_from", String),
+    Index("ix_api_keys_secret_hash", "secret_hash", unique=True),
+)
 
+AUDIT_LOG = Table(
+    "audit_log",  # one admin action or policy reload: who, when, what, accepted or refused
+    METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    _required("at", UTCDateTime),
+    _required("actor", String),
+    _required("action", String),
+    _optional("target", String),
+    _required("outcome", String),
+    _optional("detail", Text),  # JSON
+    _optional("content_hash", String),
+    Index("ix_audit_log_at", "at"),
+)
 
-class RollupSums(RollupKey):
-    """The sums every rollup row carries, after its key columns."""
-
-    request_count: Mapped[int] = mapped_column(BigInteger)
-    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
-    cached_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger)
-    completion_tokens: Mapped[int] = mapped_column(BigInteger)
-    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
-    cost_input: Mapped[Decimal] = mapped_column(Money)
-    cost_cached: Mapped[Decimal] = mapped_column(Money)
-    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
-    cost_output: Mapped[Decimal] = mapped_column(Money)
-    cost_reasoning: Mapped[Decimal] = mapped_column(Money)
-    cost_total: Mapped[Decimal] = mapped_column(Money)
-    # Untasked requests counted at their first attempt, and the cost of all their attempts.
-    untasked_requests: Mapped[int] = mapped_column(BigInteger)
-    untasked_cost: Mapped[Decimal] = mapped_column(Money)
-
-
-class RollupColumns(RollupSums):
-    """A rollup row keyed by model, backend and served tier too."""
-
-    model_alias: Mapped[str] = mapped_column(String, primary_key=True)
-    backend: Mapped[str] = mapped_column(String, primary_key=True)
-    tier_served: Mapped[str] = mapped_column(String, primary_key=True)
-
-
-class StepRollupColumns(RollupSums):
-    """A rollup row keyed by step and step kind too; a missing step or kind is stored as ''
-    and a present one with a ':' prefix, so NULL stays apart from every value in a key."""
-
-    task_step: Mapped[str] = mapped_column(String, primary_key=True)
-    step_kind: Mapped[str] = mapped_column(String, primary_key=True)
-
-
-class PrefixRollupColumns(RollupSums):
-    """A rollup row keyed by model, served tier (migration 0008) and prefix verdict too
-    (`hit`, `miss:<reason>`; none is '' and one ':' + it, as steps), with two more sums."""
-
-    model_alias: Mapped[str] = mapped_column(String, primary_key=True)
-    tier_served: Mapped[str] = mapped_column(String, primary_key=True)
-    prefix_status: Mapped[str] = mapped_column(String, primary_key=True)
-    # NULL summed as 0; after the common sums.
-    expected_cached_tokens: Mapped[int] = mapped_column(BigInteger, sort_order=1)
-    prefix_lost_usd: Mapped[Decimal] = mapped_column(Money, sort_order=1)
+_ORM_NAMES = frozenset(
+    (
+        "Base",
+        "RequestRow",
+        "TaskRow",
+        "HourlyRollupRow",
+        "DailyRollupRow",
+        "HourlyStepRollupRow",
+        "DailyStepRollupRow",
+        "HourlyPrefixRollupRow",
+        "DailyPrefixRollupRow",
+        "ApiKeyRow",
+        "AuditRow",
+    )
+)
 
 
-class HourlyRollupRow(RollupColumns, Base):
-    """Request sums per UTC hour."""
+def __getattr__(name: str) -> Any:
+    """The ORM classes, mapped onto the tables above on first use (`gateway.ledger.orm`)."""
+    if name in _ORM_NAMES:
+        from gateway.ledger import orm
 
-    __tablename__ = "rollup_hourly"
-
-
-class DailyRollupRow(RollupColumns, Base):
-    """Request sums per UTC day."""
-
-    __tablename__ = "rollup_daily"
-
-
-class HourlyStepRollupRow(StepRollupColumns, Base):
-    """Request sums per UTC hour by step."""
-
-    __tablename__ = "rollup_steps_hourly"
-
-
-class DailyStepRollupRow(StepRollupColumns, Base):
-    """Request sums per UTC day by step."""
-
-    __tablename__ = "rollup_steps_daily"
-
-
-class HourlyPrefixRollupRow(PrefixRollupColumns, Base):
-    """Request sums per UTC hour by prefix verdict."""
-
-    __tablename__ = "rollup_prefix_hourly"
-
-
-class DailyPrefixRollupRow(PrefixRollupColumns, Base):
-    """Request sums per UTC day by prefix verdict."""
-
-    __tablename__ = "rollup_prefix_daily"
-
-
-class ApiKeyRow(Base):
-    """A virtual key: its SHA-256, never its secret (see gateway.keys)."""
-
-    __tablename__ = "api_keys"
-    __table_args__ = (Index("ix_api_keys_secret_hash", "secret_hash", unique=True),)
-
-    id: Mapped[str] = mapped_column(String, primary_key=True)
-    prefix: Mapped[str] = mapped_column(String)
-    secret_hash: Mapped[str] = mapped_column(String)
-    attributes: Mapped[str] = mapped_column(Text)  # KeyAttributes as JSON
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    rotated_from: Mapped[str | None] = mapped_column(String)
-
-
-class AuditRow(Base):
-    """One admin action or policy reload: who, when, what, accepted or refused."""
-
-    __tablename__ = "audit_log"
-    __table_args__ = (Index("ix_audit_log_at", "at"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    at: Mapped[datetime] = mapped_column(UTCDateTime)
-    actor: Mapped[str] = mapped_column(String)
-    action: Mapped[str] = mapped_column(String)
-    target: Mapped[str | None] = mapped_column(String)
-    outcome: Mapped[str] = mapped_column(String)
-    detail: Mapped[str | None] = mapped_column(Text)  # JSON
-    content_hash: Mapped[str | None] = mapped_column(String)
+        return getattr(orm, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # The covering indexes' INCLUDE columns on PostgreSQL (`postgresql_include`). Given to
@@ -327,8 +315,7 @@ POSTGRESQL_INCLUDE: dict[str, list[str]] = {
 
 def with_postgresql_options() -> None:
     """Give the models' indexes their PostgreSQL options (idempotent; loads the dialect)."""
-    table: Table = TaskRow.__table__  # type: ignore[assignment]
-    for index in table.indexes:
+    for index in TASKS.indexes:
         include = POSTGRESQL_INCLUDE.get(str(index.name))
         if include is not None and index.dialect_kwargs.get("postgresql_include") is None:
             index.dialect_kwargs["postgresql_include"] = include

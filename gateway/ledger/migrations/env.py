@@ -14,10 +14,10 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from gateway.ledger.engine import make_engine
-from gateway.ledger.models import Base, with_postgresql_options
+from gateway.ledger.models import METADATA, with_postgresql_options
 
 with_postgresql_options()  # a migration may compare or render PostgreSQL's indexes
-target_metadata = Base.metadata
+target_metadata = METADATA
 
 
 def run_on(connection: Connection) -> None:
