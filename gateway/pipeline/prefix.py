@@ -167,14 +167,27 @@ async def check_prefix(
     """
     keys = history_keys(ctx)
     raw_history = await state.prefix_history(keys)
-    # A prompt of megabytes is fingerprinted and scanned beside the loop, not on it; an
-    # agent step whose history the task's previous request showed weighs its new part.
-    size = len(ctx.raw_body)
-    if parsed and ctx.task is not None and not ctx.task.implicit:
-        size = checker.reuse.unseen(keys[0], ctx.raw_body)
-    elif parsed and size > OFF_LOOP_BYTES and _checks_inline(ctx):
+    size = check_weight(ctx, checker, keys, parsed)
+    if size is None:
         return _check(ctx, checker, rule, raw_history, keys, parsed)
     return await sized(size, _check, ctx, checker, rule, raw_history, keys, parsed)
+
+
+def check_weight(
+    ctx: RequestContext, checker: PrefixChecker, keys: list[str], parsed: bool
+) -> int | None:
+    """What `_check` of this request weighs for `sized`; None: checked on the loop, whatever
+    its size (`_checks_inline`).
+
+    A prompt of megabytes is fingerprinted and scanned beside the loop, not on it; an agent
+    step whose history the task's previous request showed weighs its new part.
+    """
+    size = len(ctx.raw_body)
+    if parsed and ctx.task is not None and not ctx.task.implicit:
+        return checker.reuse.unseen(keys[0], ctx.raw_body)
+    if parsed and size > OFF_LOOP_BYTES and _checks_inline(ctx):
+        return None
+    return size
 
 
 INLINE_CHECK_MESSAGES = 2048

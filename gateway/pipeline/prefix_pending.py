@@ -7,6 +7,12 @@ run after the upstream request is written: h1 calls `PendingPrefix.run_now` betw
 write and the wait for the reply (`UpstreamCall.while_waiting`), and the pipeline settles
 it itself at each point where it did not run (after the call returns or fails, before a
 limit's hold, on an error path). The history read stays before the call.
+
+A task's step is deferred too: its check reuses the segments (and the parse, the parsed
+messages) of the task's previous request only where this body repeats its bytes, so what
+it finds does not depend on which step's check ran first; a 1 MB agent step's ~0.7 ms
+check then runs while the upstream reads and parses the megabyte. A check that would run
+in a worker thread (megabytes not seen before) still runs there, before the call.
 """
 
 from __future__ import annotations
@@ -15,7 +21,14 @@ from collections.abc import Callable
 from functools import partial
 
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.prefix import PrefixOutcome, _check, check_prefix, history_keys
+from gateway.pipeline.offload import OFF_LOOP_BYTES, sized
+from gateway.pipeline.prefix import (
+    PrefixOutcome,
+    _check,
+    check_prefix,
+    check_weight,
+    history_keys,
+)
 from gateway.prefix.cache_rules import CacheRule
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.message_reuse import MIN_BYTES
@@ -82,20 +95,22 @@ async def start_prefix_check(
         return PendingPrefix(ctx, None)
     keys = history_keys(ctx)
     raw_history = await state.prefix_history(keys)  # a Redis round trip: before the call
-    return PendingPrefix(ctx, partial(_check, ctx, checker, rule, raw_history, keys, True))
+    check = partial(_check, ctx, checker, rule, raw_history, keys, True)
+    if len(ctx.raw_body) >= MIN_BYTES:  # small bodies: on the loop whatever the task
+        size = check_weight(ctx, checker, keys, True)
+        if size is not None and size > OFF_LOOP_BYTES:  # beside the loop, as `check_prefix`
+            ctx.prefix = await sized(size, check)
+            return PendingPrefix(ctx, None)
+    return PendingPrefix(ctx, check)
 
 
 def can_wait(ctx: RequestContext) -> bool:
     """Whether the check may run after the request is written: a route that only observes,
-    not litellm's (it may be handed the parsed messages the check keeps or copies), a
-    request of no explicit task (its steps' reuse stays in order) small enough that no
-    parsed messages are shared (`MIN_BYTES`), so the check runs on the loop anyway."""
-    route, task = ctx.route, ctx.task
+    not litellm's (it may be handed the parsed messages the check keeps or copies)."""
+    route = ctx.route
     return (
         route is not None
         and not route.via_litellm
         and OBSERVING.issuperset(route.prefix)
-        and task is not None
-        and task.implicit
-        and len(ctx.raw_body) < MIN_BYTES
+        and ctx.task is not None
     )

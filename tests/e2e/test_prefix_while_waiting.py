@@ -218,3 +218,72 @@ def test_a_failing_check_is_the_reply_error_and_the_paid_call_is_still_booked(
     # The connection the hook ran on is as good as ever: the next request goes through.
     ok = gateway.sdk().chat.completions.with_raw_response.create(model="chat", messages=MESSAGES)  # type: ignore[arg-type]
     assert ok.headers["x-farebox-prefix"]
+
+
+# A tool's output an agent carries in its history: ~330 KB, so its first sight is checked in
+# a worker thread (`OFF_LOOP_BYTES`) and the steps after it repeat its bytes.
+TOOL_OUTPUT = "build: compiled module ok in 12 ms; 0 warnings, cache warm. " * 5500
+
+
+def _task_steps(gateway: Gateway, key: str, task: str) -> list[list[tuple[str, str]]]:
+    """Four steps of one agent task over a large history (two whole, two streamed), each
+    the previous one's messages with its reply and a new turn; each reply's headers."""
+    client = gateway.sdk(api_key=key, default_headers={"X-Task-Id": task})
+    history: list[dict[str, str]] = [
+        {"role": "system", "content": GUIDE},
+        {"role": "user", "content": TOOL_OUTPUT},
+    ]
+    seen = []
+    for step in range(4):
+        history.append({"role": "user", "content": f"Step {step}: continue."})
+        if step < 2:
+            raw = client.chat.completions.with_raw_response.create(model="chat", messages=history)  # type: ignore[arg-type]
+            seen.append(_headers(raw))
+            answer = raw.parse().choices[0].message.content or ""
+        else:
+            with client.chat.completions.with_streaming_response.create(
+                model="chat",
+                messages=history,  # type: ignore[arg-type]
+                stream=True,
+                stream_options={"include_usage": True},
+            ) as response:
+                assert response.headers["x-farebox-prefix"]  # before any event
+                seen.append(_headers(response))
+                list(response.iter_lines())
+            answer = ""
+        history.append({"role": "assistant", "content": answer})
+    return seen
+
+
+def test_a_task_s_large_steps_check_once_the_upstream_has_them(
+    make_gateway: GatewayFactory, sim: SimControl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent task's steps over a history of 330 KB: the first (all of it new) is checked
+    in a worker thread before the call, as before; the next one, which repeats its bytes,
+    once the upstream has it. The first streamed step is new bytes again (the SDK writes
+    `"stream":true` before the messages), the second repeats it. Headers and ledger rows
+    are those of the check before the call."""
+    sim.reset()
+    with monkeypatch.context() as patched:
+        patched.setattr(prefix_pending, "can_wait", lambda ctx: False)
+        before = make_gateway()
+        checked_first = (_task_steps(before, "sk-task-first", "agent-7"), _rows(before, 4))
+    sim.reset()
+    runs: list[tuple[str, bool]] = []
+
+    def watched(kind: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def check(*args: Any, **kwargs: Any) -> Any:  # the sim logs requests in order
+            runs.append((kind, _upstream_had_it(sim, before=len(runs))))
+            return real(*args, **kwargs)
+
+        return check
+
+    monkeypatch.setattr(prefix, "_check", watched("before", prefix._check))
+    monkeypatch.setattr(prefix_pending, "_check", watched("while", prefix_pending._check))
+    now = make_gateway()
+    meanwhile = (_task_steps(now, "sk-task-meanwhile", "agent-7"), _rows(now, 4))
+    # A step of new bytes is checked in a worker thread, before the upstream has it
+    assert runs == [("while", False), ("while", True), ("while", False), ("while", True)]
+    assert meanwhile == checked_first
+    prefixes = [dict(headers)["x-farebox-prefix"] for headers in meanwhile[0]]
+    assert len(prefixes) == 4 and all(prefixes)
