@@ -5,12 +5,16 @@ few hundred rows held the event loop for several milliseconds (the task rows' di
 bind processors alone 5 ms for 140 rows), and a multi-row `INSERT ... VALUES` bound tens
 of thousands of parameters in one C call in aiosqlite's thread, holding the interpreter
 lock throughout (the switch interval cannot interrupt a C call): every request that woke
-meanwhile waited (bench/ledger_stall.py). Here the Python work runs on the loop
-`SLICE_ROWS` records at a time, yielding between slices, and the database gets only
-tuples: on SQLite one call into the connection's thread runs every statement with
-sqlite3's `executemany` (which lets go of the lock while SQLite steps each row), a slice of
-rows at a time with a short sleep between slices (`_execute_paced`); on
-PostgreSQL the request and task rows go as one JSON text each (`gateway.ledger.pgjson`).
+meanwhile waited (bench/ledger_stall.py). Here the Python work runs on the loop in
+short slices (`pause`, `turn`: a slice runs in a quiet turn of the loop, ~`LOOP_SLICE_S`
+long, or gets a bounded share of a busy one), and the database gets only tuples. On a
+SQLite file the rows go in with sqlite3's `executemany` on the loop's own thread, in the
+same slices (`_on_loop`): aiosqlite's thread writing them made a request that woke
+meanwhile wait for the interpreter lock and the core (a GIL convoy, even with its slices
+paced by short sleeps, `_execute_paced`, which stays for a connection that checks its
+thread). Taking the write lock (which may wait for a sibling worker) and COMMIT stay in
+aiosqlite's thread. On PostgreSQL the request and task rows go as one JSON text each
+(`gateway.ledger.pgjson`).
 
 The rows are built assuming every request row is new (a replayed segment is the rare
 case): if the database already holds some ids, the task and rollup rows are built again
@@ -20,9 +24,10 @@ for the rows actually written, before anything is added.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -47,8 +52,9 @@ from gateway.ledger.records import (
     TaskFinish,
 )
 
-SLICE_ROWS = 32
-"""Records handled between two yields to the loop: ~0.1-0.2 ms of Python here."""
+SLICE_ROWS = 4
+"""Records planned between two looks at the slice's time (`pause`): ~15-40 us of Python
+here; the loop gets a turn once a slice has had its budget."""
 
 THREAD_SLICE_ROWS = 16
 """Rows the SQLite thread writes per statement between two pauses (`_sqlite_write`), at
@@ -69,9 +75,67 @@ Statement = tuple[str, Rows]
 """SQL run with `executemany` over the rows (driver-level parameters)."""
 
 
+LOOP_SLICE_S = 40e-6
+"""How long a slice of the flush's work on the loop (planning, writing rows to SQLite: at
+least a row) runs between two turns of the loop when the loop is idle: a request that
+arrives meanwhile waits about this long (`pause`, `_on_loop`)."""
+
+QUIET_TURN_S = 20e-6
+"""A turn of the loop (`asyncio.sleep(0)` and back) that took less ran nothing else: the
+loop is idle (a request, if any, waits for its upstream or its client) and a slice may run."""
+
+MAX_DEFER_S = 1e-3
+"""How much of the loop's CPU time other work may take before the flush, which gives way
+to it, takes a slice anyway."""
+
+BUSY_SHARE = 0.25
+"""A slice taken from a busy loop lasts this share of the loop's CPU time the other work
+took meanwhile (from `MAX_DEFER_S`, up to `MAX_SLICE_S`): at high concurrency the flush
+gets about a fifth of the loop and its transaction (SQLite's write lock, which sibling
+workers share) stays short."""
+
+MAX_SLICE_S = 1e-3
+"""The longest slice."""
+
+
+async def turn() -> float:
+    """Give way to the loop (the caller's slice has just ended) until the next slice may
+    run; return that slice's time budget.
+
+    A slice runs after a quiet turn of the loop (nothing else ran), for `LOOP_SLICE_S`;
+    after busy turns it waits until other work has had `MAX_DEFER_S` of the loop's CPU
+    time and then runs for `BUSY_SHARE` of that. At concurrency 1 the flush's work so
+    lands in the loop's idle gaps (the upstream's work, the client's turnaround) and a
+    request waits for one short slice at most; at high concurrency the flush takes a
+    bounded share of the loop. The loop's CPU time, not the wall clock, measures a busy
+    loop's other work: a process preempted on a shared core is not busy, and a slice
+    after the preemption is not the longer for it.
+    """
+    since = time.thread_time()
+    yielded = time.perf_counter()
+    while True:
+        await asyncio.sleep(0)
+        now = time.perf_counter()
+        if now - yielded < QUIET_TURN_S:
+            return LOOP_SLICE_S
+        others = time.thread_time() - since
+        if others >= MAX_DEFER_S:
+            return min(others * BUSY_SHARE, MAX_SLICE_S)
+        yielded = now
+
+
+_slice_ends = 0.0
+"""When the flush's slice of work on the loop now running has had its budget."""
+
+
 async def pause() -> None:
-    """Let the loop run what is ready (requests) before the next slice."""
-    await asyncio.sleep(0)
+    """Between two pieces of the flush's work on the loop: once the slice has had its
+    budget, let the loop run what is ready (requests) before the next slice (`turn`)."""
+    global _slice_ends
+    if time.perf_counter() < _slice_ends:
+        return
+    budget = await turn()
+    _slice_ends = time.perf_counter() + budget
 
 
 @dataclass(slots=True)
@@ -454,19 +518,77 @@ async def _in_sqlite_thread(
     statements: list[Statement],
     step: int = SLICE_ROWS,
 ) -> set[str]:
-    """Run `_sqlite_write` in aiosqlite's thread with one hop (its queue, as SQLAlchemy's
-    aiosqlite dialect reaches it), paced for a plan of `step` records a slice, or statement
-    by statement where that is not there."""
+    """Write the batch: the rows on the loop's own thread in short slices between its
+    other work (`_on_loop`), the transaction's start and look-up in aiosqlite's thread.
+
+    Where the connection refuses the loop's thread (`check_same_thread`: an in-memory
+    database), `_sqlite_write` runs in aiosqlite's thread with one hop (its queue, as
+    SQLAlchemy's aiosqlite dialect reaches it), paced for a plan of `step` records a
+    slice; statement by statement on the loop where there is no such thread."""
     raw = await connection.get_raw_connection()
     run = _thread_of(raw.driver_connection)
-    if run is not None:
+    if run is None:
+        # On the loop's own thread (SQLAlchemy's greenlet): a pause would stop the loop.
+        return await connection.run_sync(
+            lambda sync: _sqlite_write(sync.connection.dbapi_connection, ids, rows, statements)
+        )
+    cursor = _loop_cursor(raw.driver_connection)
+    if cursor is None:
         paced = _thread_pacing(step)
         existing: set[str] = await run(_sqlite_write, ids, rows, statements, paced)
         return existing
-    # On the loop's own thread (SQLAlchemy's greenlet): a pause would stop the loop.
-    return await connection.run_sync(
-        lambda sync: _sqlite_write(sync.connection.dbapi_connection, ids, rows, statements)
-    )
+    try:
+        # Taking the write lock may wait for a sibling worker's (busy_timeout): not here.
+        existing = await run(_begin_and_look_up, ids)
+        if existing:
+            return existing
+        await _on_loop(cursor, _sqlite_insert_one(), rows, len(rows))
+        for sql, statement_rows in statements:
+            await _on_loop(cursor, sql, statement_rows)
+        return existing
+    finally:
+        cursor.close()
+
+
+def _loop_cursor(driver: Any) -> Any:
+    """A cursor of aiosqlite's sqlite3 connection usable on the loop's thread, or None
+    where the connection checks its thread (`check_same_thread`: sqlite3's default, which
+    SQLAlchemy turns off for a file database). While the writer holds the connection
+    for its transaction, aiosqlite's thread has nothing to run on it."""
+    try:
+        return driver._conn.cursor()
+    except sqlite3.ProgrammingError:  # "SQLite objects created in a thread can only ..."
+        return None
+
+
+async def _on_loop(cursor: Any, sql: str, rows: Rows, expected: int | None = None) -> None:
+    """`executemany` of `rows` on the loop's thread, a slice of `turn()`'s budget at a time
+    (at least a row); with `expected`, the rows it must change (the insert's replay check).
+
+    No sleeping thread, no hand-off of the interpreter lock: a request that arrives
+    during a slice waits for its end (~`LOOP_SLICE_S`), and slices run in the loop's
+    quiet turns. Nothing here waits for a lock (the transaction holds SQLite's write lock)
+    or syncs a file (COMMIT, in aiosqlite's thread, does)."""
+    changed = start = 0
+    taken = [0]
+    while start < len(rows):
+        await pause()
+        cursor.executemany(sql, _rows_until(rows, start, _slice_ends, taken))
+        changed += cursor.rowcount
+        start = taken[0]
+    if expected is not None and changed != expected:
+        raise LedgerRaceError(f"{expected - changed} request ids appeared meanwhile")
+
+
+def _rows_until(rows: Rows, start: int, deadline: float, taken: list[int]) -> Iterator[Any]:
+    """`rows[start:]` until `deadline` has passed (at least one); `taken[0]`: the index
+    after the last row given."""
+    clock = time.perf_counter
+    for index in range(start, len(rows)):
+        taken[0] = index + 1
+        yield rows[index]
+        if clock() >= deadline:
+            return
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,6 +627,25 @@ def _sqlite_write(
     `BEGIN IMMEDIATE` takes the write lock before the look-up, so the ids cannot appear
     meanwhile; the insert's row count checks it anyway.
     """
+    existing = _begin_and_look_up(dbapi, ids)
+    if existing:
+        return existing
+    cursor = dbapi.cursor()
+    try:
+        inserted = _execute_paced(cursor, _sqlite_insert_one(), rows, paced)
+        if inserted != len(rows):
+            raise LedgerRaceError(f"{len(rows) - inserted} request ids appeared meanwhile")
+        for sql, statement_rows in statements:
+            _execute_paced(cursor, sql, statement_rows, paced)
+        return existing
+    finally:
+        cursor.close()
+
+
+def _begin_and_look_up(dbapi: Any, ids: list[str]) -> set[str]:
+    """Take the write lock (`BEGIN IMMEDIATE`, unless a transaction is open) and return
+    the ids already stored: the lock taken before the look-up, the ids cannot appear
+    meanwhile (the insert's row count checks it anyway)."""
     cursor = dbapi.cursor()
     try:
         if getattr(dbapi, "in_transaction", True) is False:
@@ -514,13 +655,6 @@ def _sqlite_write(
             chunk = ids[start : start + SQLITE_IDS_PER_LOOKUP]
             cursor.execute(_existing_sql(len(chunk)), chunk)
             existing.update(row[0] for row in cursor.fetchall())
-        if existing:
-            return existing
-        inserted = _execute_paced(cursor, _sqlite_insert_one(), rows, paced)
-        if inserted != len(rows):
-            raise LedgerRaceError(f"{len(rows) - inserted} request ids appeared meanwhile")
-        for sql, statement_rows in statements:
-            _execute_paced(cursor, sql, statement_rows, paced)
         return existing
     finally:
         cursor.close()

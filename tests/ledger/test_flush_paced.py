@@ -1,5 +1,9 @@
 """The SQLite thread writes a flush a slice at a time, sleeping between slices.
 
+(Where the connection takes the loop's thread, as a file database's does, the rows are
+written on the loop instead: tests/ledger/test_flush_loop.py. This thread's path stays
+for a connection that checks its thread, an in-memory database.)
+
 A flush's rows went to SQLite in one `executemany` per statement (4-5 ms of the
 database thread at concurrency 1), and a loop that woke meanwhile waited to its end
 (gateway.ledger.batch `_execute_paced`). The slices must store exactly what one call
@@ -72,10 +76,11 @@ def _no_sleep(seconds: float) -> None:
     raise AssertionError(f"slept {seconds} s")
 
 
-def test_thread_slice_grows_with_the_plans_step() -> None:
+def test_thread_slice_grows_with_the_plans_step(monkeypatch: pytest.MonkeyPatch) -> None:
     base = batch.THREAD_SLICE_ROWS
     assert batch._thread_pacing(batch.SLICE_ROWS) == batch._Pacing(base, batch.THREAD_PAUSE_S)
     assert batch._thread_pacing(batch.SLICE_ROWS * 4).rows == base * 4  # a writer behind
+    monkeypatch.setattr(batch, "SLICE_ROWS", base * 2)
     assert batch._thread_pacing(1).rows == 1
 
 
@@ -83,9 +88,11 @@ async def test_paced_flush_stores_what_sqlalchemy_stored(
     engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Slices of 4 rows (and pauses counted) store the rows, tasks and rollups that
-    SQLAlchemy's own execute stored; a replay of the same records writes nothing."""
+    SQLAlchemy's own execute stored; a replay of the same records writes nothing. (The
+    thread's path: a connection that refuses the loop's thread, see test_flush_loop.)"""
     if engine.dialect.name != "sqlite":
         pytest.skip("SQLite only")
+    monkeypatch.setattr(batch, "_loop_cursor", lambda driver: None)
     pauses: list[float] = []
     monkeypatch.setattr(batch, "THREAD_SLICE_ROWS", 4)
     monkeypatch.setattr(batch.time, "sleep", pauses.append)
