@@ -11,9 +11,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
-from aiohttp.http_exceptions import ContentEncodingError
 
 from gateway.errors import (
     UpstreamError,
@@ -23,6 +21,7 @@ from gateway.errors import (
     UpstreamUnreachableError,
 )
 from gateway.http_headers import safe_headers
+from gateway.upstream import aio
 
 if TYPE_CHECKING:  # raised only by litellm's client, which loads httpx itself
     import httpx
@@ -81,10 +80,15 @@ def from_transport_error(exc: httpx.HTTPError, where: str) -> UpstreamError:
 
 def from_client_error(exc: BaseException, where: str) -> UpstreamError:
     """An aiohttp exception (or its timeout) raised before or while reading a reply."""
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+    aiohttp = aio.loaded()  # not loaded: no aiohttp exception exists, `exc` is a timeout
+    if aiohttp is not None and isinstance(exc, aiohttp.ConnectionTimeoutError):
         return UpstreamTimeoutError(f"upstream {where} timed out while connecting")
     if isinstance(exc, TimeoutError):  # aiohttp's read timeouts are subclasses
         return UpstreamTimeoutError(f"upstream {where} timed out while waiting for a reply")
+    if aiohttp is None:
+        return UpstreamUnreachableError(
+            f"upstream {where} failed: {type(exc).__name__} before a complete reply"
+        )
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return UpstreamUnreachableError(
             f"upstream {where} is unreachable: its TLS certificate did not verify "
@@ -98,7 +102,7 @@ def from_client_error(exc: BaseException, where: str) -> UpstreamError:
     if isinstance(exc, aiohttp.ClientConnectorError):
         return UpstreamUnreachableError(f"upstream {where} is unreachable (connection failed)")
     if isinstance(exc, aiohttp.ClientPayloadError) and isinstance(
-        exc.__cause__, ContentEncodingError
+        exc.__cause__, aiohttp.http_exceptions.ContentEncodingError
     ):
         return UpstreamProtocolError(
             f"upstream {where} sent a reply that cannot be decoded (its content-encoding)"

@@ -19,11 +19,12 @@ import asyncio
 import socket
 import ssl
 from functools import lru_cache
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohappyeyeballs
-import aiohttp
-from aiohttp.client_reqrep import ConnectionKey
+
+from gateway.upstream.aio import aiohttp, client_error
 
 HAPPY_EYEBALLS_DELAY_S = 0.25
 """aiohttp's: how long one address may take to connect before the next is tried too."""
@@ -92,17 +93,16 @@ async def open_connection(
         async with asyncio.timeout(timeout):
             await _connect(protocol, where, tls)
     except TimeoutError as exc:
-        if isinstance(exc, aiohttp.ClientError):
+        if isinstance(exc, client_error()):
             raise
         scheme = "https" if where.tls else "http"
-        raise aiohttp.ConnectionTimeoutError(
+        raise aiohttp().ConnectionTimeoutError(
             f"Connection timeout to host {scheme}://{where.host}:{where.port}"
         ) from exc
 
 
 async def _connect(protocol: asyncio.Protocol, where: Origin, tls: ssl.SSLContext | None) -> None:
     """Resolve, connect (happy eyeballs) and, for https, the TLS handshake, as aiohttp."""
-    key = ConnectionKey(where.host, where.port, where.tls, True, None, None, None)
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(
             where.host, where.port, type=socket.SOCK_STREAM, flags=ADDRCONFIG
@@ -111,7 +111,7 @@ async def _connect(protocol: asyncio.Protocol, where: Origin, tls: ssl.SSLContex
             infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S
         )
     except OSError as exc:
-        raise aiohttp.ClientConnectorError(key, exc) from exc
+        raise aiohttp().ClientConnectorError(_key(where), exc) from exc
     try:
         await asyncio.get_running_loop().create_connection(
             lambda: protocol,
@@ -122,10 +122,17 @@ async def _connect(protocol: asyncio.Protocol, where: Origin, tls: ssl.SSLContex
     # On a failure the loop closes `sock` (its transport owns it): closing it here too
     # could close a descriptor another connection was given since (uvloop #645).
     except ssl.CertificateError as exc:  # not verified, or made out to another host
-        raise aiohttp.ClientConnectorCertificateError(key, exc) from exc
+        raise aiohttp().ClientConnectorCertificateError(_key(where), exc) from exc
     except ssl.SSLError as exc:
-        raise aiohttp.ClientConnectorSSLError(key, exc) from exc
+        raise aiohttp().ClientConnectorSSLError(_key(where), exc) from exc
     except OSError as exc:
         if isinstance(exc, TimeoutError):  # the TLS handshake's own limit
             raise
-        raise aiohttp.ClientConnectorError(key, exc) from exc
+        raise aiohttp().ClientConnectorError(_key(where), exc) from exc
+
+
+def _key(where: Origin) -> Any:
+    """aiohttp's `ConnectionKey` of `where`, which its connector errors carry."""
+    from aiohttp.client_reqrep import ConnectionKey
+
+    return ConnectionKey(where.host, where.port, where.tls, True, None, None, None)
