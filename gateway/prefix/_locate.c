@@ -1480,14 +1480,27 @@ static PyObject *py_plain_segments(PyObject *self, PyObject *args)
 static const char record_columns_doc[] =
     "record_columns(segments) -> (names, digests, canonical, cumulative_tokens), or None.";
 
-static PyObject *py_record_columns(PyObject *self, PyObject *segments)
+/* The columns of `record_columns`; with `taken` (three tuples: names, hex digests, hex
+ * canonical digests of an earlier record), positions start..stop-1 take those tuples' items
+ * instead (a run of messages the request repeats of that record's). None when a segment,
+ * or a taken item, is not of the expected type, or the run does not fit. */
+static PyObject *columns_of(PyObject *segments, PyObject *const *taken, Py_ssize_t start,
+                            Py_ssize_t stop)
 {
-    (void)self;
     if (!PyTuple_CheckExact(segments) && !PyList_CheckExact(segments)) {
         PyErr_SetString(PyExc_TypeError, "record_columns expects a tuple or a list");
         return NULL;
     }
     Py_ssize_t size = Py_SIZE(segments);
+    if (taken == NULL) {
+        start = stop = 0;
+    } else {
+        if (start < 0 || stop < start || stop > size)
+            Py_RETURN_NONE;
+        for (int k = 0; k < 3; k++)
+            if (PyTuple_GET_SIZE(taken[k]) < stop)
+                Py_RETURN_NONE;
+    }
     PyObject *columns[4] = {PyTuple_New(size), PyTuple_New(size), PyTuple_New(size),
                             PyTuple_New(size)};
     PyObject *result = NULL;
@@ -1502,10 +1515,32 @@ static PyObject *py_record_columns(PyObject *self, PyObject *segments)
             result = Py_None;
             goto done;
         }
-        PyObject *name = PyTuple_GET_ITEM(segment, 0), *data = PyTuple_GET_ITEM(segment, 2);
+        PyObject *data = PyTuple_GET_ITEM(segment, 2);
+        if (!PyBytes_CheckExact(data)) {
+            result = Py_None;
+            goto done;
+        }
+        total += (PyBytes_GET_SIZE(data) + 3) >> 2;
+        PyObject *running = PyLong_FromLongLong(total);
+        if (running == NULL)
+            goto done;
+        PyTuple_SET_ITEM(columns[3], i, running);
+        if (i >= start && i < stop) {
+            for (int k = 0; k < 3; k++) {
+                PyObject *item = PyTuple_GET_ITEM(taken[k], i);
+                if (!PyUnicode_CheckExact(item)) {
+                    result = Py_None;
+                    goto done;
+                }
+                Py_INCREF(item);
+                PyTuple_SET_ITEM(columns[k], i, item);
+            }
+            continue;
+        }
+        PyObject *name = PyTuple_GET_ITEM(segment, 0);
         PyObject *digest = PyTuple_GET_ITEM(segment, 3), *canonical = PyTuple_GET_ITEM(segment, 5);
-        if (!PyUnicode_CheckExact(name) || !PyBytes_CheckExact(data) ||
-            !PyBytes_CheckExact(digest) || !PyBytes_CheckExact(canonical)) {
+        if (!PyUnicode_CheckExact(name) || !PyBytes_CheckExact(digest) ||
+            !PyBytes_CheckExact(canonical)) {
             result = Py_None;
             goto done;
         }
@@ -1513,19 +1548,15 @@ static PyObject *py_record_columns(PyObject *self, PyObject *segments)
                                  PyBytes_GET_SIZE(digest));
         PyObject *canonical_hex = hex_of((const unsigned char *)PyBytes_AS_STRING(canonical),
                                          PyBytes_GET_SIZE(canonical));
-        total += (PyBytes_GET_SIZE(data) + 3) >> 2;
-        PyObject *running = PyLong_FromLongLong(total);
-        if (hexed == NULL || canonical_hex == NULL || running == NULL) {
+        if (hexed == NULL || canonical_hex == NULL) {
             Py_XDECREF(hexed);
             Py_XDECREF(canonical_hex);
-            Py_XDECREF(running);
             goto done;
         }
         Py_INCREF(name);
         PyTuple_SET_ITEM(columns[0], i, name);
         PyTuple_SET_ITEM(columns[1], i, hexed);
         PyTuple_SET_ITEM(columns[2], i, canonical_hex);
-        PyTuple_SET_ITEM(columns[3], i, running);
     }
     for (int k = 0; k < 4; k++)
         if (PyObject_GC_IsTracked(columns[k]))
@@ -1537,11 +1568,41 @@ static PyObject *py_record_columns(PyObject *self, PyObject *segments)
             columns[k] = NULL;
         }
 done:
+    /* a tuple left part-filled (NULL items) is freed safely: tuple_dealloc skips NULLs */
     for (int k = 0; k < 4; k++)
         Py_XDECREF(columns[k]);
     if (result == Py_None)
         Py_RETURN_NONE;
     return result;
+}
+
+static PyObject *py_record_columns(PyObject *self, PyObject *segments)
+{
+    (void)self;
+    return columns_of(segments, NULL, 0, 0);
+}
+
+/* record_columns_like(segments, names, digests, canonical, start, stop) -> as
+ * `record_columns`, but positions start..stop-1 of the first three columns are the items
+ * of `names`, `digests` and `canonical` at the same positions (an earlier record's, for
+ * the messages this request repeats of it: `record.build_record`'s `like`), not made
+ * again; the cumulative tokens still come from every segment's bytes. None as there, or
+ * when those tuples are shorter than `stop` or hold an item that is not a str. */
+static const char record_columns_like_doc[] =
+    "record_columns_like(segments, names, digests, canonical, start, stop) -> (names, "
+    "digests, canonical, cumulative_tokens) with start..stop taken from the given columns, "
+    "or None.";
+
+static PyObject *py_record_columns_like(PyObject *self, PyObject *args)
+{
+    PyObject *segments, *taken[3];
+    Py_ssize_t start, stop;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO!O!O!nn:record_columns_like", &segments, &PyTuple_Type,
+                          &taken[0], &PyTuple_Type, &taken[1], &PyTuple_Type, &taken[2], &start,
+                          &stop))
+        return NULL;
+    return columns_of(segments, taken, start, stop);
 }
 
 /* first_long(values, limit) -> the index of the first dict whose "content" is a str of
@@ -1625,6 +1686,7 @@ static PyMethodDef methods[] = {
     {"bind_xxh3", py_bind_xxh3, METH_VARARGS, bind_xxh3_doc},
     {"plain_segments", py_plain_segments, METH_VARARGS, plain_segments_doc},
     {"record_columns", py_record_columns, METH_O, record_columns_doc},
+    {"record_columns_like", py_record_columns_like, METH_VARARGS, record_columns_like_doc},
     {"first_long", py_first_long, METH_VARARGS, first_long_doc},
     {"roles", py_roles, METH_VARARGS, roles_doc},
     {NULL, NULL, 0, NULL},

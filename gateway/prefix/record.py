@@ -213,6 +213,7 @@ def chain_fingerprints(
 
 _CHAIN_HEX = native_step("chain_hex")
 _RECORD_COLUMNS = native_step("record_columns")
+_RECORD_COLUMNS_LIKE = native_step("record_columns_like")
 
 
 def _hex_each(digests: list[bytes]) -> tuple[str, ...]:
@@ -288,6 +289,8 @@ def build_record(
         and len(segments) <= SHARED_CHAIN_MAX  # one call holds the lock: ~0.1 µs a segment
         else None
     )
+    if native is None and shared:
+        native = _columns_like(segments, like, head, shared, counter)
     if native is not None:  # the maps below in one C pass (~0.2 ms less for 1,245)
         names, digests, canonical, cumulative = native
         return _record(request, rule, names, digests, canonical, cumulative)
@@ -314,6 +317,33 @@ def build_record(
         digests = _column(segments, itemgetter(3), bytes.hex)
         canonical = _column(segments, itemgetter(5), bytes.hex)  # b"" -> "", in C
     return _record(request, rule, names, digests, canonical, _running_sums(sizes))
+
+
+def _columns_like(
+    segments: Sequence[Any],
+    like: tuple[PrefixRecord, int] | None,
+    head: int,
+    shared: int,
+    counter: TokenCounter,
+) -> tuple[tuple[Any, ...], ...] | None:
+    """`build_record`'s columns in one C pass where `shared` message segments after the
+    `head` are `like`'s record's (`record_columns_like`: its names and hex digests taken,
+    not made again; an agent step's 1,245 segments ~0.25 ms -> ~0.03 ms); None: the maps."""
+    columns = _RECORD_COLUMNS_LIKE
+    if columns is None or like is None or counter is not estimate_tokens:
+        return None
+    if len(segments) > SHARED_CHAIN_MAX:  # one call holds the lock
+        return None
+    earlier = like[0]
+    native: tuple[tuple[Any, ...], ...] | None = columns(
+        segments,
+        earlier.segment_names,
+        earlier.segment_digests,
+        earlier.canonical_digests,
+        head,
+        head + shared,
+    )
+    return native
 
 
 def _record(
