@@ -20,9 +20,11 @@ from gateway.ledger import RequestRecord
 from gateway.ledger.records import (
     MONEY_LIMIT,
     MONEY_QUANTUM,
+    TOKEN_FIELDS,
     ZERO_MONEY,
-    RoundedRecord,
     as_money,
+    open_row,
+    seal_row,
 )
 from gateway.metrics import Metrics, add, observe, observe_alike
 from gateway.pipeline.context import RequestContext
@@ -155,7 +157,12 @@ def _prefix_status(ctx: RequestContext) -> str | None:
 
 
 def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> RequestRecord:
-    """The ledger row for this upstream call."""
+    """The ledger row for this upstream call.
+
+    Filled a store per field (`open_row` / `seal_row`): what `RequestRecord(...)` of the
+    same keywords builds, without matching 47 of them to its parameters. Every field is
+    set here: a field added to `RequestRecord` is added here too (its test reads them all).
+    """
     task, route, identity, prefix = ctx.task, ctx.route, ctx.identity, ctx.prefix
     assert task is not None and route is not None and ctx.alias is not None
     timings = ctx.timings
@@ -164,51 +171,52 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
     # No usage is the record's defaults: zero tokens, not estimated, suspect or reported.
     usage = ctx.usage or _NO_USAGE
     costs = booked.components
-    # Costs from `BookedCost.of` are rounded already: the record need not round them again.
-    make = RoundedRecord if booked.rounded else RequestRecord
-    return make(
-        request_id=ctx.request_id,
-        attempt=attempt,
-        task_id=task.task_id,
-        task_step=task.step,
-        step_kind=task.step_kind,
-        team=identity.team or "default",
-        project=identity.project or "default",
-        caller=identity.caller,
-        model_alias=ctx.alias,
-        backend=backend_of(route),
-        provider=route.provider,
-        upstream_model=route.model,
-        tier_requested=ctx.tier_requested or "",
-        tier_served=ctx.tier_served or "",
-        tier_confirmed=ctx.tier_confirmed,
-        status_code=ctx.status_code or 0,
-        error_type=ctx.error_type,
-        streamed=ctx.stream,
-        cost_input=costs["input"],
-        cost_cached=costs["cached"],
-        cost_cache_write=costs["cache_write"],
-        cost_output=costs["output"],
-        cost_reasoning=costs["reasoning"],
-        cost_total=booked.total,
-        ttft_ms=_ms(timings.ms_since_sent(timings.first_token)),
-        ttfat_ms=_ms(timings.ms_since_sent(timings.first_answer_token)),
-        duration_ms=round((finished - timings.received) * 1000),
-        decode_tps=decode_speed(ctx),
-        output_cap_clamped=ctx.clamped,
-        expected_cached_tokens=_expected_cached(ctx),
-        prefix_status=_prefix_status(ctx),
-        prefix_lost_usd=prefix.lost_usd if prefix is not None else None,
-        thinking_enforcement=ctx.response_headers.get("x-farebox-thinking-enforcement"),
-        dropped_params=ctx.dropped_params,
-        estimated=usage.estimated,
-        usage_suspect=usage.suspect,
-        usage_reported=usage.reported,
-        **usage.token_counts(),
-    )
+    row = open_row()
+    row.request_id = ctx.request_id
+    row.attempt = attempt
+    row.task_id = task.task_id
+    row.task_step = task.step
+    row.step_kind = task.step_kind
+    row.team = identity.team or "default"
+    row.project = identity.project or "default"
+    row.caller = identity.caller
+    row.model_alias = ctx.alias
+    row.backend = backend_of(route)
+    row.provider = route.provider
+    row.upstream_model = route.model
+    row.tier_requested = ctx.tier_requested or ""
+    row.tier_served = ctx.tier_served or ""
+    row.tier_confirmed = ctx.tier_confirmed
+    row.status_code = ctx.status_code or 0
+    row.error_type = ctx.error_type
+    row.streamed = ctx.stream
+    row.cost_input = costs["input"]
+    row.cost_cached = costs["cached"]
+    row.cost_cache_write = costs["cache_write"]
+    row.cost_output = costs["output"]
+    row.cost_reasoning = costs["reasoning"]
+    row.cost_total = booked.total
+    row.ttft_ms = _ms(timings.ms_since_sent(timings.first_token))
+    row.ttfat_ms = _ms(timings.ms_since_sent(timings.first_answer_token))
+    row.duration_ms = round((finished - timings.received) * 1000)
+    row.decode_tps = decode_speed(ctx)
+    row.output_cap_clamped = ctx.clamped
+    row.expected_cached_tokens = _expected_cached(ctx)
+    row.prefix_status = _prefix_status(ctx)
+    row.prefix_lost_usd = prefix.lost_usd if prefix is not None else None
+    row.thinking_enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")
+    row.dropped_params = ctx.dropped_params
+    row.estimated = usage.estimated
+    row.usage_suspect = usage.suspect
+    row.usage_reported = usage.reported
+    for name, count in zip(TOKEN_FIELDS, _TOKEN_COUNTS(usage), strict=True):
+        setattr(row, name, count)
+    # Costs from `BookedCost.of` are rounded already: the row need not round them again.
+    return seal_row(row, booked.rounded)
 
 
 _NO_USAGE = Usage()
+_TOKEN_COUNTS = attrgetter(*TOKEN_FIELDS)  # `usage.token_counts()`'s values, in its order
 
 
 def _labels(metrics: Metrics, metric: Any, *values: str, **named: str) -> Any:

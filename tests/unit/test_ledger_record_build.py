@@ -83,6 +83,17 @@ def test_a_row_from_booked_costs_is_the_checked_row(
     assert row.backend == "http://h/v1" and row.team == "t1" and row.attempt == 1
 
 
+def test_ledger_record_sets_every_field_of_the_row() -> None:
+    """`ledger_record` fills an open row a store per field: none may be left unset."""
+    ctx = _ctx(Usage(prompt_tokens=5, completion_tokens=2), "0.000001", "0.000002")
+    for booked in (BookedCost.of(ctx.cost), BookedCost(dict(BookedCost.of(ctx.cost).components))):
+        row = ledger_record(ctx, booked)
+        unset = [spec.name for spec in dataclasses.fields(row) if not hasattr(row, spec.name)]
+        assert unset == [] and type(row) is RequestRecord
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            row.team = "other"  # type: ignore[misc]
+
+
 def test_a_row_without_a_price_books_zero_to_ten_places() -> None:
     ctx = _ctx(Usage(prompt_tokens=5, completion_tokens=2), "0", "0")
     ctx.cost = None
