@@ -26,6 +26,14 @@ replies read without a timer each (the batch's deadline bounds them all; redis-p
 socket timeout, one timer per reply, still bounds a batch without a deadline), and none
 of the pipeline's per-command bookkeeping. The replies are Redis's own, as a pipeline
 without response callbacks gives them (bytes, None, lists, integers).
+
+The sender keeps its pooled connection from one batch to the next while calls wait (a
+busy gateway sends batch after batch; after a batch of several calls it waits one turn
+of the loop for more), and gives it back when none does or an exchange fails:
+redis-py's `get_connection` and `release` (a condition, a timer, the pool's lock, a
+check that the socket has nothing to read, its observability hooks) cost more than the
+exchange of a small batch itself. A connection taken back from the pool after an idle
+spell is checked by the pool as before.
 """
 
 from __future__ import annotations
@@ -74,6 +82,8 @@ class CommandBatch:
         self.deadline_s = deadline_s
         self._waiting: list[Call] = []
         self._sender: asyncio.Task[None] | None = None
+        # The sender's connection between two batches of one busy spell (see the module).
+        self._held: AbstractConnection | None = None
         self.sent = 0  # pipelines sent, for tests and benchmarks
 
     async def script(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
@@ -109,12 +119,23 @@ class CommandBatch:
     async def _send_all(self) -> None:
         """Send batches until no call waits; the task ends with the last one."""
         try:
-            while self._waiting:
-                batch = self._waiting[:MAX_BATCH]
-                del self._waiting[:MAX_BATCH]
-                await self._send(batch)
+            linger = False
+            while True:
+                while self._waiting:
+                    batch = self._waiting[:MAX_BATCH]
+                    del self._waiting[:MAX_BATCH]
+                    linger = len(batch) > 1
+                    await self._send(batch)
+                if not linger:
+                    break
+                # Callers of a busy gateway (a batch of several calls), woken by the
+                # replies, often call again at once: one turn of the loop for them, with
+                # the connection in hand. A lone call's caller (concurrency 1) seldom does.
+                linger = False
+                await asyncio.sleep(0)
         finally:
             self._sender = None
+            await self._release_held()  # no call waits: the pool checks it when next taken
             _fail([call[2] for call in self._waiting])  # stopped: no call is left hanging
             self._waiting.clear()
 
@@ -149,18 +170,31 @@ class CommandBatch:
                 reply.set_exception(answer)
             else:
                 reply.set_result(answer)
-        for again, reply in forgotten:  # Redis forgot its scripts (a restart): load, call again
+        if forgotten:  # Redis forgot its scripts (a restart): load, call again
+            # On the connection this batch had, given back first (the pool's newest, as
+            # before it was kept): an idle one from before the restart would be dead.
+            await self._release_held()
+        for again, reply in forgotten:
             await _again(again, reply)
+
+    async def _release_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await self._client.connection_pool.release(held)
 
     async def _exchange(self, commands: list[Command]) -> list[Any]:
         """Write `commands` in one go on a pooled connection and read their replies, an
         error reply as its exception (NOSCRIPT as `NoScriptError`) in its place.
 
         A connection that fails or is cancelled mid-way is closed by redis-py (its send
-        and read do that), so the pool never hands out one with replies left unread.
+        and read do that) and given back at once, so the pool never hands out one with
+        replies left unread. One whose replies were all read is kept for the next batch
+        (`_held`; `_send_all` gives it back when no call waits).
         """
         pool = self._client.connection_pool
-        connection = await pool.get_connection()
+        connection, self._held = self._held, None
+        if connection is None:
+            connection = await pool.get_connection()
         try:
             await connection.send_packed_command(_pack(connection, commands))
             # Under a deadline (the whole exchange's), no timer per reply: `math.inf`.
@@ -171,9 +205,11 @@ class CommandBatch:
                     replies.append(await connection.read_response(timeout=timeout))
                 except ResponseError as exc:
                     replies.append(exc)
-            return replies
-        finally:
+        except BaseException:
             await pool.release(connection)
+            raise
+        self._held = connection  # every reply read: ready for the next batch's commands
+        return replies
 
 
 def _pack(connection: AbstractConnection, commands: Sequence[Command]) -> list[bytes]:

@@ -168,6 +168,42 @@ async def test_batched_calls_to_a_hung_redis_end_by_their_own_deadlines(
         await state.aclose()
 
 
+async def test_a_busy_sender_keeps_its_connection_and_gives_it_back_when_idle() -> None:
+    """Batch after batch on the connection in hand while callers keep calling; none held
+    once no call waits, and every reply still its own caller's."""
+    state = await _state(require_redis())
+    batch = state.redis._batch
+    held: list[object] = []
+
+    async def caller(i: int) -> list[object]:
+        answers = []
+        for step in range(5):  # read, then write at once, as a request's calls come
+            answers.append(await state.prefix_history([f"k{i}"]))
+            held.append(batch._held)
+            await state.remember_prefix([f"k{i}"], {"i": i, "step": step}, 60, 8)
+            held.append(batch._held)
+        return answers
+
+    try:
+        answers = await asyncio.gather(*(caller(i) for i in range(16)))
+        for i, history in enumerate(answers):  # each caller read back its own writes
+            assert [[r["step"] for r in h] for h in history] == [[], [0], [1, 0], [2, 1, 0],
+                                                                 [3, 2, 1, 0]]  # fmt: skip
+            assert {r["i"] for h in history for r in h} <= {i}
+        assert batch.sent >= 10
+        # The sender lingered a turn after each batch of several calls: every batch went
+        # on the one connection it kept, never given back in between.
+        assert None not in held and len(set(map(id, held))) == 1
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert batch._sender is None and batch._held is None  # idle: back in the pool
+        assert await state.prefix_history(["k0"])  # taken again, checked by the pool
+        assert batch._held is None
+    finally:
+        await _drop(state)
+        await state.aclose()
+
+
 async def _drop(state: FallbackState) -> None:
     redis_state = state.redis
     names = await redis_state.client.keys(f"{redis_state.namespace}:*")
