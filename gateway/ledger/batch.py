@@ -75,23 +75,26 @@ Statement = tuple[str, Rows]
 """SQL run with `executemany` over the rows (driver-level parameters)."""
 
 
-LOOP_SLICE_S = 40e-6
+LOOP_SLICE_S = 1e-4
 """How long a slice of the flush's work on the loop (planning, writing rows to SQLite: at
 least a row) runs between two turns of the loop when the loop is idle: a request that
 arrives meanwhile waits about this long (`pause`, `_on_loop`)."""
 
-QUIET_TURN_S = 20e-6
-"""A turn of the loop (`asyncio.sleep(0)` and back) that took less ran nothing else: the
-loop is idle (a request, if any, waits for its upstream or its client) and a slice may run."""
+QUIET_TURN_S = 15e-6
+"""A turn of the loop (`asyncio.sleep(0)` and back: ~2-3 us) that took less ran nothing
+else: the loop is idle (a request, if any, waits for its upstream or its client) and a
+slice may run. By the wall clock, or where that says more, by the loop's CPU time: on a
+shared core a turn that was preempted is no busier, and spinning through such turns only
+burns the core."""
 
-MAX_DEFER_S = 1e-3
+MAX_DEFER_S = 4e-4
 """How much of the loop's CPU time other work may take before the flush, which gives way
 to it, takes a slice anyway."""
 
 BUSY_SHARE = 0.25
 """A slice taken from a busy loop lasts this share of the loop's CPU time the other work
-took meanwhile (from `MAX_DEFER_S`, up to `MAX_SLICE_S`): at high concurrency the flush
-gets about a fifth of the loop and its transaction (SQLite's write lock, which sibling
+took meanwhile (~0.1 ms from `MAX_DEFER_S`, up to `MAX_SLICE_S`): at high concurrency the
+flush gets about a fifth of the loop and its transaction (SQLite's write lock, which sibling
 workers share) stays short."""
 
 MAX_SLICE_S = 1e-3
@@ -107,21 +110,24 @@ async def turn() -> float:
     time and then runs for `BUSY_SHARE` of that. At concurrency 1 the flush's work so
     lands in the loop's idle gaps (the upstream's work, the client's turnaround) and a
     request waits for one short slice at most; at high concurrency the flush takes a
-    bounded share of the loop. The loop's CPU time, not the wall clock, measures a busy
-    loop's other work: a process preempted on a shared core is not busy, and a slice
-    after the preemption is not the longer for it.
+    bounded share of the loop. The loop's CPU time, not the wall clock, measures the
+    loop's other work (`QUIET_TURN_S`).
     """
-    since = time.thread_time()
-    yielded = time.perf_counter()
+    wall, cpu = time.perf_counter, time.thread_time
+    since = used = cpu()
+    yielded = wall()
     while True:
         await asyncio.sleep(0)
-        now = time.perf_counter()
+        now = wall()
         if now - yielded < QUIET_TURN_S:
-            return LOOP_SLICE_S
-        others = time.thread_time() - since
+            return LOOP_SLICE_S  # quick by the wall clock: quiet (no system call)
+        spent = cpu()
+        if spent - used < QUIET_TURN_S:
+            return LOOP_SLICE_S  # preempted, not busy
+        others = spent - since
         if others >= MAX_DEFER_S:
             return min(others * BUSY_SHARE, MAX_SLICE_S)
-        yielded = now
+        yielded, used = now, spent
 
 
 _slice_ends = 0.0

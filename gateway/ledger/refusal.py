@@ -121,6 +121,7 @@ async def _apply_part(
         # Built before the transaction, on the loop a slice at a time (gateway.ledger.batch).
         plan = await batch.plan(engine.dialect, entries, step)
         async with engine.begin() as connection:
+            await batch.pause()  # the pool's check-out and BEGIN: ~0.1 ms of the loop
             part = await batch.apply(connection, plan)
     except Exception as exc:  # classified below; a transient error is re-raised
         reason = refusal_reason(exc)
