@@ -169,6 +169,17 @@ def test_headers_and_ledger_rows_are_those_of_the_check_before_the_call(
     assert len(prefixes) == 5 and all(prefixes)
 
 
+def test_a_task_s_small_steps_check_once_written_with_the_same_outcome(
+    make_gateway: GatewayFactory, sim: SimControl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An explicit task's small requests (its history and reuse keyed by the task) are
+    checked while the upstream works too, with the headers and rows of a check before."""
+    first, now, runs = _both_ways(make_gateway, sim, monkeypatch, {"X-Task-Id": "agent-small"})
+    assert [kind for kind, _ in runs] == ["while"] * 5
+    assert now == first
+    assert all(dict(headers)["x-task-id"] == "agent-small" for headers in now[0])
+
+
 def test_a_limit_holds_with_the_check_estimate(
     make_gateway: GatewayFactory, sim: SimControl, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
