@@ -155,6 +155,7 @@ class Connection(asyncio.Protocol):
     __slots__ = (
         "_deadline",
         "_drain",
+        "_encoded",
         "_framed",
         "_headers",
         "_parser",
@@ -213,6 +214,7 @@ class Connection(asyncio.Protocol):
         self.status = 0
         self._headers: list[tuple[bytes, bytes]] = []
         self._framed = False
+        self._encoded = False  # a content-encoding header came: `Reply` reads which
         self.headers_done = False
         self.body.clear()
         self.buffered = 0
@@ -288,6 +290,8 @@ class Connection(asyncio.Protocol):
                 low == b"transfer-encoding" and value.lower().find(b"chunked") >= 0
             ):
                 self._framed = True
+            elif low == b"content-encoding":
+                self._encoded = True
 
     def on_message_complete(self) -> None:
         if not self.headers_done:
@@ -358,14 +362,20 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
         return data
 
-    async def send(self, head: bytes, body: bytes | AsyncIterator[bytes], chunked: bool) -> None:
+    def write(self, head: bytes, body: bytes) -> None:
+        """Write a request whose body is in hand (`send` without a coroutine)."""
         transport = self.transport
         assert transport is not None
+        transport.write(head + body if len(body) < 16384 else head)
+        if len(body) >= 16384:
+            transport.write(body)
+
+    async def send(self, head: bytes, body: bytes | AsyncIterator[bytes], chunked: bool) -> None:
         if isinstance(body, bytes):
-            transport.write(head + body if len(body) < 16384 else head)
-            if len(body) >= 16384:
-                transport.write(body)
+            self.write(head, body)
             return
+        transport = self.transport
+        assert transport is not None
         transport.write(head)
         async for piece in body:
             if self.lost:
@@ -407,7 +417,9 @@ class Reply:
         self.status = conn.status
         self._ended = False
         self._decoder: _Decoder | None = None
-        for name, value in conn._headers:
+        # The headers were walked as they completed (`on_headers_complete`): again only
+        # when one of them named an encoding (a plain reply's head is not read twice).
+        for name, value in conn._headers if conn._encoded else ():
             if name.lower() == b"content-encoding":
                 encoding = value.decode("latin-1").strip().lower()
                 if encoding in ("gzip", "x-gzip", "deflate"):
@@ -647,9 +659,16 @@ class Pool:
         else:
             length = _declared_length(headers)
         head = _head(where, headers, length)
-        conn = await self.acquire(where, timeout.sock_connect)
+        # A pooled connection and a body in hand (the usual request): no coroutine for
+        # either step, neither of which would wait.
+        conn = self._take_idle(where.key)
+        if conn is None:
+            conn = await self.acquire(where, timeout.sock_connect)
         try:
-            await conn.send(head, body, length is None)
+            if isinstance(body, bytes):
+                conn.write(head, body)
+            else:
+                await conn.send(head, body, length is None)
             if while_waiting is not None:
                 while_waiting()
             while not conn.headers_done:
