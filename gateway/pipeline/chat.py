@@ -38,7 +38,7 @@ from gateway.pipeline.policy import apply_policy, capabilities
 from gateway.pipeline.prefix import rule_for_route
 from gateway.pipeline.prefix_pending import PendingPrefix, start_prefix_check
 from gateway.pipeline.relay import Relay, RelayResponse
-from gateway.pipeline.respond import cost_headers, with_cost
+from gateway.pipeline.respond import cost_values, with_cost
 from gateway.pipeline.task_claim import claim_task
 from gateway.pipeline.thinking_cap import thinking_cap_for
 from gateway.pipeline.tier_report import tier_headers
@@ -119,13 +119,17 @@ def _build_call(ctx: RequestContext, services: Services) -> UpstreamCall:
     return call
 
 
-def _headers(ctx: RequestContext) -> dict[str, str]:
+def _headers(ctx: RequestContext, *more: dict[str, str]) -> dict[str, str]:
+    """The reply's headers, then `more`'s (as `|` would add them), each value sendable."""
     headers = {"x-request-id": ctx.request_id}
     if ctx.task is not None and not ctx.task.implicit:
         headers["x-task-id"] = ctx.task.task_id
     headers["x-farebox-tier"] = ctx.tier_served or ctx.tier_planned or "standard"
     headers |= tier_headers(ctx)
-    return safe_headers(headers | ctx.response_headers)  # a task id may hold anything
+    headers |= ctx.response_headers  # in place: the dict is this call's own
+    for extra in more:
+        headers |= extra
+    return safe_headers(headers)  # a task id may hold anything
 
 
 async def _complete(ctx: RequestContext, services: Services, pending: PendingPrefix) -> Response:
@@ -154,14 +158,18 @@ async def _complete(ctx: RequestContext, services: Services, pending: PendingPre
         with Shield():
             await finish(ctx, meter, services)  # the paid call is booked all the same
         raise
-    ctx.dropped_params = dropped_notice(call.route.via_litellm, reply.headers)
+    # A native reply's own headers are not believed: not read (nor decoded).
+    via_litellm = call.route.via_litellm
+    ctx.dropped_params = dropped_notice(True, reply.headers) if via_litellm else None
     # Priced, billed and told to the observers now (the cost goes in the reply); the rest
     # of the booking (ledger row, metrics, prefix history) runs after the reply's last byte.
     booking = await bill(ctx, meter, services, notify=True)
     try:
         body = with_cost(reply_json, reply.body, ctx)
-        headers = _headers(ctx) | cost_headers(ctx) | notice_headers(ctx.dropped_params)
-        response = json_response(body, reply.status, headers)
+        # Every value made sendable in one pass, the notice's too (a dropped field's name
+        # is the client's: sent as it was, one outside Latin-1 failed the paid reply).
+        headers = _headers(ctx, cost_values(ctx), notice_headers(ctx.dropped_params))
+        response = json_response(body, reply.status, headers, sendable=True)
     except BaseException:
         with Shield():
             await booking()
@@ -170,12 +178,16 @@ async def _complete(ctx: RequestContext, services: Services, pending: PendingPre
     return response
 
 
-def json_response(body: bytes, status: int, headers: dict[str, str]) -> Response:
+def json_response(
+    body: bytes, status: int, headers: dict[str, str], *, sendable: bool = False
+) -> Response:
     """`Response(body, status, headers, media_type="application/json")`, its head built here.
 
     The same status, body and raw headers in the same order (each name lower-cased, then
     content-length and content-type, unless `headers` has them), without Starlette's
     generic path: `render`, a list of the names and the text/ charset check per reply.
+    `sendable`: every value passed `safe_headers` (printable ASCII, whose Latin-1 bytes
+    are its UTF-8 bytes: encoded without naming the codec, which costs a lookup each).
     """
     if (
         "content-length" in headers
@@ -184,10 +196,14 @@ def json_response(body: bytes, status: int, headers: dict[str, str]) -> Response
         or status in (204, 304)
     ):
         return WholeReply(body, status_code=status, media_type="application/json", headers=headers)
-    raw = [
-        (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
-    ]
-    raw.append((b"content-length", str(len(body)).encode("latin-1")))
+    names = _NAMES.get(tuple(headers))  # a reply's names are the same reply after reply
+    if names is None:
+        names = _names_of(headers)
+    if sendable:
+        raw = list(zip(names, map(str.encode, headers.values()), strict=True))
+    else:
+        raw = list(zip(names, [value.encode("latin-1") for value in headers.values()], strict=True))
+    raw.append((b"content-length", b"%d" % len(body)))
     raw.append(_JSON_TYPE)
     response = WholeReply.__new__(WholeReply)
     response.status_code = status
@@ -199,6 +215,18 @@ def json_response(body: bytes, status: int, headers: dict[str, str]) -> Response
 
 
 _JSON_TYPE = (b"content-type", b"application/json")
+_NAMES: dict[tuple[str, ...], tuple[bytes, ...]] = {}
+"""A reply's header names as they go out (lower case, Latin-1), by the names it has: the
+few lists the gateway's replies have, each encoded once, not per reply."""
+MAX_NAMES = 256
+
+
+def _names_of(headers: dict[str, str]) -> tuple[bytes, ...]:
+    names = tuple(name.lower().encode("latin-1") for name in headers)
+    if len(_NAMES) >= MAX_NAMES:
+        _NAMES.clear()
+    _NAMES[tuple(headers)] = names
+    return names
 
 
 class WholeReply(Response):

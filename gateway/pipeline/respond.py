@@ -34,10 +34,16 @@ def cost_object(ctx: RequestContext) -> dict[str, Any]:
 
 def cost_headers(ctx: RequestContext) -> dict[str, str]:
     """`X-Farebox-Cost-Usd` and `X-Farebox-Task-Cost-Usd` for a whole reply."""
+    return safe_headers(cost_values(ctx))
+
+
+def cost_values(ctx: RequestContext) -> dict[str, str]:
+    """`cost_headers` before `safe_headers`: for a caller that passes its whole reply's
+    headers through it at once."""
     headers = {"x-farebox-cost-usd": money_str(booked_cost(ctx).total)}
     if ctx.task_cost is not None:
         headers["x-farebox-task-cost-usd"] = money_str(ctx.task_cost)
-    return safe_headers(headers)
+    return headers
 
 
 def with_cost(payload: dict[str, Any], raw: bytes, ctx: RequestContext) -> bytes:

@@ -28,17 +28,48 @@ class UpstreamCall:
     while_waiting: Callable[[], None] | None = None
 
 
-@dataclass(slots=True)
 class UpstreamReply:
     """A complete (non-streaming) reply, already in OpenAI's chat-completion shape.
 
     `payload` is `body` parsed and checked by the adapter (`replies.reply_object`).
+    `headers` is the reply's headers; an adapter may hand `read_headers` instead, which
+    gives them on first use: a native chat reply's headers are never read (only a litellm
+    route's notice is believed), and decoding each one into a dict cost every request.
     """
 
-    status: int
-    body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
-    payload: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("_headers", "_read_headers", "body", "payload", "status")
+
+    def __init__(
+        self,
+        status: int,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        payload: dict[str, Any] | None = None,
+        *,
+        read_headers: Callable[[], dict[str, str]] | None = None,
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.payload = {} if payload is None else payload
+        if headers is None and read_headers is None:
+            headers = {}
+        self._headers = headers  # None: `read_headers` gives them when first asked
+        self._read_headers = read_headers
+
+    @property
+    def headers(self) -> dict[str, str]:
+        headers = self._headers
+        if headers is None:
+            read, self._read_headers = self._read_headers, None
+            headers = self._headers = read() if read is not None else {}
+        return headers
+
+    @headers.setter
+    def headers(self, value: dict[str, str]) -> None:
+        self._headers, self._read_headers = value, None
+
+    def __repr__(self) -> str:
+        return f"UpstreamReply(status={self.status!r}, body={self.body!r})"
 
 
 class UpstreamStream(Protocol):

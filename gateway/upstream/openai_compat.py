@@ -13,7 +13,7 @@ so the client always gets plain SSE; whole replies keep the client library's def
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import aiohttp
 
@@ -96,7 +96,8 @@ class OpenAICompatUpstream:
         response, body = await whole_reply(self._client, self._request(call), where, limits)
         payload = replies.reply_object(body, where)
         body, payload = conform.conformed_reply_bytes(body, payload)  # vLLM's nulls
-        return UpstreamReply(response.status, body, response_headers(response), payload)
+        read_headers = partial(response_headers, response)  # read on a litellm route only
+        return UpstreamReply(response.status, body, payload=payload, read_headers=read_headers)
 
     async def open_stream(self, call: UpstreamCall) -> SseStream:
         where = failures.describe_upstream(call.alias, call.base_url)

@@ -57,3 +57,26 @@ def test_safe_headers_sends_each_value_as_safe_header_value_does() -> None:
     sent = safe_headers(headers)
     assert list(sent) == list(headers)
     assert sent == {name: safe_header_value(value) for name, value in headers.items()}
+
+
+def test_safe_headers_of_a_few_values_at_once_as_each_alone() -> None:
+    """The joined check (a reply's few headers at once) takes exactly the values that are
+    sendable as they are: blanks at an end, empty values, two blanks inside, controls and
+    lengths near the cap all give what `safe_header_value` gives each value alone."""
+    rnd = random.Random(11)
+    alphabet = ["a", "Z", "0", " ", " ", "%", "~", "\t", "\x7f", "\x00", "é", "\r", "\n"]
+    edges = ["", " ", "  ", "a", " a", "a ", "a  b", "a b", "a" * 1024, "a" * 1025, "a" * 1023]
+    for _ in range(5000):
+        count = rnd.randint(1, 8)
+        values = [
+            rnd.choice(edges)
+            if rnd.random() < 0.3
+            else "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 6)))
+            for _ in range(count)
+        ]
+        headers = {f"x-h-{at}": value for at, value in enumerate(values)}
+        sent = safe_headers(headers)
+        assert list(sent) == list(headers)
+        assert sent == {name: safe_header_value(value) for name, value in headers.items()}
+        assert sent is not headers
+    assert safe_headers({}) == {}

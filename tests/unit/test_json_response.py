@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from starlette.responses import Response
 from starlette.types import Message
 
+from gateway.http_headers import safe_headers
 from gateway.pipeline.chat import json_response
 
 _NAMES = st.sampled_from(
@@ -48,6 +49,23 @@ async def test_the_same_messages_as_starlettes_response(
     theirs = Response(body, status_code=status, media_type="application/json", headers=headers)
     assert await _sent(ours) == await _sent(theirs)
     assert ours.raw_headers == theirs.raw_headers and ours.media_type == theirs.media_type
+
+
+@given(
+    body=st.binary(max_size=64),
+    status=st.sampled_from([200, 201, 204, 400, 502]),
+    headers=st.dictionaries(_NAMES, st.text(max_size=12), max_size=8),
+)
+async def test_sendable_values_the_same_messages_as_starlettes_response(
+    body: bytes, status: int, headers: dict[str, str]
+) -> None:
+    """`sendable=True` (values through `safe_headers`, as the chat path's reply sends them):
+    encoded without naming the codec, the same bytes as Starlette's Latin-1."""
+    safe = safe_headers(headers)
+    ours = json_response(body, status, dict(safe), sendable=True)
+    theirs = Response(body, status_code=status, media_type="application/json", headers=safe)
+    assert await _sent(ours) == await _sent(theirs)
+    assert ours.raw_headers == theirs.raw_headers
 
 
 async def test_a_usual_reply() -> None:
