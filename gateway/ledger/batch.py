@@ -87,13 +87,15 @@ slice may run. By the wall clock, or where that says more, by the loop's CPU tim
 shared core a turn that was preempted is no busier, and spinning through such turns only
 burns the core."""
 
-MAX_DEFER_S = 4e-4
+MAX_DEFER_S = 1.5e-3
 """How much of the loop's CPU time other work may take before the flush, which gives way
-to it, takes a slice anyway."""
+to it, takes a slice anyway. Long enough that at concurrency 1, where quiet turns come
+between requests, it is seldom reached (0.4 ms put a busy slice inside ~1% of requests'
+busy phases: bench/ledger_intrusion.py p99 156-203 us, against 126-147 at 1.5 ms)."""
 
 BUSY_SHARE = 0.25
 """A slice taken from a busy loop lasts this share of the loop's CPU time the other work
-took meanwhile (~0.1 ms from `MAX_DEFER_S`, up to `MAX_SLICE_S`): at high concurrency the
+took meanwhile (from ~0.4 ms at `MAX_DEFER_S` up to `MAX_SLICE_S`): at high concurrency the
 flush gets about a fifth of the loop and its transaction (SQLite's write lock, which sibling
 workers share) stays short."""
 
