@@ -1605,6 +1605,39 @@ static PyObject *py_record_columns_like(PyObject *self, PyObject *args)
     return columns_of(segments, taken, start, stop);
 }
 
+/* common_length(a, b) -> how many leading items two tuples of str share, or None.
+ *
+ * `compare.common_prefix` for long records in one pass: an item the same object in both
+ * (an agent step's repeated digests are its previous record's) costs a pointer compare,
+ * another str a `PyUnicode_Compare`. None, for the Python search, when an item compared
+ * is not a str. */
+static const char common_length_doc[] =
+    "common_length(a, b) -> the length of the common prefix of two tuples of str, or None.";
+
+static PyObject *py_common_length(PyObject *self, PyObject *args)
+{
+    PyObject *a, *b;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!:common_length", &PyTuple_Type, &a, &PyTuple_Type, &b))
+        return NULL;
+    Py_ssize_t size = PyTuple_GET_SIZE(a) < PyTuple_GET_SIZE(b) ? PyTuple_GET_SIZE(a)
+                                                                 : PyTuple_GET_SIZE(b);
+    Py_ssize_t i = 0;
+    for (; i < size; i++) {
+        PyObject *x = PyTuple_GET_ITEM(a, i), *y = PyTuple_GET_ITEM(b, i);
+        if (!PyUnicode_CheckExact(x) || !PyUnicode_CheckExact(y))
+            Py_RETURN_NONE;
+        if (x == y)
+            continue;
+        int order = PyUnicode_Compare(x, y);
+        if (order == -1 && PyErr_Occurred())
+            return NULL;
+        if (order != 0)
+            break;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
 /* first_long(values, limit) -> the index of the first dict whose "content" is a str of
  * more than `limit` characters, or None: `segments._first_long` without its loop. Exact
  * types, as there (`type(v) is dict`, `type(c) is str`). */
@@ -1687,6 +1720,7 @@ static PyMethodDef methods[] = {
     {"plain_segments", py_plain_segments, METH_VARARGS, plain_segments_doc},
     {"record_columns", py_record_columns, METH_O, record_columns_doc},
     {"record_columns_like", py_record_columns_like, METH_VARARGS, record_columns_like_doc},
+    {"common_length", py_common_length, METH_VARARGS, common_length_doc},
     {"first_long", py_first_long, METH_VARARGS, first_long_doc},
     {"roles", py_roles, METH_VARARGS, roles_doc},
     {NULL, NULL, 0, NULL},
