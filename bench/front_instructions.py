@@ -1,0 +1,233 @@
+"""Instructions a chat request costs in-process, with the loop's timers quiet: A/B by count.
+
+Run: `python bench/front_instructions.py [--src DIR] [--pairs 2] [-n 150] [--warm 150]
+[--whole] [--config hot] [--keep]`.
+
+bench/stream_instructions.py's windows (`first`: the app's call to its first body
+message; `rest`: from there to its return), counted the same way under callgrind, with
+the work that runs on the loop by the wall clock kept out of them: under valgrind a
+request takes ~50 times as long, so LoopWatch's 200 Hz timer, the ledger's flush every
+0.2 s and the key cache's poll every 2 s land inside the windows as often as the box's
+load stretches them (two runs of one tree read 1,054,634 and 1,058,894 for `first`).
+Here LoopWatch is stopped once the app has started, the ledger flushes every 1,000 s and
+the keys are polled every hour: what is counted is the request's own work, and two trees
+compare to a few hundred instructions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKERS_C = r"""
+#include <valgrind/callgrind.h>
+void cg_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
+void cg_dump(const char *what) { CALLGRIND_DUMP_STATS_AT(what); }
+"""
+WINDOWS = ("first", "rest")
+
+
+def _markers(folder: Path) -> Path:
+    """The client-request library: `cg_toggle` and `cg_dump`, built with the system's cc."""
+    source, library = folder / "markers.c", folder / "markers.so"
+    source.write_text(MARKERS_C)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, source], check=True)
+    return library
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _body(i: int, stream: bool) -> bytes:
+    """perf-floor's loadgen request."""
+    body: dict[str, Any] = {
+        "model": "bench-gpt",
+        "messages": [{"role": "user", "content": f"Say hello (request {i})."}],
+        "max_tokens": 64,
+    }
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return json.dumps(body).encode()
+
+
+class Window:
+    """Which window a request is in, and callgrind's collection switched to match."""
+
+    def __init__(self, library: Path) -> None:
+        self._lib = ctypes.CDLL(str(library))
+        self.counting: str | None = None  # the window being counted, None: none
+        self.collecting = False
+
+    def set(self, window: str | None) -> None:
+        """Enter `window` (or none); collection is on while it is the one counted."""
+        on = window is not None and window == self.counting
+        if on != self.collecting:
+            self._lib.cg_toggle()
+            self.collecting = on
+
+    def dump(self, what: str) -> None:
+        self._lib.cg_dump(what.encode())
+
+
+async def _one(app: Any, state: dict[str, Any], body: bytes, window: Window) -> None:
+    from pipeline_inproc import _scope  # bench/ is the script folder: sys.path[0]
+
+    given = False
+    status: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal given
+        if given:
+            await asyncio.Event().wait()  # the client stays until the reply is over
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+        elif message["type"] == "http.response.body":
+            window.set("rest")
+
+    window.set("first")
+    await app(_scope(state, body), receive, send)
+    window.set(None)
+    if status != [200]:
+        raise RuntimeError(f"the gateway answered {status}, not 200")
+
+
+async def _child(args: argparse.Namespace, port: int) -> None:
+    from hotpath_targets import FAREBOX_CONFIG
+    from pipeline_inproc import PLAIN
+
+    from gateway.app import create_app
+    from gateway.settings import Settings
+
+    data = Path(tempfile.mkdtemp(prefix="farebox-cg-"))
+    config = data / "config.yaml"
+    base = f"http://127.0.0.1:{port}/v1"
+    hot = FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
+    config.write_text(hot if args.config == "hot" else PLAIN.format(port=port))
+    settings = Settings(
+        data_dir=data,
+        config=config,
+        log_level="warning",
+        ledger_flush_interval=1000.0,
+        keys_refresh_s=3600.0,
+    )
+    app = create_app(settings)
+    window = Window(Path(args.markers))
+    stream = not args.whole
+    async with app.router.lifespan_context(app) as given:
+        watch = getattr(app.state, "loop_watch", None)
+        if watch is not None:
+            await watch.__aexit__(None, None, None)  # its 200 Hz timer stops
+        state = dict(given or {})
+        for i in range(args.warm):
+            await _one(app, state, _body(i, stream), window)
+        for name in WINDOWS:
+            window.counting = name
+            for i in range(args.n):
+                await _one(app, state, _body(i, stream), window)
+            window.counting = None
+            window.dump(name)
+
+
+def _counts(folder: Path, pid: int) -> dict[str, dict[str, int]]:
+    """Each window's instructions, per thread, from the dumps its client request made."""
+    counts: dict[str, dict[str, int]] = {}
+    for dump in folder.glob(f"cg.{pid}*"):
+        text = dump.read_text(errors="replace")
+        trigger = re.search(r"^desc: Trigger: Client Request: (\w+)", text, re.MULTILINE)
+        summary = re.search(r"^summary: (\d+)", text, re.MULTILINE)
+        thread = re.search(r"^thread: (\d+)", text, re.MULTILINE)
+        if trigger is None or summary is None or trigger.group(1) not in WINDOWS:
+            continue
+        by_thread = counts.setdefault(trigger.group(1), {})
+        by_thread[thread.group(1) if thread else "1"] = int(summary.group(1))
+    return counts
+
+
+def _run(args: argparse.Namespace, tree: Path, port: int, library: Path) -> dict[str, Any]:
+    folder = Path(tempfile.mkdtemp(prefix="front-cg-"))
+    command = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--separate-threads=yes"]
+    command += [f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child"]
+    command += ["--tree", str(tree), "--port", str(port), "--markers", str(library)]
+    command += ["-n", str(args.n), "--warm", str(args.warm), "--config", args.config]
+    command += ["--whole"] if args.whole else []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
+    started = time.monotonic()
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the run under valgrind failed: {proc.stderr[-2000:]}")
+    pid = int(re.search(r"==(\d+)==", proc.stderr).group(1))  # type: ignore[union-attr]
+    counts = _counts(folder, pid)
+    row: dict[str, Any] = {"src": str(tree), "stream": not args.whole, "n": args.n}
+    for name in WINDOWS:
+        threads = counts.get(name, {})
+        row[name] = round(threads.get("1", 0) / args.n)
+    row["seconds"] = round(time.monotonic() - started)
+    if args.keep:  # for callgrind_annotate: where each window's instructions went
+        row["dumps"] = str(folder)
+        return row
+    for dump in folder.iterdir():
+        dump.unlink()
+    folder.rmdir()
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    floor_dir = os.environ.get("FAREBOX_PERF_FLOOR") or ROOT.parent / "shared" / "perf-floor"
+    parser.add_argument("--floor", type=Path, default=Path(floor_dir))
+    parser.add_argument("-n", type=int, default=200)
+    parser.add_argument("--warm", type=int, default=150)
+    parser.add_argument("--pairs", type=int, default=1)
+    parser.add_argument("--src", help="another checkout to alternate with (A/B)")
+    parser.add_argument("--whole", action="store_true", help="whole replies, not streams")
+    parser.add_argument("--config", choices=("plain", "hot"), default="plain")
+    parser.add_argument("--keep", action="store_true", help="keep the dumps; print their folder")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--markers", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        from checkout import use_checkout
+
+        use_checkout(args.tree)
+        import uvloop
+
+        uvloop.run(_child(args, args.port))
+        return
+    port = _free_port()
+    mock_command = [sys.executable, str(args.floor / "mock_upstream.py"), "--port", str(port)]
+    mock = subprocess.Popen(["taskset", "-c", "0", *mock_command], stdout=subprocess.DEVNULL)
+    try:
+        library = _markers(Path(tempfile.mkdtemp(prefix="cg-markers-")))
+        trees = [ROOT] + ([Path(args.src)] if args.src else [])
+        for _ in range(args.pairs):
+            for tree in trees:
+                print(json.dumps(_run(args, tree, port, library)), flush=True)
+    finally:
+        mock.terminate()
+        mock.wait(10)
+
+
+if __name__ == "__main__":
+    main()
