@@ -114,8 +114,9 @@ async def turn() -> float:
     run; return that slice's time budget.
 
     A slice runs after a quiet turn of the loop (nothing else ran), for `LOOP_SLICE_S`;
-    after busy turns it waits until other work has had `MAX_DEFER_S` of the loop's CPU
-    time and then runs for `BUSY_SHARE` of that. At concurrency 1 the flush's work so
+    after busy turns (napping `BUSY_NAP_S` between looks after `BUSY_TURNS` of them) it
+    waits until other work has had `MAX_DEFER_S` of the loop's CPU time and then runs for
+    `BUSY_SHARE` of that. At concurrency 1 the flush's work so
     lands in the loop's idle gaps (the upstream's work, the client's turnaround) and a
     request waits for one short slice at most; at high concurrency the flush takes a
     bounded share of the loop. The loop's CPU time, not the wall clock, measures the
