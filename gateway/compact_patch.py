@@ -50,15 +50,18 @@ def patch_compact(
     parsed: Mapping[str, Any],
     set_fields: Mapping[str, Any],
     remove: Iterable[str] = (),
+    *,
+    rendered: bool = False,
 ) -> bytes | None:
     """`patch_object(raw, set_fields, remove)` when `raw` is `orjson.dumps(parsed)`, else None.
 
-    `parsed` is `raw` parsed (the caller's object, not changed here).
+    `parsed` is `raw` parsed (the caller's object, not changed here). `rendered`: the
+    caller made `raw` as `orjson.dumps(parsed)` itself, so it is not rendered again to see.
     """
     if len(raw) > MAX_BYTES or type(raw) is not bytes:
         return None
     try:
-        if orjson.dumps(parsed) != raw:
+        if not rendered and orjson.dumps(parsed) != raw:
             return None
         for key in set_fields:
             if key not in parsed and not _plain(key):
@@ -75,11 +78,14 @@ def patch_rendered(
     parsed: Mapping[str, Any],
     set_fields: Mapping[str, Any],
     remove: Iterable[str] = (),
+    *,
+    rendered: bool = False,
 ) -> bytes | None:
     """`patch_object`'s bytes for a small body: orjson's rendering (an SDK's) rendered again,
     any other whose keys are unescaped spliced where a native walk found the members
-    (`patch_spans`), `json.dumps`'s (`requests`, scripts) rendered again; else None."""
-    fast = patch_compact(raw, parsed, set_fields, remove)
+    (`patch_spans`), `json.dumps`'s (`requests`, scripts) rendered again; else None.
+    `rendered`: `raw` is `orjson.dumps(parsed)`, made so by the caller (`patch_compact`)."""
+    fast = patch_compact(raw, parsed, set_fields, remove, rendered=rendered)
     if fast is None:
         fast = patch_spans(raw, set_fields, remove)
     return fast if fast is not None else patch_spaced(raw, parsed, set_fields, remove)

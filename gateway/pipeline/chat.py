@@ -165,7 +165,7 @@ async def _complete(ctx: RequestContext, services: Services, pending: PendingPre
     # of the booking (ledger row, metrics, prefix history) runs after the reply's last byte.
     booking = await bill(ctx, meter, services, notify=True)
     try:
-        body = with_cost(reply_json, reply.body, ctx)
+        body = with_cost(reply_json, reply.body, ctx, rendered=reply.rendered)
         # Every value made sendable in one pass, the notice's too (a dropped field's name
         # is the client's: sent as it was, one outside Latin-1 failed the paid reply).
         headers = _headers(ctx, cost_values(ctx), notice_headers(ctx.dropped_params))

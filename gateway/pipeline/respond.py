@@ -46,13 +46,18 @@ def cost_values(ctx: RequestContext) -> dict[str, str]:
     return headers
 
 
-def with_cost(payload: dict[str, Any], raw: bytes, ctx: RequestContext) -> bytes:
-    """`raw` (a reply or chunk) with `usage.cost` added and every other byte kept."""
+def with_cost(
+    payload: dict[str, Any], raw: bytes, ctx: RequestContext, *, rendered: bool = False
+) -> bytes:
+    """`raw` (a reply or chunk) with `usage.cost` added and every other byte kept.
+
+    `rendered`: `raw` is `orjson.dumps(payload)`, made so by the caller (a reply the
+    adapter conformed): not rendered again to check it."""
     usage = payload.get("usage")
     if not isinstance(usage, dict):
         return raw
     edit = {"usage": {**usage, "cost": cost_object(ctx)}}
-    fast = patch_rendered(raw, payload, edit)  # the same bytes, without the member scan
+    fast = patch_rendered(raw, payload, edit, rendered=rendered)  # no member scan
     if fast is not None:
         return fast
     try:

@@ -37,7 +37,7 @@ class UpstreamReply:
     route's notice is believed), and decoding each one into a dict cost every request.
     """
 
-    __slots__ = ("_headers", "_read_headers", "body", "payload", "status")
+    __slots__ = ("_headers", "_read_headers", "body", "payload", "rendered", "status")
 
     def __init__(
         self,
@@ -47,10 +47,12 @@ class UpstreamReply:
         payload: dict[str, Any] | None = None,
         *,
         read_headers: Callable[[], dict[str, str]] | None = None,
+        rendered: bool = False,
     ) -> None:
         self.status = status
         self.body = body
         self.payload = {} if payload is None else payload
+        self.rendered = rendered  # `body` is `orjson.dumps(payload)` (the adapter made it)
         if headers is None and read_headers is None:
             headers = {}
         self._headers = headers  # None: `read_headers` gives them when first asked

@@ -83,20 +83,27 @@ def conforming_chunk(payload: dict[str, Any]) -> dict[str, Any]:
 
 def conformed_reply_bytes(body: bytes, payload: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
     """A relayed reply's bytes and payload, with only the fields that break the schema changed."""
+    body, payload, _ = conformed_reply(body, payload)
+    return body, payload
+
+
+def conformed_reply(body: bytes, payload: dict[str, Any]) -> tuple[bytes, dict[str, Any], bool]:
+    """`conformed_reply_bytes`, and whether the bytes are `orjson.dumps` of the payload
+    (rendered here: a later patch of the same reply need not render it again to know)."""
     set_fields, remove = reply_fixes(payload)
     if not set_fields and not remove:
-        return body, payload
+        return body, payload, False
     fixed = dict(payload)  # each kept or set member in its place, as a comprehension would
     for key in remove:
         del fixed[key]
     fixed.update(set_fields)  # (a dict comprehension with a `get` per member: ~2 us more)
     fast = patch_compact(body, payload, set_fields, remove)  # same bytes, no member scan
     if fast is not None:
-        return fast, fixed
+        return fast, fixed, True  # `fixed` rendered: what `patch_compact` dumped
     try:
-        return patch_object(body, set_fields, remove, trusted=True), fixed
+        return patch_object(body, set_fields, remove, trusted=True), fixed, False
     except RawJsonError:  # parsed, yet not patchable: render it whole
-        return orjson.dumps(fixed), fixed
+        return orjson.dumps(fixed), fixed, True
 
 
 def reply_fixes(payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

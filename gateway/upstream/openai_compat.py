@@ -95,9 +95,11 @@ class OpenAICompatUpstream:
         limits = (MAX_REPLY_BYTES, MAX_ERROR_BYTES)
         response, body = await whole_reply(self._client, self._request(call), where, limits)
         payload = replies.reply_object(body, where)
-        body, payload = conform.conformed_reply_bytes(body, payload)  # vLLM's nulls
+        body, payload, rendered = conform.conformed_reply(body, payload)  # vLLM's nulls
         read_headers = partial(response_headers, response)  # read on a litellm route only
-        return UpstreamReply(response.status, body, payload=payload, read_headers=read_headers)
+        return UpstreamReply(
+            response.status, body, payload=payload, read_headers=read_headers, rendered=rendered
+        )
 
     async def open_stream(self, call: UpstreamCall) -> SseStream:
         where = failures.describe_upstream(call.alias, call.base_url)
