@@ -35,7 +35,7 @@ from gateway.body_guard import BodyGuard
 from gateway.drain import TASK_KEY, InFlight, TrackedRequest
 from gateway.errors import ShuttingDownError, error_body, send_error
 from gateway.json_body import as_json
-from gateway.request_id import HEADER, request_id_of
+from gateway.request_id import HEADER, request_id_header, request_id_of
 
 log = logging.getLogger("farebox")
 _RETRY = (b"retry-after", b"1")
@@ -71,7 +71,7 @@ class ChatFront:
         self.guard = guard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        header = (HEADER, request_id_of(scope).encode("ascii"))
+        request_id_of(scope)  # the request's id, given before anything else runs
         started = False
 
         def send_with_id(message: Message) -> Awaitable[None]:
@@ -85,7 +85,7 @@ class ChatFront:
                 if not (headers and headers[0][0] == HEADER) and not any(
                     name.lower() == HEADER for name, _ in headers
                 ):
-                    message = {**message, "headers": [*headers, header]}
+                    message = {**message, "headers": [*headers, request_id_header(scope)]}
             return send(message)
 
         # In flight, cut at the end of a shutdown's grace: its task, not an anyio scope
@@ -109,7 +109,7 @@ class ChatFront:
         if cut.called and not started:
             # Cut before it could answer (its row is booked): say why, in OpenAI's shape.
             error = ShuttingDownError("the gateway is shutting down; retry the request")
-            await send_error(send, error, (_RETRY, header))
+            await send_error(send, error, (_RETRY, request_id_header(scope)))
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not await self.auth.admit(scope, send):
