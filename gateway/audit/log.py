@@ -14,15 +14,14 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
-from sqlalchemy import Table, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.ledger.models import AuditRow
+from gateway.ledger.models import AUDIT_LOG as AUDIT
 from gateway.ledger.reads import ledger_down
 
 log = logging.getLogger("farebox.audit")
 
-AUDIT: Table = AuditRow.__table__  # type: ignore[assignment]
 Outcome = Literal["accepted", "refused"]
 MAX_READ = 1000
 

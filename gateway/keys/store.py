@@ -12,15 +12,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, func, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.audit import AuditEntry, insert_entry
 from gateway.keys.model import KeyAttributes, KeyRecord
 from gateway.keys.secrets import hash_secret, new_key_id, new_secret, public_prefix
-from gateway.ledger.models import ApiKeyRow
-
-KEYS: Table = ApiKeyRow.__table__  # type: ignore[assignment]
+from gateway.ledger.models import API_KEYS as KEYS
 
 
 @dataclass(frozen=True, slots=True)

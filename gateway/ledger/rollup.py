@@ -35,22 +35,14 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.ledger.driver import Prepared, prepare
-from gateway.ledger.models import (
-    DailyPrefixRollupRow,
-    DailyRollupRow,
-    DailyStepRollupRow,
-    HourlyPrefixRollupRow,
-    HourlyRollupRow,
-    HourlyStepRollupRow,
-)
+from gateway.ledger.models import ROLLUP_DAILY as DAILY
+from gateway.ledger.models import ROLLUP_HOURLY as HOURLY
+from gateway.ledger.models import ROLLUP_PREFIX_DAILY as PREFIX_DAILY
+from gateway.ledger.models import ROLLUP_PREFIX_HOURLY as PREFIX_HOURLY
+from gateway.ledger.models import ROLLUP_STEPS_DAILY as STEPS_DAILY
+from gateway.ledger.models import ROLLUP_STEPS_HOURLY as STEPS_HOURLY
 from gateway.ledger.records import COST_FIELDS, TOKEN_FIELDS, RequestRecord
 
-HOURLY: Table = HourlyRollupRow.__table__  # type: ignore[assignment]
-DAILY: Table = DailyRollupRow.__table__  # type: ignore[assignment]
-STEPS_HOURLY: Table = HourlyStepRollupRow.__table__  # type: ignore[assignment]
-STEPS_DAILY: Table = DailyStepRollupRow.__table__  # type: ignore[assignment]
-PREFIX_HOURLY: Table = HourlyPrefixRollupRow.__table__  # type: ignore[assignment]
-PREFIX_DAILY: Table = DailyPrefixRollupRow.__table__  # type: ignore[assignment]
 DIMENSIONS = ("team", "project", "model_alias", "backend", "tier_served")
 STEP_DIMENSIONS = ("team", "project", "task_step", "step_kind")
 PREFIX_DIMENSIONS = ("team", "project", "model_alias", "tier_served", "prefix_status")

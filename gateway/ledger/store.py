@@ -30,7 +30,7 @@ from gateway.ledger.driver import (
     sqlite_money,
     sqlite_time,
 )
-from gateway.ledger.models import Money, RequestRow, TaskRow, UTCDateTime
+from gateway.ledger.models import REQUESTS, TASKS, Money, UTCDateTime
 from gateway.ledger.partitions import ensure_partitions
 from gateway.ledger.records import (
     ABANDONED,
@@ -46,8 +46,6 @@ from gateway.ledger.records import (
 )
 from gateway.ledger.rollup import add_to_rollups, is_untasked
 
-REQUESTS: Table = RequestRow.__table__  # type: ignore[assignment]
-TASKS: Table = TaskRow.__table__  # type: ignore[assignment]
 _REQUEST_COLUMNS = tuple(column.name for column in REQUESTS.columns)
 _SUMMED = ("request_count", *TOKEN_FIELDS, *COST_FIELDS)
 _request_values = attrgetter(*_REQUEST_COLUMNS)
