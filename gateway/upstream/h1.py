@@ -30,14 +30,16 @@ import ssl
 import zlib
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import httptools
-from aiohttp.http_exceptions import ContentEncodingError, TransferEncodingError
 
+from gateway.upstream import aio
 from gateway.upstream.h1_connect import Key, Origin, open_connection, origin, tls_context
 from gateway.upstream.h1_connect import serves as serves  # http_stream asks h1
+
+if TYPE_CHECKING:
+    import aiohttp
 
 DECODE_STEP = 1024 * 1024
 """Bytes decoded from a compressed body per read at most (a gzip bomb is read in steps)."""
@@ -48,7 +50,7 @@ DEFAULT_HEADERS = (
     ("accept", b"Accept: */*\r\n"),
     ("accept-encoding", b"Accept-Encoding: gzip, deflate\r\n"),
 )
-USER_AGENT = f"User-Agent: Python/3 aiohttp/{aiohttp.__version__}\r\n".encode()
+USER_AGENT = f"User-Agent: {aio.user_agent()}\r\n".encode()
 
 
 HEAD_CACHE_SIZE = 256
@@ -137,15 +139,22 @@ class _Decoder:
             raise _decode_error(self._encoding)
 
 
+# aiohttp's exception types, imported with the first failure (gateway.upstream.aio).
 def _decode_error(encoding: str) -> aiohttp.ClientPayloadError:
-    error = aiohttp.ClientPayloadError(f"Can not decode content-encoding: {encoding}")
-    error.__cause__ = ContentEncodingError(encoding)
+    error = aio.aiohttp().ClientPayloadError(f"Can not decode content-encoding: {encoding}")
+    error.__cause__ = aio.aiohttp().http_exceptions.ContentEncodingError(encoding)
     return error
 
 
 def _cut() -> aiohttp.ClientPayloadError:
-    error = aiohttp.ClientPayloadError("Response payload is not completed")
-    error.__cause__ = TransferEncodingError("the connection closed before the body's end")
+    return _payload_error(
+        "Response payload is not completed", "the connection closed before the body's end"
+    )
+
+
+def _payload_error(message: str, cause: str) -> aiohttp.ClientPayloadError:
+    error = aio.aiohttp().ClientPayloadError(message)
+    error.__cause__ = aio.aiohttp().http_exceptions.TransferEncodingError(cause)
     return error
 
 
@@ -239,8 +248,7 @@ class Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.error = aiohttp.ClientPayloadError(f"the reply is not HTTP/1.1: {exc}")
-            self.error.__cause__ = TransferEncodingError(str(exc))
+            self.error = _payload_error(f"the reply is not HTTP/1.1: {exc}", str(exc))
             self.reusable = False
         if self.buffered > PAUSE_BYTES and not self._paused and self.transport is not None:
             self._paused = True
@@ -253,15 +261,17 @@ class Connection(asyncio.Protocol):
         self._stop_timer()
         if self.headers_done and not self.complete and not self._framed and self.error is None:
             self.complete = True  # a body read until the connection closed
-        elif not self.complete and self.error is None:
+        elif not self.complete and self.error is None and self.busy:
+            # (An idle pooled connection's close, the pool's or the server's, has no
+            # reader: no error is built for it, so aiohttp is not imported for it.)
             if self.headers_done:
                 self.error = _cut()
             else:
-                self.error = aiohttp.ServerDisconnectedError()
+                self.error = aio.aiohttp().ServerDisconnectedError()
         self._pool.forget(self)
         self._wake()
         if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(aiohttp.ServerDisconnectedError())
+            self._drain.set_exception(aio.aiohttp().ServerDisconnectedError())
 
     def pause_writing(self) -> None:
         if self._drain is None or self._drain.done():
@@ -329,7 +339,8 @@ class Connection(asyncio.Protocol):
         self._deadline = None
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
-            waiter.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+            timeout = aio.aiohttp().SocketTimeoutError("Timeout on reading data from socket")
+            waiter.set_exception(timeout)
 
     def _stop_timer(self) -> None:
         """The connection is closed: nothing will wait on it again."""
@@ -379,7 +390,7 @@ class Connection(asyncio.Protocol):
         transport.write(head)
         async for piece in body:
             if self.lost:
-                raise aiohttp.ServerDisconnectedError()
+                raise aio.aiohttp().ServerDisconnectedError()
             if chunked:
                 if piece:
                     transport.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
@@ -644,7 +655,7 @@ class Pool:
         url: str,
         body: bytes | AsyncIterator[bytes],
         headers: dict[str, str],
-        timeout: aiohttp.ClientTimeout,
+        timeout: aio.Timeouts | aiohttp.ClientTimeout,
         while_waiting: Callable[[], None] | None = None,
     ) -> Reply:
         """POST `body` to `url` and wait for the reply's head; raises aiohttp's errors.

@@ -19,13 +19,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-
-import aiohttp
+from typing import TYPE_CHECKING, TypeAlias
 
 from gateway.body_guard import SharedDeadlines
 from gateway.errors import UpstreamProtocolError
 from gateway.upstream import failures, h1
+from gateway.upstream.aio import Timeouts, aiohttp, client_error
 from gateway.upstream.sse import DONE, EventSplitter, event_data
+
+if TYPE_CHECKING:  # imported on first use (gateway.upstream.aio): a URL with credentials
+    import aiohttp as aiohttp_types
 
 POOL_SIZE = 1000
 """Open upstream connections at most, all hosts together."""
@@ -46,25 +49,25 @@ class HttpRequest:
     url: str
     body: bytes | AsyncIterator[bytes]
     headers: dict[str, str]
-    timeout: aiohttp.ClientTimeout
+    timeout: Timeouts
     secrets: tuple[str | None, ...] = field(default=())
     # Run once the request is written, before the reply's wait (`h1.Pool.request`); before
     # sending on aiohttp's path. Must not raise.
     while_waiting: Callable[[], None] | None = None
 
 
-def client_timeout(connect: float, read: float) -> aiohttp.ClientTimeout:
+def client_timeout(connect: float, read: float) -> Timeouts:
     """`connect` for the TCP (and TLS) handshake, `read` for each wait on the socket.
 
     `sock_read` restarts on every read, as httpx's read timeout did: a whole reply must
     start within it, a stream may pause at most that long between events.
     """
-    return aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
+    return Timeouts(sock_connect=connect, sock_read=read)
 
 
-Response = h1.Reply | aiohttp.ClientResponse
+Response: TypeAlias = "h1.Reply | aiohttp_types.ClientResponse"
 """A reply being read: `h1`'s, or aiohttp's for a URL with credentials in it."""
-Content = h1.Reply | aiohttp.StreamReader
+Content: TypeAlias = "h1.Reply | aiohttp_types.StreamReader"
 """What a body is read from: `readany()` until b''."""
 
 
@@ -77,7 +80,7 @@ class HttpClient:
 
     def __init__(self, pool_size: int = POOL_SIZE, keepalive_s: float = KEEPALIVE_S) -> None:
         self._pool_size, self._keepalive_s = pool_size, keepalive_s
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp_types.ClientSession | None = None
         self._h1: h1.Pool | None = None
 
     def pool(self) -> h1.Pool:
@@ -85,14 +88,15 @@ class HttpClient:
             self._h1 = h1.Pool(self._pool_size, self._keepalive_s)
         return self._h1
 
-    def session(self) -> aiohttp.ClientSession:
+    def session(self) -> aiohttp_types.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
+            module = aiohttp()  # imported here, by the first URL with credentials in it
+            connector = module.TCPConnector(
                 limit=self._pool_size, keepalive_timeout=self._keepalive_s
             )
-            self._session = aiohttp.ClientSession(
+            self._session = module.ClientSession(
                 connector=connector,
-                cookie_jar=aiohttp.DummyCookieJar(),  # one tenant's cookies are not another's
+                cookie_jar=module.DummyCookieJar(),  # one tenant's cookies are not another's
                 auto_decompress=True,
                 trust_env=False,
             )
@@ -116,10 +120,10 @@ class HttpClient:
                 request.url,
                 data=request.body,
                 headers=request.headers,
-                timeout=request.timeout,
+                timeout=request.timeout.for_aiohttp(),
                 allow_redirects=False,
             )
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except (TimeoutError, client_error()) as exc:
             raise failures.from_client_error(exc, where) from exc
 
     async def aclose(self) -> None:
@@ -171,7 +175,7 @@ async def whole_reply(
     try:
         limit = error_limit if response.status >= 400 else reply_limit
         body, whole = await read_at_most(response, limit)
-    except (TimeoutError, aiohttp.ClientError) as exc:
+    except (TimeoutError, client_error()) as exc:
         raise failures.from_client_error(exc, where) from exc
     finally:
         response.release()  # back to the pool when read to its end, else closed
@@ -193,7 +197,7 @@ async def open_reply(
         return response
     try:
         body, _ = await read_at_most(response, error_limit)
-    except (TimeoutError, aiohttp.ClientError):
+    except (TimeoutError, client_error()):
         body = b""
     finally:
         response.release()
@@ -230,7 +234,7 @@ async def _read_to_end(content: Content) -> bool:
     """Read what follows the last event to the body's end; False if it takes too long."""
     try:
         return await _FINAL_END.within(_drain(content))
-    except (TimeoutError, aiohttp.ClientError):
+    except (TimeoutError, client_error()):
         return False
 
 
@@ -346,7 +350,7 @@ class SseEvents:
             raise failed
         try:
             chunk = await self._content.readany()
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except (TimeoutError, client_error()) as exc:
             raise failures.from_client_error(exc, self._where) from exc
         if chunk:
             self._ready, self._index = self._splitter.feed(chunk), 0

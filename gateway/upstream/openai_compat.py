@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from functools import lru_cache, partial
 
-import aiohttp
-
 from gateway.upstream import conform, failures, replies
+from gateway.upstream.aio import Timeouts
 from gateway.upstream.base import UpstreamCall, UpstreamReply
 from gateway.upstream.http_stream import (
     HttpClient,
@@ -38,11 +37,11 @@ WRITE_CHUNK = 256 * 1024
 
 
 @lru_cache(maxsize=64)
-def _timeout(connect: float, read: float) -> aiohttp.ClientTimeout:
+def _timeout(connect: float, read: float) -> Timeouts:
     return client_timeout(connect, read)  # a handful of distinct limits: built once each
 
 
-def call_timeout(call: UpstreamCall) -> aiohttp.ClientTimeout:
+def call_timeout(call: UpstreamCall) -> Timeouts:
     """A streamed read waits at most the idle limit between events; a whole reply
     arrives in one read, so it gets the first-token limit."""
     read = call.timeouts.idle_stream if call.stream else call.timeouts.first_token
