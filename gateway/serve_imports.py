@@ -16,18 +16,8 @@ importer: pydantic, to word its warning about a type with only v1's `__get_valid
 hook, which would fail in `serve` instead (none installed here: FastAPI's fallback
 `EmailStr` has the v2 hook too).
 
-`sqlalchemy.ext.asyncio`'s `__init__` imports its session module, and with it SQLAlchemy's
-ORM (41 modules, ~73 ms of CPU), which a serving gateway never uses (the ledger reads and
-writes through Core: `AsyncEngine`, `AsyncConnection`). For `serve` the package is made
-without its `__init__` at first (`_SessionsOnFirstUse`): its engine names come from
-`.engine`; the first other name (`AsyncSession`, ...) runs the real `__init__` in the same
-module, after which it is the package an ordinary import makes (tests/unit/
-test_serve_async_sessions.py). The ORM stays out only while nothing imported asks for a
-session's name at import (gateway/ledger/queries.py and ranked.py name `AsyncSession` for
-type checks only).
-
-Only for `farebox serve`: any other command line, and an importing test, gets all of them as
-they are.
+Only for `farebox serve`: any other command line, and an importing test, gets both as they
+are.
 
 `deferred_model_builds` is for FastAPI's own import, which `serve` wraps in it: importing
 `fastapi` built the pydantic models of the OpenAPI document (`fastapi.openapi.models`,
@@ -50,15 +40,9 @@ before the freeze to free it would walk all ~120,000 objects again (a full one: 
 from __future__ import annotations
 
 import gc
-import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import ModuleType
-from typing import Any
 
 _paused = sys.argv[1:2] == ["serve"] and gc.isenabled()
 if sys.argv[1:2] == ["serve"]:
@@ -67,68 +51,6 @@ if sys.argv[1:2] == ["serve"]:
     sys.modules.setdefault("pydantic.v1", None)  # type: ignore[arg-type]
 if _paused:
     gc.disable()  # until resume_collection, once serve's imports are frozen
-
-_ENGINE_NAMES = frozenset(
-    (
-        "AsyncConnection",
-        "AsyncEngine",
-        "AsyncTransaction",
-        "async_engine_from_config",
-        "create_async_engine",
-        "create_async_pool_from_url",
-    )
-)
-"""What `sqlalchemy.ext.asyncio` re-exports from its `engine` module (every other name, its
-sessions' among them, runs the package's own `__init__`)."""
-
-
-class _SessionsOnFirstUse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """`sqlalchemy.ext.asyncio` without its sessions until a name needs them.
-
-    The package's `__init__` re-exports its engine, result and session modules' names; the
-    session module imports SQLAlchemy's ORM (41 modules, ~73 ms of CPU), which a serving
-    gateway never uses (it reads and writes through Core). For `farebox serve` the package
-    is made without running `__init__` at first: its engine names come from `.engine`, and
-    any other name (`AsyncSession`, `AsyncResult`, ...) runs the real `__init__` in the same
-    module object, after which the package is exactly what it always was.
-    """
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "sqlalchemy.ext.asyncio":
-            return None
-        sys.meta_path.remove(self)  # once: the real finder from here on
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not spec.submodule_search_locations:
-            return spec
-        self._real = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
-        return None
-
-    def exec_module(self, module: ModuleType) -> None:
-        from sqlalchemy.util import concurrency
-
-        concurrency._concurrency_shim._initialize()  # the one thing `__init__` does besides
-        real = self._real
-
-        def attribute(name: str) -> Any:
-            if name in _ENGINE_NAMES:
-                return getattr(importlib.import_module(f"{module.__name__}.engine"), name)
-            if name.startswith("__") or importlib.util.find_spec(f"{module.__name__}.{name}"):
-                raise AttributeError(name)  # a submodule (`from . import exc`): imported as one
-            del module.__getattr__
-            module.__spec__.loader = real  # type: ignore[union-attr]
-            module.__loader__ = real
-            real.exec_module(module)
-            return getattr(module, name)
-
-        setattr(module, "__getattr__", attribute)  # noqa: B010 (a module's, PEP 562)
-
-
-if sys.argv[1:2] == ["serve"] and "sqlalchemy.ext.asyncio" not in sys.modules:
-    sys.meta_path.insert(0, _SessionsOnFirstUse())
 
 
 def resume_collection() -> None:
