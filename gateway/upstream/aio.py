@@ -43,7 +43,7 @@ class _NotLoaded(Exception):
 def client_error() -> type[Exception]:
     """aiohttp's `ClientError` for an `except` clause; before aiohttp is loaded, a class
     nothing raises (an aiohttp error needs aiohttp loaded to exist)."""
-    module = sys.modules.get("aiohttp")
+    module = loaded()
     return _NotLoaded if module is None else module.ClientError
 
 

@@ -85,10 +85,14 @@ def from_client_error(exc: BaseException, where: str) -> UpstreamError:
         return UpstreamTimeoutError(f"upstream {where} timed out while connecting")
     if isinstance(exc, TimeoutError):  # aiohttp's read timeouts are subclasses
         return UpstreamTimeoutError(f"upstream {where} timed out while waiting for a reply")
-    if aiohttp is None:
-        return UpstreamUnreachableError(
-            f"upstream {where} failed: {type(exc).__name__} before a complete reply"
-        )
+    known = _from_aiohttp(aiohttp, exc, where) if aiohttp is not None else None
+    return known or UpstreamUnreachableError(
+        f"upstream {where} failed: {type(exc).__name__} before a complete reply"
+    )
+
+
+def _from_aiohttp(aiohttp: Any, exc: BaseException, where: str) -> UpstreamError | None:
+    """What an aiohttp connector or payload error says, or None for any other."""
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return UpstreamUnreachableError(
             f"upstream {where} is unreachable: its TLS certificate did not verify "
@@ -112,9 +116,7 @@ def from_client_error(exc: BaseException, where: str) -> UpstreamError:
         return UpstreamUnreachableError(
             f"upstream {where} closed the connection before a complete reply (the reply was cut)"
         )
-    return UpstreamUnreachableError(
-        f"upstream {where} failed: {type(exc).__name__} before a complete reply"
-    )
+    return None
 
 
 def _tls_reason(exc: BaseException) -> str:
