@@ -1,12 +1,13 @@
 """Concurrency 1, small request: what the gateway adds, and what it does per request.
 
 Run: `python bench/c1_path.py [-n 2000] [-c 1] [--stream] [--src DIR[::NAME=VALUE,...] ...]
-[--pairs 3] [--strace] [--perf] [--gc] [--phases]`.
+[--pairs 3] [--strace] [--perf] [--gc] [--phases] [--hotpath-config]`.
 
 Starts perf-floor's mock upstream on core 0 and, for each tree in turn (this checkout,
 then every `--src`; all of them again for each pair, so trees alternate within the same
 minutes), `farebox serve` pinned to core 1 with `bench/pipeline_cpu.py`'s config (an
-alias renamed to the mock's model, SQLite ledger). Each round loads the mock directly
+alias renamed to the mock's model, SQLite ledger; `--hotpath-config`: bench/hotpath.py's,
+every feature on). Each round loads the mock directly
 (the baseline), then the gateway at concurrency 1 and prints, per tree:
 
 - added p50 / p99 (whole latency, or TTFT with `--stream`): the gateway's percentile
@@ -425,6 +426,17 @@ def _round(args: argparse.Namespace, spec: str, env: dict[str, str], mock_url: s
     return row
 
 
+def _config(mock_port: int, hotpath: bool) -> str:
+    """pipeline_cpu.py's config, or with `hotpath` bench/hotpath.py's (family openai, a
+    max_tokens default and rules: every request's body gains a field), for the same alias."""
+    if not hotpath:
+        return CONFIG.format(port=mock_port)
+    from hotpath_targets import FAREBOX_CONFIG
+
+    base = f"http://127.0.0.1:{mock_port}/v1"
+    return FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     floor_dir = os.environ.get("FAREBOX_PERF_FLOOR") or ROOT.parent / "shared" / "perf-floor"
@@ -442,6 +454,11 @@ def main() -> None:
     parser.add_argument("--perf", action="store_true", help="context switches per request")
     parser.add_argument("--gc", action="store_true", help="the collector's runs and pauses")
     parser.add_argument("--phases", action="store_true", help="loop CPU per phase of a request")
+    parser.add_argument(
+        "--hotpath-config",
+        action="store_true",
+        help="bench/hotpath.py's config (every feature on) instead of pipeline_cpu.py's",
+    )
     args = parser.parse_args()
     trees = [str(ROOT), *args.src]
     mock_port = _free_port()
@@ -458,7 +475,7 @@ def main() -> None:
         stdout=subprocess.DEVNULL,
     )
     data = Path(tempfile.mkdtemp())
-    (data / "config.yaml").write_text(CONFIG.format(port=mock_port))
+    (data / "config.yaml").write_text(_config(mock_port, args.hotpath_config))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
     env |= {"FAREBOX_CONFIG": str(data / "config.yaml"), "FAREBOX_DATA_DIR": str(data)}
     env |= {"FAREBOX_LOG_LEVEL": "warning"}
