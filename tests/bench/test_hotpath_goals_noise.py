@@ -40,3 +40,16 @@ def test_a_positive_gap_is_not_called_noise() -> None:
     measured, verdict, bound = _agent_p50(direct_p50=5.0, gateway_p50=9.5)
     assert measured == "4.5 ms" and verdict == "missed by 1.5 ms"
     assert "noise" not in bound and "the other 1.5 ms is the extra hop" in bound
+
+
+def test_a_missed_latency_says_what_the_bare_proxy_added_in_the_same_run() -> None:
+    results = Results()
+    for run in (_run("direct", 5.0, None), _run(FB, 9.5, 3.0), _run("minproxy", 8.6, 3.6)):
+        results.runs.setdefault(run.target, {})[run.scenario] = run
+    (goal,) = [g for g in goals(results) if g.name == "1 MB agent step, added p50"]
+    assert goal.verdict == "missed by 1.5 ms"
+    assert goal.bound.endswith(
+        "; minproxy.py added 3.6 ms in the same run, itself not under 3 ms on this box in this run"
+    )
+    (p99,) = [g for g in goals(results) if g.name == "1 MB agent step, added p99"]
+    assert p99.verdict == "met" and p99.bound == ""  # a met row names no bound
