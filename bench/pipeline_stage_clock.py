@@ -154,13 +154,18 @@ def _instrument(clocks: Clocks, inner: list[str]) -> None:
 
     if getattr(api_chat, "handle_chat", None) is handle_chat:
         api_chat.handle_chat = marked_handle_chat
-    send = h1.Connection.send
+    send, write = h1.Connection.send, h1.Connection.write
 
     def marked_send(self: Any, *args: Any, **kwargs: Any) -> Any:
         clocks.mark("sent")
         return send(self, *args, **kwargs)
 
+    def marked_write(self: Any, *args: Any, **kwargs: Any) -> Any:
+        clocks.mark("sent")  # a body in hand is written without `send`'s coroutine
+        return write(self, *args, **kwargs)
+
     h1.Connection.send = marked_send
+    h1.Connection.write = marked_write
     data_received = h1.Connection.data_received
 
     def marked_data_received(self: Any, data: bytes) -> Any:
