@@ -167,9 +167,9 @@ async def _time_stages(
         kept.update(ctx=copy.copy(ctx), meter=meter, services=services)  # before its release
         return booking
 
-    def keep_reply(payload: Any, raw: bytes, ctx: Any) -> bytes:
-        kept.update(payload=payload, raw=raw)
-        return reply_cost(payload, raw, ctx)
+    def keep_reply(payload: Any, raw: bytes, ctx: Any, **kwargs: Any) -> bytes:
+        kept.update(payload=payload, raw=raw, reply_kwargs=kwargs)
+        return reply_cost(payload, raw, ctx, **kwargs)
 
     data = Path(tempfile.mkdtemp(prefix="farebox-stages-"))
     base = f"http://127.0.0.1:{port}/v1"
@@ -186,7 +186,7 @@ async def _time_stages(
         finally:
             chat.bill, chat.with_cost = bill, reply_cost
         ctx, meter, services = kept["ctx"], kept["meter"], kept["services"]
-        payload, raw = kept["payload"], kept["raw"]
+        payload, raw, reply_kwargs = kept["payload"], kept["raw"], kept["reply_kwargs"]
         config, prices = services.config, services.prices
         edits = ctx.edits
 
@@ -221,7 +221,7 @@ async def _time_stages(
             "ledger_record": lambda: ledger_record(ctx, booked),
             "record_init": lambda: RoundedRecord(**row),
             "observe_metrics": lambda: observe_metrics(services.metrics, ctx, booked),
-            "with_cost": lambda: with_cost(payload, raw, ctx),
+            "with_cost": lambda: with_cost(payload, raw, ctx, **reply_kwargs),
             "reply_headers": lambda: chat._headers(ctx) | cost_headers(ctx),
         }
         result = {name: _best(call, n) for name, call in stages.items()}
