@@ -126,7 +126,10 @@ class Bench:
         passes: dict[str, list[Run]] = {}
         for _ in range(budget.passes):  # in turns, so a burst of load hits one pass
             for scenario in scenarios:
-                run = measure(self.setup, name, target.pid, target.url, MODEL, scenario, budget)
+                run = measure(
+                    self.setup, name, target.pid, target.url, MODEL, scenario, budget,
+                    target.database,
+                )  # fmt: skip
                 passes.setdefault(scenario.key, []).append(run)
                 print(
                     f"[hotpath] {name} {scenario.key}: {run.rps} req/s p50 {run.p50_ms} ms "

@@ -91,10 +91,16 @@ def _cpu_bound(r: Results, target: str, scenario: str) -> str:
     cores = 2 if target == W2 else 1  # two workers may use both cores
     ceiling = cores * 1000 / run.cpu_ms_per_request
     where = "two cores" if cores == 2 else "one core"
-    return (
+    text = (
         f"{run.cpu_ms_per_request} ms CPU/request caps {where} at {ceiling:,.0f} req/s; "
         f"measured {run.rps:,.0f} req/s with load average {run.loadavg_1m:.1f} on the box"
     )
+    if run.postgres_cpu_ms_per_request is not None:
+        text += (
+            f"; the ledger's PostgreSQL backends took {run.postgres_cpu_ms_per_request} ms "
+            "per request on the same cores"
+        )
+    return text
 
 
 def workers_bound(r: Results, scenario: str) -> str:

@@ -26,6 +26,7 @@ from hotpath_procs import (
     cpu_ticks,
     get_json,
     main_thread_ticks,
+    postgres_backend_ticks,
 )
 
 
@@ -100,6 +101,9 @@ class Run:
     # the mock's (from /proc), and Redis's (INFO cpu; the box's Redis, others may use it)
     load_cpu_ms_per_request: float | None = None
     redis_cpu_ms_per_request: float | None = None
+    # The PostgreSQL backends serving the target's ledger database (its PostgreSQL rows
+    # only): the server's CPU on the same cores, per request sent, trailing work included
+    postgres_cpu_ms_per_request: float | None = None
     # The target's main threads (each process's event loop) alone, per request sent; and
     # what every other process on the box took while loadgen ran (the box's busy CPU less
     # the target's, the load tools' and Redis's), per request sent
@@ -143,6 +147,7 @@ def combine(runs: list[Run]) -> Run:
     for name in (
         "load_cpu_ms_per_request",
         "redis_cpu_ms_per_request",
+        "postgres_cpu_ms_per_request",
         "main_cpu_ms_per_request",
         "others_cpu_ms_per_request",
     ):
@@ -238,8 +243,10 @@ def measure(
     model: str,
     scenario: Scenario,
     budget: Budget,
+    database: str | None = None,
 ) -> Run:
-    """Run loadgen once; `pid` is the process tree under test (None: direct to the mock)."""
+    """Run loadgen once; `pid` is the process tree under test (None: direct to the mock),
+    `database` the PostgreSQL database of its ledger, if any (its backends' CPU is read)."""
     with tempfile.TemporaryDirectory(prefix="hotpath-") as folder:
         out = Path(folder) / "run.json"
         argv = loadgen_args(setup, url, model, scenario, budget, out)
@@ -247,12 +254,14 @@ def measure(
         ticks_before = cpu_ticks(pid) if pid else 0
         main_before, box_before = main_thread_ticks(pid) if pid else 0, box_busy_ticks()
         load_before = setup.load_seconds()
+        backends_before = postgres_backend_ticks(database) if database else {}
         status, printed = setup.worker.run(argv)
         ticks_ended, box_ended = cpu_ticks(pid) if pid else 0, box_busy_ticks()
         load_ended = setup.load_seconds()
         ticks_after = settle(pid, ticks_ended) if pid else 0
         main_after = main_thread_ticks(pid) if pid else 0
         load_after = setup.load_seconds()
+        backends_after = postgres_backend_ticks(database) if database else {}
         opens_after, snmp_after = _mock_connections(setup), active_opens()
         if status != 0 or not out.exists():
             raise RuntimeError(f"loadgen failed ({target} {scenario.key}): {printed[-5:]}")
@@ -279,10 +288,19 @@ def measure(
         if load_after[1] is not None and load_before[1] is not None:
             redis = (load_after[1] - load_before[1]) * 1000 / run.sent
             run.redis_cpu_ms_per_request = round(redis, 3)
+    if database and run.sent:
+        backends = _grown(backends_before, backends_after) * TICK_S * 1000 / run.sent
+        run.postgres_cpu_ms_per_request = round(backends, 3)
     if pid and run.sent and opens_before is not None and opens_after is not None:
         run.upstream_opens = opens_after - opens_before - 1  # the count's own connection
         run.opens_per_request = round(run.upstream_opens / run.sent, 4)
     return run
+
+
+def _grown(before: dict[int, int], after: dict[int, int]) -> int:
+    """Ticks the processes in `after` spent since `before` (one started meanwhile: all of
+    its ticks; one that ended meanwhile is not seen, and the pool keeps its connections)."""
+    return sum(ticks - before.get(pid, 0) for pid, ticks in after.items())
 
 
 def settle(pid: int, ticks: int, window_s: float = 0.3, limit_s: float = 20.0) -> int:

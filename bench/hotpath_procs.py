@@ -59,6 +59,26 @@ def cpu_ticks(pid: int) -> int:
     return total
 
 
+def postgres_backend_ticks(database: str) -> dict[int, int]:
+    """utime+stime of each PostgreSQL backend connected to `database`, by pid: a process
+    whose title (`update_process_title`, on by default) reads `postgres: [CLUSTER: ]USER
+    DATABASE HOST(PORT) STATE`. The server's shared processes (WAL writer, checkpointer)
+    are not counted: they serve every database on the server."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if not title.startswith("postgres:") or f" {database} " not in title:
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[int(proc.name)] = int(fields[11]) + int(fields[12])
+    return found
+
+
 def main_thread_ticks(pid: int) -> int:
     """utime+stime of each process's main thread (its event loop), summed over the tree.
 

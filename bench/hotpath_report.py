@@ -80,12 +80,15 @@ def _added(base: Run | None, run: Run, name: str) -> str:
 
 
 def _load(run: Run) -> str:
-    """loadgen's and the mock's CPU per request, + Redis's where it was read."""
+    """loadgen's and the mock's CPU per request, + Redis's where it was read, + the
+    PostgreSQL backends' of the target's ledger (PG)."""
     if run.load_cpu_ms_per_request is None:
         return "-"
     text = _num(run.load_cpu_ms_per_request, 3)
     if run.redis_cpu_ms_per_request:
         text += f" + {_num(run.redis_cpu_ms_per_request, 3)}"
+    if run.postgres_cpu_ms_per_request is not None:
+        text += f" + PG {_num(run.postgres_cpu_ms_per_request, 3)}"
     return text
 
 
@@ -95,7 +98,9 @@ def _side_by_side(results: Results) -> list[str]:
         "Latency in ms (TTFT: time to the first content token); *added* is the target's "
         "percentile minus direct's in the same run. CPU: the process tree's utime+stime "
         "over loadgen's `sent` (warm-up included); load CPU: loadgen's and the mock's, "
-        "the same way, + Redis's (INFO cpu, shared with the box), the CPU the load itself "
+        "the same way, + Redis's (INFO cpu, shared with the box), + PG: the PostgreSQL "
+        "backends serving the target's ledger database (its rows only, from /proc, trailing "
+        "work included), the CPU the load itself "
         "takes from the cores the target runs on. Opens: connections the mock accepted "
         "from the target per request; ActiveOpens Δ: /proc/net/snmp over the run "
         "(includes loadgen's own connections and other processes on the box)."

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import subprocess
 import sys
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ class Target:
     proc: Proc | None  # None: direct to the mock
     watch: RssWatch | None = None
     ready_s: float | None = None
+    database: str | None = None  # its PostgreSQL ledger's database, if any
 
     @property
     def pid(self) -> int | None:
@@ -144,7 +146,8 @@ def start_farebox(
     if workers:
         command += ["--workers", str(workers)]
     proc = launch(name, command, core, workdir, settings)
-    return Target(name, chat_url(port), proc)
+    database = urllib.parse.urlsplit(postgres).path.lstrip("/") if postgres else None
+    return Target(name, chat_url(port), proc, database=database)
 
 
 @contextlib.contextmanager

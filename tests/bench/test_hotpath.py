@@ -97,6 +97,10 @@ def test_gateways_cost_cpu_and_their_upstream_connections_are_counted(
         assert sum(run["upstream_opens"] for run in tree) >= 1  # the first connection counts
         assert report["ready_s"][gateway] > 0
         assert 20 < report["rss_mib"][gateway] < 4096
+    # The PostgreSQL ledger's backends are read in its rows (10 ms ticks: maybe 0 here),
+    # and only there.
+    assert all(run["postgres_cpu_ms_per_request"] is not None for run in runs[GATEWAYS[1]].values())
+    assert all(run["postgres_cpu_ms_per_request"] is None for run in runs[GATEWAYS[0]].values())
     assert set(runs["farebox-sqlite"]) == {
         "json-c1",
         "sse-c1",
