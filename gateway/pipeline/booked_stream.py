@@ -34,6 +34,10 @@ class BookedStream:
     body's end with them (one write, not two)."""
     on_wait: Callable[[], None] | None = None
     """Set by the response: called (once) before the body first waits on its upstream."""
+    rest: Callable[[], Coroutine[Any, Any, None]] | None = None
+    """What is left of the booking once the body's last bytes are sent (`finish.Booking`:
+    the ledger row, the metrics, the prompt's history): set by `_run` with `ends`, run by
+    the body after that send (`_book_rest`), or by `close` when it never comes back."""
 
     def _shield(self) -> Shield:
         """`drain.Shield`: the native cut's count in a chat request (no anyio scope there),
@@ -50,13 +54,22 @@ class BookedStream:
         the shield at its first wait, before the loop runs anything else, and is resumed
         under it (`_Resumed`), as if it had been awaited inside it from the start.
         """
-        booking = self._settle(error, cancelled)
+        await self._shielded(self._settle(error, cancelled))
+
+    async def _shielded(self, booking: Coroutine[Any, Any, None]) -> None:
+        """Run `booking`, entering the shield only at its first wait (`_settle_shielded`)."""
         try:
             waiting = booking.send(None)
         except StopIteration:
             return
         with self._shield():
             await _Resumed(booking, waiting)
+
+    async def _book_rest(self) -> None:
+        """Run what is left of the booking (`rest`), once, shielded as `_settle` is."""
+        rest, self.rest = self.rest, None
+        if rest is not None:
+            await self._shielded(rest())
 
     def _will_wait(self) -> None:
         """Before a wait on the upstream: from now on, a client who leaves stops the body."""
@@ -73,6 +86,7 @@ class BookedStream:
         if self._body is not None:
             await self._body.aclose()  # a started body books itself in its `finally`
         await self._settle(None, cancelled=True)  # a no-op once booked
+        await self._book_rest()  # a no-op unless the body's last send never came back
 
     def _run(self) -> AsyncGenerator[bytes, None]:
         raise NotImplementedError
@@ -168,9 +182,12 @@ class BookedStreamResponse(Response):
             self._task.uncancel()  # our own cancel: the client left, which is no error
         finally:
             self._stop_watch()
-            if not self._booked.settling:  # stopped before its end, or never started
+            booked = self._booked
+            # Stopped before its end, or never started; or its last send raised, and the
+            # rest of its booking (`rest`) is still to run.
+            if not booked.settling or booked.rest is not None:
                 with Shield():  # held against an anyio scope's cut and the native one
-                    await self._booked.close()
+                    await booked.close()
         if self.background is not None:
             await self.background()
 

@@ -3,9 +3,11 @@
 All the events one read of the upstream brought go out as one message (one write to the
 client): nothing waits for more, and a read that completes one event sends that event.
 The read that brings `[DONE]` with the end of the upstream's body (as vLLM and a fast
-server send them) is booked first, then goes out with the end of the client's body: the
-client's stream never ends before its attempt is booked, and that end is not a write of
-its own.
+server send them) is billed first (the quota, the task's cost, the observers told), then
+goes out with the end of the client's body, that end not a write of its own; the rest of
+the booking (the ledger row, the metrics, the prompt's history) follows it, as a whole
+reply's does (`finish.Booking`), so the client's stream does not wait for it (on a shared
+store, for a round trip). Any other stream is booked whole before its end.
 
 Events go out as the upstream's own bytes. Two exceptions: the usage-only chunk is
 dropped when the client did not ask for it (the gateway asked on its behalf), and a
@@ -33,7 +35,7 @@ from gateway.errors import (
 from gateway.pipeline.attempts import report_outcome
 from gateway.pipeline.booked_stream import BookedStream, BookedStreamResponse
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.finish import finish, price_now
+from gateway.pipeline.finish import bill, price_now
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.respond import with_cost
 from gateway.pipeline.thinking_cap import ThinkingCap, is_role_only
@@ -176,10 +178,13 @@ class Relay(BookedStream):
             self.settling = True
             await self._settle_shielded(error, cancelled)
         if self._ended:
-            # Booked: the last read's events, `[DONE]` among them, go out with the body's
-            # end in one write (after the booking, as the end always went).
+            # Billed: the last read's events, `[DONE]` among them, go out with the body's
+            # end in one write; the rest of the booking follows it, as a whole reply's does.
             self.ends = True
-            yield b"".join(out)
+            try:
+                yield b"".join(out)
+            finally:  # sent, or the send raised (then `close` comes here through `aclose`)
+                await self._book_rest()
 
     def _opening(self) -> list[bytes]:
         """The first event, and the events its read brought with it.
@@ -281,7 +286,18 @@ class Relay(BookedStream):
             await _logged(self._stream.aclose(), "closing the stream of", self._where)
         try:
             report_outcome(self._ctx, self._services, error)
-            await finish(self._ctx, self._meter, self._services, error=error, cancelled=cancelled)
+            ctx, meter, services = self._ctx, self._meter, self._services
+            # A stream that ended with its body (`_released`) sends its last bytes once
+            # billed (quota, task cost; the observers told, as a whole reply's are): the
+            # row, metrics and history are left to `rest`, after them. Any other, at once.
+            later = self._let_go and error is None and not cancelled
+            booking = await bill(
+                ctx, meter, services, error=error, cancelled=cancelled, notify=later
+            )
+            if later:
+                self.rest = booking
+            else:
+                await booking()
         finally:
             if self._ended and not self._released():  # booked first: the close may wait
                 await _logged(self._stream.aclose(), "closing the stream of", self._where)
