@@ -1,7 +1,7 @@
 """CPU per request of the shared-state calls the chat path makes, against a real Redis.
 
 Run: `python bench/state_calls.py [--redis-url redis://127.0.0.1:6379/12] [--task] [-n 8000]
-[-c 32] [--src DIR]`.
+[-c 32] [--src DIR] [--callgrind PAIRS]`.
 
 Each simulated request makes the calls a small chat request makes through `FallbackState`
 (the gateway's shared state with Redis configured), in the pipeline's order: read the
@@ -12,15 +12,25 @@ request (utime+stime, `time.process_time`) and wall time per request. `--src` im
 `gateway` from another checkout (an A/B of two trees, run alternately); to compare with
 and without hiredis, put a directory holding a `hiredis.py` that raises ImportError
 first on PYTHONPATH. Every key lives under a namespace of the run's own, deleted after.
+`--callgrind PAIRS` counts instead the loop's instructions per request under callgrind
+(collection on for the measured requests alone; Redis is another process, not counted),
+this checkout and `--src` alternating: exact where CPU time on a shared box is not.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import json
+import re
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from checkout import use_checkout
@@ -73,9 +83,14 @@ async def _run(args: argparse.Namespace) -> None:
             for _ in range(per_client):
                 await _request(state, _record_of, keys, task)
 
+        markers = ctypes.CDLL(args.markers) if args.markers else None
+        if markers is not None:
+            markers.cg_toggle()  # counted from here (callgrind's collection on)
         cpu, wall = time.process_time(), time.perf_counter()
         await asyncio.gather(*(client() for _ in range(args.c)))
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        if markers is not None:
+            markers.cg_toggle()
         if state.degraded:
             raise SystemExit("Redis went away during the run: the numbers are not Redis's")
         sent = per_client * args.c
@@ -90,6 +105,27 @@ async def _run(args: argparse.Namespace) -> None:
         await state.aclose()
 
 
+def _counted(args: argparse.Namespace, tree: str | None) -> dict[str, Any]:
+    """Instructions per request of one run under callgrind, the measured loop alone."""
+    from stream_instructions import _markers  # bench/ is the script folder: sys.path[0]
+
+    folder = Path(tempfile.mkdtemp(prefix="state-calls-cg-"))
+    library = _markers(folder)
+    out = folder / "cg.out"
+    command = [
+        *("valgrind", "--tool=callgrind", "--collect-atstart=no", f"--callgrind-out-file={out}"),
+        *(sys.executable, __file__, "--markers", str(library), "--redis-url", args.redis_url),
+        *("-n", str(args.n), "-c", str(args.c), *(["--task"] if args.task else [])),
+        *(["--src", tree] if tree else []),
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    found = re.search(r"^summary: (\d+)", out.read_text() if out.exists() else "", re.M)
+    if proc.returncode or found is None:
+        raise RuntimeError(f"the run under valgrind failed: {proc.stderr[-2000:]}")
+    sent = args.n // args.c * args.c
+    return {"src": tree or "this checkout", "instructions_per_req": int(found.group(1)) // sent}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
@@ -97,7 +133,21 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=8000)
     parser.add_argument("-c", type=int, default=32)
     parser.add_argument("--src", help="import gateway from this checkout")
+    parser.add_argument(
+        "--callgrind",
+        type=int,
+        metavar="PAIRS",
+        help="count instructions per request under callgrind instead, this checkout and "
+        "--src alternating PAIRS times (keep -n small: ~50x slower)",
+    )
+    parser.add_argument("--markers", help=argparse.SUPPRESS)  # the counted child's toggles
     args = parser.parse_args()
+    if args.callgrind:
+        trees = [None, args.src] if args.src else [None]
+        for _ in range(args.callgrind):
+            for tree in trees:
+                print(json.dumps(_counted(args, tree)), flush=True)
+        return
     use_checkout(args.src)
     import uvloop
 
