@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -36,8 +37,8 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Boolean
-from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.ledger import pgjson, rollup, store
 from gateway.ledger.driver import MONEY_UNITS, Prepared, prepare, sqlite_money, sqlite_time
@@ -519,18 +520,125 @@ _REQUEST_TAIL = store.REQUEST_CONFLICT  # conflict_tail(store._postgresql_reques
 
 async def _apply_sqlite(connection: AsyncConnection, plan: Plan) -> list[RequestRecord]:
     """Every statement in one call into the connection's thread (see `_sqlite_write`)."""
+
+    async def write(ids: list[str], rows: Rows, statements: list[Statement]) -> set[str]:
+        return await _in_sqlite_thread(connection, ids, rows, statements, plan.step)
+
+    return await _replaying(connection.dialect, plan, write)
+
+
+_Write = Callable[[list[str], Rows, list[Statement]], Awaitable[set[str]]]
+"""`write(ids, rows, statements)`: the ids already stored, or (none) the rows written."""
+
+
+async def _replaying(dialect: Dialect, plan: Plan, write: _Write) -> list[RequestRecord]:
+    """Write the plan's rows; where some ids are stored already (a replay), nothing was
+    written: again with the rows the database lacks and their task and rollup rows."""
     records, rows, statements = plan.records, plan.rows, plan.statements
     while True:
         ids = [record.id for record in records]
-        existing = await _in_sqlite_thread(connection, ids, rows, statements, plan.step)
+        existing = await write(ids, rows, statements)
         if not existing:
             return records
-        # A replay: nothing was written; again with the rows the database lacks.
         kept = [index for index, record in enumerate(records) if record.id not in existing]
         records, rows = [records[i] for i in kept], [rows[i] for i in kept]
         if not records:
             return []
-        statements = await derived(connection.dialect, records, plan.times, plan.step, rows)
+        statements = await derived(dialect, records, plan.times, plan.step, rows)
+
+
+async def commit_sqlite(engine: AsyncEngine, plan: Plan) -> store.BatchResult | None:
+    """Apply `plan` and commit it on a SQLite file's own connection, SQLAlchemy's
+    transaction left out; None where this does not apply (the caller then runs `apply` in
+    `engine.begin()`): another database, a batch with task finishes (SQLAlchemy's
+    statements), a connection that refuses the loop's thread (in-memory).
+
+    The same transaction as `apply`'s on a SQLite file: `BEGIN IMMEDIATE` and the id
+    look-up, then COMMIT (or ROLLBACK on any error), in aiosqlite's thread; the rows on
+    the loop in slices (`_on_loop`). What it leaves out ran on the loop in single pieces
+    per flush: SQLAlchemy's begin (~40 us on a quiet core) and its commit and close (~70
+    us), each a piece that a request arriving meanwhile waited for. The connection is
+    still the pool's, checked out for the transaction (`engine.connect()`) and returned
+    after it; one that failed to roll back is invalidated. Errors are the driver's own
+    (`refusal` classifies sqlite3's as it does SQLAlchemy's wrappers).
+    """
+    if engine.dialect.name != "sqlite" or plan.finishes or not plan.records:
+        return None
+    if engine.sync_engine in _thread_bound:
+        return None
+    async with engine.connect() as connection:
+        await pause()  # the pool's check-out: a piece of its own
+        raw = await connection.get_raw_connection()
+        run = _thread_of(raw.driver_connection)
+        cursor = _loop_cursor(raw.driver_connection) if run is not None else None
+        if run is None or cursor is None:
+            _thread_bound.add(engine.sync_engine)
+            return None
+        try:
+            written = await _committed(engine.dialect, plan, run, cursor)
+        except BaseException:
+            cursor.close()
+            if not await _rolled_back(run):
+                await connection.invalidate()
+            raise
+        cursor.close()
+    await pause()  # back from the pool's reset (a hop to aiosqlite's thread)
+    return store.BatchResult(inserted=len(written), duplicates=plan.requests - len(written))
+
+
+_thread_bound: weakref.WeakSet[Engine] = weakref.WeakSet()
+"""Engines whose SQLite connections refuse the loop's thread (`commit_sqlite` returns None
+for them without a check-out)."""
+
+
+async def _committed(
+    dialect: Dialect, plan: Plan, run: Callable[..., Any], cursor: Any
+) -> list[RequestRecord]:
+    """The plan's rows written (`_loop_write`) and committed; the records written."""
+
+    async def write(ids: list[str], rows: Rows, statements: list[Statement]) -> set[str]:
+        return await _loop_write(run, cursor, ids, rows, statements)
+
+    written = await _replaying(dialect, plan, write)
+    await pause()  # the last slice of rows has had its time: COMMIT in a turn of its own
+    await run(_commit)
+    await pause()  # back from aiosqlite's thread, which may finish at any moment
+    return written
+
+
+def _commit(dbapi: Any) -> None:
+    """COMMIT, in aiosqlite's thread (WAL: it may sync the file or checkpoint)."""
+    dbapi.commit()
+
+
+def _rollback(dbapi: Any) -> None:
+    """ROLLBACK if a transaction is open, in aiosqlite's thread."""
+    if dbapi.in_transaction:
+        dbapi.rollback()
+
+
+async def _rolled_back(run: Callable[..., Any]) -> bool:
+    """Roll the transaction back; False if even that failed (the connection is broken)."""
+    try:
+        await run(_rollback)
+    except Exception:
+        return False
+    return True
+
+
+async def _loop_write(
+    run: Callable[..., Any], cursor: Any, ids: list[str], rows: Rows, statements: list[Statement]
+) -> set[str]:
+    """`BEGIN IMMEDIATE` and the look-up in aiosqlite's thread (taking the write lock may
+    wait for a sibling worker's: not on the loop), then, if no id is stored, the rows on
+    the loop's thread (`_on_loop`); the ids already stored."""
+    existing: set[str] = await run(_begin_and_look_up, ids)
+    if existing:
+        return existing
+    await _on_loop(cursor, _sqlite_insert_one(), rows, len(rows))
+    for sql, statement_rows in statements:
+        await _on_loop(cursor, sql, statement_rows)
+    return existing
 
 
 async def _in_sqlite_thread(
@@ -560,14 +668,7 @@ async def _in_sqlite_thread(
         existing: set[str] = await run(_sqlite_write, ids, rows, statements, paced)
         return existing
     try:
-        # Taking the write lock may wait for a sibling worker's (busy_timeout): not here.
-        existing = await run(_begin_and_look_up, ids)
-        if existing:
-            return existing
-        await _on_loop(cursor, _sqlite_insert_one(), rows, len(rows))
-        for sql, statement_rows in statements:
-            await _on_loop(cursor, sql, statement_rows)
-        return existing
+        return await _loop_write(run, cursor, ids, rows, statements)
     finally:
         cursor.close()
 

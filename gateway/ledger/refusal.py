@@ -120,9 +120,12 @@ async def _apply_part(
     try:
         # Built before the transaction, on the loop a slice at a time (gateway.ledger.batch).
         plan = await batch.plan(engine.dialect, entries, step)
-        async with engine.begin() as connection:
-            await batch.pause()  # the pool's check-out and BEGIN: ~0.1 ms of the loop
-            part = await batch.apply(connection, plan)
+        part = await batch.commit_sqlite(engine, plan)  # a SQLite file: no SQLAlchemy begin
+        if part is None:
+            async with engine.begin() as connection:
+                await batch.pause()  # the pool's check-out and BEGIN: ~0.1 ms of the loop
+                part = await batch.apply(connection, plan)
+                await batch.pause()  # the last slice has had its time: COMMIT on its own
     except Exception as exc:  # classified below; a transient error is re-raised
         reason = refusal_reason(exc)
         if reason is None:

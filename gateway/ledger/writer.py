@@ -29,7 +29,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.ledger import store
-from gateway.ledger.batch import SLICE_ROWS
+from gateway.ledger.batch import SLICE_ROWS, turn
 from gateway.ledger.records import FinishedTask, LedgerEntry, RequestRecord, TaskFinish, utcnow
 from gateway.ledger.refusal import Refusal, Salvage, apply_salvaging
 from gateway.ledger.spool import (
@@ -250,6 +250,8 @@ class LedgerWriter:
         """Every flush interval, move the queue to a spool segment."""
         idle_seconds = IDLE_LOG_FLUSHES * self.config.flush_interval
         while not await self._stopped_within(self.config.flush_interval):
+            # Woken by a timer, at any moment: the batch is taken in a quiet turn instead.
+            await turn()
             await self._spool_pending()
             await self._retire_idle_log(idle_seconds)
 
@@ -298,7 +300,10 @@ class LedgerWriter:
                 lines.append(line)
             else:
                 refused.append(Refusal(line, entry))
-        return await asyncio.to_thread(self.spool.append, lines, refused)
+        segment = await asyncio.to_thread(self.spool.append, lines, refused)
+        if not self._stopping.is_set():
+            await turn()  # the thread finishes at any moment: its bookkeeping in a quiet turn
+        return segment
 
     async def _drain_loop(self) -> None:
         """Apply spooled segments as they appear, and abandon idle tasks now and then."""
@@ -312,6 +317,7 @@ class LedgerWriter:
             if self._stopping.is_set():
                 return
             if self._segments and time.monotonic() >= self._retry_at:
+                await turn()  # a timer or the spool's event woke this: start in a quiet turn
                 await self._drain()
             if time.monotonic() >= next_idle_check:
                 next_idle_check = time.monotonic() + self.config.idle_check_interval
