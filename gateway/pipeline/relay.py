@@ -43,11 +43,21 @@ from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.upstream.base import UpstreamStream
 from gateway.upstream.http_stream import SseEvents
-from gateway.upstream.replies import PLAIN_EVENT, error_in_chunk, line_data, read_chunk
+from gateway.upstream.replies import (
+    PLAIN_EVENT,
+    PlainEvent,
+    error_in_chunk,
+    line_data,
+    read_chunk,
+)
 from gateway.upstream.sse import DONE, DONE_EVENT, event_data
 from gateway.usage import usage_from_openai
 
 log = logging.getLogger("farebox.relay")
+try:  # one reader per stream: its chunks read by their content alone (_plain_event.c)
+    from gateway.upstream._plain_event import PlainEvents as _PlainEvents
+except ImportError:  # built without it: `PLAIN_EVENT`, if built at all
+    _PlainEvents = None  # type: ignore[assignment,misc]
 LOOP_SLICE_S = 0.001
 """The longest a stream relays without a pause. Another task's wake-up waits up to three
 slices: the timer or socket event runs one loop pass after the slice in progress, the task
@@ -59,6 +69,14 @@ SHORT_READ_BYTES = 64 * 1024
 """A read of at most this many events and bytes is relayed whole between two readings of
 the clock (before the read and after it): tens of microseconds at most, where reading it
 before every event cost more than the check saved (21 readings for the mock's stream)."""
+
+
+def _plain_reader() -> PlainEvent | None:
+    """`PLAIN_EVENT` for one stream's events: `PlainEvents().read`, which reads a chunk that
+    differs from the last one in its content alone by that content (the same answers)."""
+    if PLAIN_EVENT is None or _PlainEvents is None:
+        return PLAIN_EVENT
+    return _PlainEvents().read
 
 
 def _is_usage_only(chunk: dict[str, Any]) -> bool:
@@ -93,11 +111,11 @@ class Relay(BookedStream):
         error: FareboxError | None = None
         cancelled = False
         out: list[bytes] = []  # relayed, not sent yet: all that one read brought goes at once
-        # Nearly every event is one line of plain content, read natively (`PLAIN_EVENT`)
+        # Nearly every event is one line of plain content, read natively (`_plain_reader`)
         # and relayed as it came; a thinking cap reads every chunk itself.
         # Their metering waits for the end of the run of them (`run`), one call and two clock
         # readings a run: the first token's time is read as it is found (`run_at`).
-        plain = PLAIN_EVENT if self._cap is None else None
+        plain = _plain_reader() if self._cap is None else None
         meter, clock = self._meter, self._meter.clock
         run: list[tuple[str, Any]] = []
         run_at: float | None = None
