@@ -349,15 +349,21 @@ class Connection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
 
-    async def wait(self, read_timeout: float | None) -> None:
-        """Until more bytes (or the end, or an error) arrive, at most `read_timeout`."""
+    def waiter(self, read_timeout: float | None) -> asyncio.Future[None]:
+        """A future done when more bytes (or the end, or an error) arrive, failed with a
+        timeout past `read_timeout`. Whoever awaits it closes the connection if the
+        await raises (else the timer's deadline is left for a wait that is over)."""
         loop = self.loop or asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
         if read_timeout is not None:
             deadline = self._deadline = loop.time() + read_timeout
             self._arm_timer(loop, deadline)
+        return waiter
+
+    async def wait(self, read_timeout: float | None) -> None:
+        """Until more bytes (or the end, or an error) arrive, at most `read_timeout`."""
         try:
-            await waiter
+            await self.waiter(read_timeout)
         finally:
             self._waiter = None
             self._deadline = None
@@ -685,7 +691,8 @@ class Pool:
             while not conn.headers_done:
                 if conn.error is not None:
                     raise conn.error
-                await conn.wait(timeout.sock_read)
+                # The future itself, not `wait`'s coroutine: a failed wait closes `conn`.
+                await conn.waiter(timeout.sock_read)
         except BaseException:
             conn.close()
             raise

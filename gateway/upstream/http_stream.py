@@ -152,6 +152,15 @@ async def read_at_most(response: Response, limit: int) -> tuple[bytes, bool]:
     parts: list[bytes] = []
     size = 0
     content = response.content
+    if isinstance(content, h1.Reply):  # a reply in with its head: no `readany` coroutine
+        ready = content.read_ready()
+        if ready is not None:
+            if len(ready) > limit:
+                return ready[:limit], False
+            if content.is_eof():
+                return ready, True
+            parts.append(ready)
+            size = len(ready)
     while part := await content.readany():
         parts.append(part)
         size += len(part)
