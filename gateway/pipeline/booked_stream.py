@@ -153,7 +153,10 @@ class BookedStreamResponse(Response):
         self.background = None
         # Starlette's `init_headers`, for this response: no body to measure, one media type.
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-        if b"content-type" not in dict(raw):
+        for name, _ in raw:  # looked for in place: no dict of them built to ask (~1 us)
+            if name == b"content-type":
+                break
+        else:
             raw.append(_CONTENT_TYPE)
         self.raw_headers = raw
         self._booked = body
