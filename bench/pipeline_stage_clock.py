@@ -48,6 +48,7 @@ CHAT_STAGES = (
     "entitle",
     "claim_task",
     "apply_task_policy",
+    "apply_policy",
     "capabilities",
     "rule_for_route",
     "start_prefix_check",
@@ -142,7 +143,9 @@ def _instrument(clocks: Clocks, inner: list[str]) -> None:
     for name in CHAT_STAGES:
         if hasattr(chat, name):  # a tree of another pass may name its stages otherwise
             setattr(chat, name, _timed(clocks, name, getattr(chat, name)))
-    quota.reserve = _timed(clocks, "quota.reserve", quota.reserve)
+    for name in ("reserve", "limits_of", "hold"):  # chat calls the last two where they exist
+        if hasattr(quota, name):
+            setattr(quota, name, _timed(clocks, f"quota.{name}", getattr(quota, name)))
     handle_chat = chat.handle_chat
 
     async def marked_handle_chat(*args: Any, **kwargs: Any) -> Any:

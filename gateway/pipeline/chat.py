@@ -32,7 +32,7 @@ from gateway.pipeline.entitle import entitle
 from gateway.pipeline.finish import bill, finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
-from gateway.pipeline.offload import patch_size, sized
+from gateway.pipeline.offload import on_loop, patch_size, sized
 from gateway.pipeline.parse import parse_request
 from gateway.pipeline.policy import apply_policy, capabilities
 from gateway.pipeline.prefix import rule_for_route
@@ -58,18 +58,25 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     identify(ctx)
     decide(ctx, services.config)
     entitle(ctx)  # the key's models, tiers, n and output cap
-    await claim_task(ctx, services.state)  # a task id belongs to the team that first used it
+    assert ctx.alias is not None and ctx.task is not None
+    named = not ctx.task.implicit  # a named task's owner and pinned effort: shared state
+    if named:
+        await claim_task(ctx, services.state)  # a task id belongs to the team that first used it
     base_edits = ctx.edits.copy()
-    assert ctx.alias is not None
-    decision = await apply_task_policy(ctx, services)
+    if named:
+        decision = await apply_task_policy(ctx, services)
+    else:  # what apply_task_policy does without a task: no coroutine
+        decision = apply_policy(ctx, services.config, services.prices)
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
     # On a route that only observes, the check's CPU part runs while the upstream works.
     pending = await start_prefix_check(ctx, services.prefix_checker, services.state, rule)
-    try:
-        await quota.reserve(ctx, services, pending.settle)  # refused: never sent, nor booked
-    except BaseException:
-        pending.run_now()  # the error's reply carries the prefix headers, as before
-        raise
+    limits = quota.limits_of(ctx, services)  # most requests have none: nothing to await
+    if limits:
+        try:
+            await quota.hold(ctx, services, limits, pending.settle)  # refused: not sent, nor booked
+        except BaseException:
+            pending.run_now()  # the error's reply carries the prefix headers, as before
+            raise
     send = partial(_stream if ctx.stream else _complete, pending=pending)
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)
@@ -133,7 +140,11 @@ def _headers(ctx: RequestContext, *more: dict[str, str]) -> dict[str, str]:
 
 
 async def _complete(ctx: RequestContext, services: Services, pending: PendingPrefix) -> Response:
-    call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
+    size = patch_size(len(ctx.raw_body))
+    if on_loop(size):  # the usual body: built here, no coroutine for `sized`
+        call = _build_call(ctx, services)
+    else:
+        call = await sized(size, _build_call, ctx, services)
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
     pending.while_waiting_for(call, adapter)
@@ -256,7 +267,11 @@ async def _stream(ctx: RequestContext, services: Services, pending: PendingPrefi
     Until the first event arrives nothing has reached the client, so a failure here is
     still an ordinary HTTP error, or a retry or fallback.
     """
-    call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
+    size = patch_size(len(ctx.raw_body))
+    if on_loop(size):  # the usual body: built here, no coroutine for `sized`
+        call = _build_call(ctx, services)
+    else:
+        call = await sized(size, _build_call, ctx, services)
     adapter = services.upstreams.adapter(call.route)
     meter = Meter()
     pending.while_waiting_for(call, adapter)

@@ -57,10 +57,18 @@ def share_the_lock() -> None:
 
 
 async def sized(size: int, step: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run `step` on the loop for inputs up to `OFF_LOOP_BYTES`, in a worker thread above."""
+    """Run `step` on the loop for inputs up to `OFF_LOOP_BYTES`, in a worker thread above.
+
+    A caller on the request path may test `on_loop(size)` and call `step` itself: no
+    coroutine for the usual small input."""
     if size <= OFF_LOOP_BYTES:
         return step(*args, **kwargs)
     return await asyncio.to_thread(step, *args, **kwargs)
+
+
+def on_loop(size: int) -> bool:
+    """Whether `sized(size, ...)` runs its step on the loop."""
+    return size <= OFF_LOOP_BYTES
 
 
 def patch_size(size: int) -> int:

@@ -21,7 +21,7 @@ import orjson
 
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import INLINE_BYTES, OFF_LOOP_BYTES, RELEASE_BYTES, sized
+from gateway.pipeline.offload import INLINE_BYTES, OFF_LOOP_BYTES, RELEASE_BYTES, on_loop, sized
 from gateway.pipeline.parse import keep_messages, message_key
 from gateway.prefix import cache_rules
 from gateway.prefix.actions import normalize, sticky_cache_key
@@ -383,7 +383,8 @@ async def remember(outcome: PrefixOutcome, state: SharedState) -> None:
     # The fingerprint chain is hashed here, ~0.2 µs a segment: thousands leave the loop.
     count = len(outcome.check.record.segment_digests)
     kept = outcome.check.record
-    record = await sized(count * CHAIN_BYTES_PER_SEGMENT, kept.to_dict)
+    size = count * CHAIN_BYTES_PER_SEGMENT
+    record = kept.to_dict() if on_loop(size) else await sized(size, kept.to_dict)  # no coroutine
     if outcome.verdict is not None:  # the provider's own count calibrates the next estimate
         record["reported_prompt_tokens"] = outcome.verdict.prompt_tokens
         kept = with_reported_tokens(kept, outcome.verdict.prompt_tokens)

@@ -177,11 +177,25 @@ async def reserve(
     `prefix_ready` settles a prefix check left to run beside the upstream call
     (`prefix_pending`): a limit's worst case takes the check's token estimate.
     """
+    scopes = limits_of(ctx, services)
+    if scopes:
+        await hold(ctx, services, scopes, prefix_ready)
+
+
+def limits_of(ctx: RequestContext, services: Services) -> tuple[ScopeLimits, ...]:
+    """`scopes_for` the request's key (by its rotation line): empty when no limit applies."""
     record = ctx.principal.key
     line = services.keys.line_of(record) if record is not None else None
-    scopes = scopes_for(ctx, services.config, line)
-    if not scopes:
-        return
+    return scopes_for(ctx, services.config, line)
+
+
+async def hold(
+    ctx: RequestContext,
+    services: Services,
+    scopes: tuple[ScopeLimits, ...],
+    prefix_ready: Callable[[], None] | None = None,
+) -> None:
+    """`reserve` for the `scopes` that apply (`limits_of`, not empty)."""
     if prefix_ready is not None:
         prefix_ready()
     worst = worst_case(ctx, services)

@@ -67,7 +67,12 @@ def verdict(
     """
     expected = max(min(expected_cached, prompt_tokens), 0)
     actual = max(actual_cached, 0)
-    slack = max(int(Decimal(expected) * tolerance), _MIN_SLACK_TOKENS)
+    # Nothing expected (a prompt below the cache's minimum): the floor, no Decimal made.
+    slack = (
+        max(int(Decimal(expected) * tolerance), _MIN_SLACK_TOKENS)
+        if expected
+        else _MIN_SLACK_TOKENS
+    )
     if expected == 0 and actual == 0:
         status = CacheStatus.STABLE
     elif actual + slack < expected:
