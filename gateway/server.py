@@ -339,6 +339,10 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
             self.logger.warning("Exceeded concurrency limit.")
         elif path == self.direct_path and method == "POST":
             app = self._direct
+            chat = getattr(app, "chat", None) if app is self.direct_app else None
+            if chat is not None:  # `Gateway.__call__`'s hand-over, here: one coroutine less
+                scope["app"] = app  # type: ignore[typeddict-unknown-key]  # as Starlette sets it
+                app = chat
         else:
             app = self.app
         existing_cycle = self.cycle
