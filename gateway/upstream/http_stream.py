@@ -16,7 +16,7 @@ is also how an upstream learns to stop generating.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, TypeAlias
@@ -102,29 +102,28 @@ class HttpClient:
             )
         return self._session
 
-    async def send(self, request: HttpRequest, where: str) -> Response:
-        """Send `request`; a transport failure is raised as the gateway's upstream error."""
-        try:
-            if h1.serves(request.url):  # http(s) without credentials in the URL
-                pool = self._h1 if self._h1 is not None and not self._h1.closed else self.pool()
-                return await pool.request(
-                    request.url,
-                    request.body,
-                    request.headers,
-                    request.timeout,
-                    request.while_waiting,
-                )
-            if request.while_waiting is not None:
-                request.while_waiting()
-            return await self.session().post(
+    def start(self, request: HttpRequest) -> Awaitable[Response]:
+        """Send `request`: its reply, to await. A transport failure is raised as aiohttp's
+        error: `whole_reply` and `open_reply` map it around that await (no coroutine
+        between them and the pool's)."""
+        if h1.serves(request.url):  # http(s) without credentials in the URL
+            pool = self._h1 if self._h1 is not None and not self._h1.closed else self.pool()
+            return pool.request(
                 request.url,
-                data=request.body,
-                headers=request.headers,
-                timeout=request.timeout.for_aiohttp(),
-                allow_redirects=False,
+                request.body,
+                request.headers,
+                request.timeout,
+                request.while_waiting,
             )
-        except (TimeoutError, client_error()) as exc:
-            raise failures.from_client_error(exc, where) from exc
+        if request.while_waiting is not None:
+            request.while_waiting()
+        return self.session().post(
+            request.url,
+            data=request.body,
+            headers=request.headers,
+            timeout=request.timeout.for_aiohttp(),
+            allow_redirects=False,
+        )
 
     async def aclose(self) -> None:
         if self._h1 is not None:
@@ -180,7 +179,10 @@ async def whole_reply(
     error the pipeline books; the response comes back released, with its body.
     """
     reply_limit, error_limit = limits
-    response = await client.send(request, where)
+    try:
+        response = await client.start(request)
+    except (TimeoutError, client_error()) as exc:
+        raise failures.from_client_error(exc, where) from exc
     try:
         limit = error_limit if response.status >= 400 else reply_limit
         body, whole = await read_at_most(response, limit)
@@ -201,7 +203,10 @@ async def open_reply(
     client: HttpClient, request: HttpRequest, where: str, error_limit: int
 ) -> Response:
     """Send a streamed request; an error status is read (at most `error_limit`) and raised."""
-    response = await client.send(request, where)
+    try:
+        response = await client.start(request)
+    except (TimeoutError, client_error()) as exc:
+        raise failures.from_client_error(exc, where) from exc
     if response.status < 400:
         return response
     try:
