@@ -163,7 +163,6 @@ def inproc(
     passes per request and the time they took (`gc.callbacks`). Median of `rounds`.
     `threshold` (`--gc-threshold N`): the collector's gen-0 threshold once the app is up.
     """
-    import asyncio
     import gc
     import os
     import socket
@@ -202,20 +201,12 @@ def inproc(
         scope = pipeline_inproc._scope(state, raw)
         if mode == "agent":
             scope["headers"] = [*scope["headers"], (b"x-task-id", b"bench-agent-0")]
-        sent = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal sent
-            if sent:
-                await asyncio.Event().wait()
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
 
         async def send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 statuses.append(message["status"])
 
-        await app(scope, receive, send)
+        await app(scope, pipeline_inproc._receive(raw), send)
 
     async def run(port: int) -> dict[str, Any]:
         from gateway.app import create_app

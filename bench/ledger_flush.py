@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -57,6 +58,28 @@ def small_records(n: int, keys: int = 4) -> list[Any]:
             )
         )  # fmt: skip
     return rows
+
+
+@contextlib.asynccontextmanager
+async def warm_sqlite_writer() -> AsyncIterator[Any]:
+    """A started `LedgerWriter` on a migrated SQLite file in a temporary folder, as the
+    gateway runs it, with 50 rows already flushed (its statements prepared); closed after."""
+    from gateway.ledger import LedgerWriter, WriterConfig, make_engine, migrate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite+aiosqlite:///{Path(tmp) / 'l.db'}"
+        await migrate(url)
+        engine = make_engine(url)
+        writer = LedgerWriter(engine, WriterConfig(spool_dir=Path(tmp) / "spool"))
+        await writer.start()
+        try:
+            for record in small_records(50):
+                writer.submit(record)
+            await writer.flush()
+            yield writer
+        finally:
+            await writer.close()
+            await engine.dispose()
 
 
 async def _cpu(step: Callable[[], Awaitable[object]]) -> float:

@@ -25,32 +25,22 @@ import asyncio.events
 import bisect
 import json
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from checkout import use_checkout
-from ledger_flush import small_records
+from ledger_flush import small_records, warm_sqlite_writer
 
 PIECES_US = (40, 15, 80, 20, 60, 30)
 
 
 async def _run(args):
-    from gateway.ledger import LedgerWriter, WriterConfig, batch, make_engine, migrate
+    from gateway.ledger import batch
 
     for item in args.set or []:
         name, value = item.split("=")
         setattr(batch, name, float(value))
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite+aiosqlite:///{Path(tmp) / 'l.db'}"
-        await migrate(url)
-        engine = make_engine(url)
-        writer = LedgerWriter(engine, WriterConfig(spool_dir=Path(tmp) / "spool"))
-        await writer.start()
+    async with warm_sqlite_writer() as writer:
         records = small_records(int(args.seconds * 1500))
-        for r in small_records(50):
-            writer.submit(r)
-        await writer.flush()
         state = {"busy": False, "hit": 0.0}
         run = asyncio.events.Handle._run
 
@@ -107,8 +97,6 @@ async def _run(args):
             await asyncio.sleep(0.0002)
             client_woke = time.perf_counter()
         asyncio.events.Handle._run = run
-        await writer.close()
-        await engine.dispose()
     for key, spent in sorted(where.items(), key=lambda kv: -sum(kv[1]))[:8]:
         print(f"{len(spent):5d} x {sum(spent) / len(spent) * 1e6:6.0f} us  {key}", file=sys.stderr)
     delays = sorted(_ledger_delay(spans, wait) for wait in waits)

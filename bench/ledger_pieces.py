@@ -22,12 +22,10 @@ import asyncio
 import asyncio.events
 import json
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from checkout import use_checkout
-from ledger_flush import small_records
+from ledger_flush import small_records, warm_sqlite_writer
 
 Frames = tuple[tuple[str, int], ...]
 
@@ -61,20 +59,10 @@ def _in_turn(frames: Frames) -> bool:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, object]:
-    from gateway.ledger import LedgerWriter, WriterConfig, make_engine, migrate
-
     pieces: dict[str, list[float]] = {"slices": [], "others": []}
     where: dict[str, list[float]] = {}
     last: dict[asyncio.Task, Frames] = {}  # where each task was suspended: it resumes there
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite+aiosqlite:///{Path(tmp) / 'l.db'}"
-        await migrate(url)
-        engine = make_engine(url)
-        writer = LedgerWriter(engine, WriterConfig(spool_dir=Path(tmp) / "spool"))
-        await writer.start()
-        for record in small_records(50):
-            writer.submit(record)
-        await writer.flush()
+    async with warm_sqlite_writer() as writer:
         run = asyncio.events.Handle._run
 
         def timed(handle: asyncio.events.Handle) -> None:
@@ -107,8 +95,6 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
         asyncio.events.Handle._run = run  # type: ignore[method-assign]
         cpu = time.thread_time() - cpu0
         flushes = args.seconds / 0.2
-        await writer.close()
-        await engine.dispose()
     ranked = sorted(where.items(), key=lambda kv: -sum(kv[1]))[: args.top]
     for key, spent in ranked:
         print(

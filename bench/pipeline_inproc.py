@@ -91,21 +91,26 @@ def _scope(state: dict[str, Any], body: bytes) -> dict[str, Any]:
     }
 
 
-async def _one(app: Any, state: dict[str, Any], body: bytes, statuses: list[int]) -> None:
-    sent = False
+def _receive(body: bytes) -> Any:
+    """`receive` of a client that sends `body` in one message and stays until the reply is over."""
+    given = False
 
     async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
-            await asyncio.Event().wait()  # the client stays until the reply is over
-        sent = True
+        nonlocal given
+        if given:
+            await asyncio.Event().wait()
+        given = True
         return {"type": "http.request", "body": body, "more_body": False}
 
+    return receive
+
+
+async def _one(app: Any, state: dict[str, Any], body: bytes, statuses: list[int]) -> None:
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
             statuses.append(message["status"])
 
-    await app(_scope(state, body), receive, send)
+    await app(_scope(state, body), _receive(body), send)
 
 
 async def _round(app: Any, state: dict[str, Any], n: int, c: int, stream: bool) -> float:

@@ -181,14 +181,6 @@ def _instrument(clocks: Clocks, inner: list[str]) -> None:
 
 async def _one(app: Any, state: dict[str, Any], body: bytes, clocks: Clocks, inproc: Any) -> None:
     """bench/pipeline_inproc.py's request, marking when the response's first body bytes go."""
-    sent = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
-            await asyncio.Event().wait()  # the client stays until the reply is over
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start" and message["status"] != 200:
@@ -196,7 +188,7 @@ async def _one(app: Any, state: dict[str, Any], body: bytes, clocks: Clocks, inp
         if message["type"] == "http.response.body" and message.get("body"):
             clocks.mark("body")
 
-    await app(inproc._scope(state, body), receive, send)
+    await app(inproc._scope(state, body), inproc._receive(body), send)
 
 
 async def _rounds(inproc: Any, args: argparse.Namespace, port: int) -> list[dict[str, float]]:

@@ -37,7 +37,6 @@ runs this with it).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ctypes
 import json
 import os
@@ -106,17 +105,9 @@ class Window:
 
 
 async def _one(app: Any, state: dict[str, Any], body: bytes, window: Window) -> None:
-    from pipeline_inproc import _scope  # bench/ is the script folder: sys.path[0]
+    from pipeline_inproc import _receive, _scope  # bench/ is the script folder: sys.path[0]
 
-    given = False
     status: list[int] = []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal given
-        if given:
-            await asyncio.Event().wait()  # the client stays until the reply is over
-        given = True
-        return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
@@ -125,7 +116,7 @@ async def _one(app: Any, state: dict[str, Any], body: bytes, window: Window) -> 
             window.set("rest")
 
     window.set("first")
-    await app(_scope(state, body), receive, send)
+    await app(_scope(state, body), _receive(body), send)
     window.set(None)
     if status != [200]:
         raise RuntimeError(f"the gateway answered {status}, not 200")

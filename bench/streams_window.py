@@ -47,18 +47,10 @@ def _body(i: int) -> bytes:
 
 
 async def _one(app: Any, state: dict[str, Any], body: bytes, marks: list[float], prof: Any) -> None:
-    from pipeline_inproc import _scope  # bench/ is the script folder: sys.path[0]
+    from pipeline_inproc import _receive, _scope  # bench/ is the script folder: sys.path[0]
 
-    given = False
     status: list[int] = []
     clock = time.thread_time
-
-    async def receive() -> dict[str, Any]:
-        nonlocal given
-        if given:
-            await asyncio.Event().wait()
-        given = True
-        return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
@@ -73,7 +65,7 @@ async def _one(app: Any, state: dict[str, Any], body: bytes, marks: list[float],
     marks.append(clock())
     if prof is not None:
         prof.toggle("first")
-    await app(_scope(state, body), receive, send)
+    await app(_scope(state, body), _receive(body), send)
     if prof is not None:
         prof.toggle(None)
     marks.append(clock())

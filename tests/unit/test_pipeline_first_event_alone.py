@@ -19,6 +19,7 @@ import pytest
 from gateway.app import create_app
 from gateway.settings import Settings
 from gateway.upstream import http_stream
+from tests.asgi_direct import post_scope, receive_once
 from tests.e2e.test_relay_batches import CONFIG, EVENTS, USAGE_EVENT, Upstream
 
 
@@ -37,14 +38,6 @@ async def _bodies(app: Any, state: dict[str, Any], streams: int = 1) -> list[lis
 
     async def one() -> list[bytes]:
         messages: list[bytes] = []
-        given = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal given
-            if given:
-                await asyncio.Event().wait()
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
 
         async def send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -52,23 +45,7 @@ async def _bodies(app: Any, state: dict[str, Any], streams: int = 1) -> list[lis
             elif message.get("body"):
                 messages.append(message["body"])
 
-        headers = [(b"content-type", b"application/json"), (b"host", b"127.0.0.1")]
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1",
-            "method": "POST",
-            "path": "/v1/chat/completions",
-            "raw_path": b"/v1/chat/completions",
-            "query_string": b"",
-            "headers": headers,
-            "server": ("127.0.0.1", 4000),
-            "client": ("127.0.0.1", 50000),
-            "scheme": "http",
-            "root_path": "",
-            "state": dict(state),
-        }
-        await app(scope, receive, send)
+        await app(post_scope(state), receive_once(body), send)
         return messages
 
     return list(await asyncio.gather(*(one() for _ in range(streams))))

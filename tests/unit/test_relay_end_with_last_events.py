@@ -1,13 +1,14 @@
 """A stream whose body ended with its `[DONE]` ends for the client in the same message.
 
-The relay books the attempt before the client's stream ends, as it always has; when the
-upstream's `[DONE]` and the end of its body came in together (as vLLM and the perf-floor
-mock send them), the last read's events now go out after the booking with the end of the
-client's body, one message (`more_body` False) instead of the events, then an empty end.
-When the upstream's body end is still to come, the events go out first and the end after
-the booking and that wait, as before. Driven through the ASGI interface against a real
-upstream on a real port (tests/e2e/test_relay_batches.py's), the observers telling when
-the attempt was booked.
+The relay bills the attempt (quota, the task's cost, the observers) before the client's
+stream ends, as it always has; the rest of its booking (the ledger row, metrics) follows that
+end (tests/unit/test_stream_booking_after_end.py). When the upstream's `[DONE]` and the end of
+its body came in together (as vLLM and the perf-floor mock send them), the last read's events
+go out after the billing with the end of the client's body, one message (`more_body` False)
+instead of the events, then an empty end. When the upstream's body end is still to come, the
+events go out first and the end after the billing and that wait, as before. Driven through
+the ASGI interface against a real upstream on a real port (tests/e2e/test_relay_batches.py's),
+the observers telling when the attempt was billed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gateway.app import create_app
 from gateway.pipeline.context import RequestContext
 from gateway.settings import Settings
 from gateway.upstream import http_stream
+from tests.asgi_direct import post_scope, receive_once
 from tests.e2e.test_relay_batches import CONFIG, EVENTS, USAGE_EVENT, Upstream
 
 EXPECTED = b"".join(event for event in EVENTS if event != USAGE_EVENT)
@@ -53,14 +55,6 @@ def _stream(upstream: Upstream, tmp_path: Path, streams: int = 1) -> list[list[S
 
     async def one(state: dict[str, Any]) -> list[Sent]:
         sent: list[Sent] = []
-        given = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal given
-            if given:
-                await asyncio.Event().wait()
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
 
         async def send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -68,22 +62,7 @@ def _stream(upstream: Upstream, tmp_path: Path, streams: int = 1) -> list[list[S
             else:
                 sent.append((message.get("body", b""), message["more_body"], len(booked)))
 
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1",
-            "method": "POST",
-            "path": "/v1/chat/completions",
-            "raw_path": b"/v1/chat/completions",
-            "query_string": b"",
-            "headers": [(b"content-type", b"application/json"), (b"host", b"127.0.0.1")],
-            "server": ("127.0.0.1", 4000),
-            "client": ("127.0.0.1", 50000),
-            "scheme": "http",
-            "root_path": "",
-            "state": dict(state),
-        }
-        await app(scope, receive, send)
+        await app(post_scope(state), receive_once(body), send)
         return sent
 
     async def main() -> list[list[Sent]]:

@@ -18,6 +18,7 @@ import pytest
 from gateway.app import create_app
 from gateway.pipeline import finish
 from gateway.settings import Settings
+from tests.asgi_direct import post_scope, receive_once
 from tests.e2e.test_relay_batches import CONFIG, EVENTS, USAGE_EVENT, Upstream
 
 EXPECTED = b"".join(event for event in EVENTS if event != USAGE_EVENT)
@@ -52,14 +53,6 @@ def _run(upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fa
 
     async def main() -> None:
         async with app.router.lifespan_context(app) as given:
-            given_body = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal given_body
-                if given_body:
-                    await asyncio.Event().wait()
-                given_body = True
-                return {"type": "http.request", "body": body, "more_body": False}
 
             async def send(message: dict[str, Any]) -> None:
                 if message["type"] == "http.response.body" and not message["more_body"]:
@@ -67,16 +60,8 @@ def _run(upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fa
                     if fail_end:
                         raise OSError("the client's connection broke")
 
-            scope = {
-                "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-                "http_version": "1.1", "method": "POST", "path": "/v1/chat/completions",
-                "raw_path": b"/v1/chat/completions", "query_string": b"",
-                "headers": [(b"content-type", b"application/json"), (b"host", b"127.0.0.1")],
-                "server": ("127.0.0.1", 4000), "client": ("127.0.0.1", 50000),
-                "scheme": "http", "root_path": "", "state": dict(given or {}),
-            }  # fmt: skip
             try:
-                await app(scope, receive, send)
+                await app(post_scope(given), receive_once(body), send)
             except OSError:
                 assert fail_end
 
