@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -110,33 +112,100 @@ class Bench:
             self.ctx.loadgen.append(_shown(self.setup.shown(argv)))
 
     def run_target(
-        self, target: Target, scenarios: tuple[Scenario, ...], budget: Budget | None = None
+        self,
+        make: Callable[[], Target],
+        scenarios: tuple[Scenario, ...],
+        budget: Budget | None = None,
     ) -> None:
-        """Wait for the target's first 200, warm it up, then measure each scenario."""
-        name, budget = target.name, budget or self.budget
-        print(f"[hotpath] {name}: starting", file=sys.stderr, flush=True)
-        if target.proc is not None:
-            self.ctx.launches[name] = target.proc.shown(ROOT)
-            target.watch = RssWatch(target.proc.pid).start()
-            ready = probe_ready(
-                self.setup, target.url, MODEL, target.proc.launched, target.proc.pid
-            )
-            self.results.ready_s[name] = ready
-            self._prewarm(target)
-        passes: dict[str, list[Run]] = {}
-        for _ in range(budget.passes):  # in turns, so a burst of load hits one pass
-            for scenario in scenarios:
-                run = measure(
-                    self.setup, name, target.pid, target.url, MODEL, scenario, budget,
-                    target.database,
-                )  # fmt: skip
-                passes.setdefault(scenario.key, []).append(run)
-                print(
-                    f"[hotpath] {name} {scenario.key}: {run.rps} req/s p50 {run.p50_ms} ms "
-                    f"cpu {run.cpu_ms_per_request} ms/req opens {run.upstream_opens}",
-                    file=sys.stderr,
-                    flush=True,
+        """Launch the target, wait for its first 200, warm it up, measure each scenario."""
+        self.side_by_side([(make, scenarios)], budget)
+
+    def side_by_side(
+        self,
+        group: list[tuple[Callable[[], Target], tuple[Scenario, ...]]],
+        budget: Budget | None = None,
+    ) -> None:
+        """Start each target of `group` in turn (its first 200 and warm-up alone on the box),
+        then measure them in turns, scenario by scenario, pass by pass: what one target's
+        figure is compared with (direct's latency, minproxy.py's CPU, one worker's req/s)
+        is measured in the same minutes, not minutes apart on a box whose speed moves."""
+        budget = budget or self.budget
+        began = time.monotonic()
+        started: list[tuple[Target, tuple[Scenario, ...]]] = []
+        passes: dict[str, dict[str, list[Run]]] = {}
+        try:
+            for make, scenarios in group:
+                target = self._started(make)
+                if target is not None:
+                    started.append((target, scenarios))
+                    passes[target.name] = {}
+            for _ in range(budget.passes):  # in turns, so a burst of load hits one pass
+                for scenario in ALL:
+                    for target, scenarios in list(started):
+                        if scenario not in scenarios:
+                            continue
+                        if len(started) > 1:
+                            self._rewarm(target, scenario)
+                        if not self._pass(target, scenario, budget, passes):
+                            started.remove((target, scenarios))
+                            self._stop(target)
+            for target, _ in started:
+                self._finish(target, passes[target.name])
+        finally:
+            for target, _ in started:
+                self._stop(target)
+            names = " + ".join(passes) or "nothing"
+            self.seconds[names] = round(time.monotonic() - began)
+
+    def _started(self, make: Callable[[], Target]) -> Target | None:
+        """A launched target once it served its first 200 and its warm-up; None: it failed."""
+        target: Target | None = None
+        try:
+            target = make()
+            print(f"[hotpath] {target.name}: starting", file=sys.stderr, flush=True)
+            if target.proc is not None:
+                self.ctx.launches[target.name] = target.proc.shown(ROOT)
+                target.watch = RssWatch(target.proc.pid).start()
+                self.results.ready_s[target.name] = probe_ready(
+                    self.setup, target.url, MODEL, target.proc.launched, target.proc.pid
                 )
+                self._prewarm(target)
+            return target
+        except RuntimeError as exc:  # one broken target leaves the others measured
+            if target is None:
+                raise
+            self._failed(target, exc)
+            self._stop(target)
+            return None
+
+    def _pass(
+        self,
+        target: Target,
+        scenario: Scenario,
+        budget: Budget,
+        passes: dict[str, dict[str, list[Run]]],
+    ) -> bool:
+        """One measured run of `scenario` on `target`; False when the target failed."""
+        try:
+            run = measure(
+                self.setup, target.name, target.pid, target.url, MODEL, scenario, budget,
+                target.database,
+            )  # fmt: skip
+        except RuntimeError as exc:
+            self._failed(target, exc)
+            return False
+        passes[target.name].setdefault(scenario.key, []).append(run)
+        print(
+            f"[hotpath] {target.name} {scenario.key}: {run.rps} req/s p50 {run.p50_ms} ms "
+            f"cpu {run.cpu_ms_per_request} ms/req opens {run.upstream_opens}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return True
+
+    def _finish(self, target: Target, passes: dict[str, list[Run]]) -> None:
+        """The target's runs combined, its profile (Farebox on SQLite) and its memory."""
+        name = target.name
         runs = self.results.runs.setdefault(name, {})
         runs.update({key: combine(each) for key, each in passes.items()})
         if name == FB and self.args.profile:
@@ -149,6 +218,17 @@ class Bench:
             self.results.rss_total_mib[name] = target.watch.total_mib()
             self.results.pss_uss_mib[name] = target.watch.pss_uss_mib()
 
+    def _failed(self, target: Target, exc: RuntimeError) -> None:
+        self.results.skipped[target.name] = f"failed: {exc}"[:400].replace("\n", " ")
+        print(f"[hotpath] {target.name} failed: {exc}", file=sys.stderr, flush=True)
+
+    def _stop(self, target: Target) -> None:
+        """Stop it (again is harmless) and report what its log says went wrong."""
+        target.stop()
+        found = log_errors(target.proc.log) if target.proc else ""
+        if found:
+            self.results.log_errors[target.name] = found
+
     def _prewarm(self, target: Target) -> None:
         """Unmeasured c=64 runs: pools filled, caches warm, so runs after are steady state
         (--tiny relies on each run's own warm-up)."""
@@ -157,6 +237,16 @@ class Bench:
         short = Budget(seconds=2, small_c1=0, small_c64=256, large=0, warmup_c64=0)
         for scenario in THROUGHPUT:
             measure(self.setup, target.name, target.pid, target.url, MODEL, scenario, short)
+
+    def _rewarm(self, target: Target, scenario: Scenario) -> None:
+        """Before a c=64 run beside other targets: a short unmeasured one, so the run starts
+        at steady state. While the others were measured this one idled past its upstream
+        pool's keep-alive (4 s: Farebox closes an idle connection before uvicorn's 5 s), and
+        its next run would count 64 opens that a gateway under steady load never makes."""
+        if self.tiny or target.proc is None or scenario not in THROUGHPUT:
+            return
+        short = Budget(seconds=2, small_c1=0, small_c64=256, large=0, warmup_c64=0)
+        measure(self.setup, target.name, target.pid, target.url, MODEL, scenario, short)
 
     def _profiled(self, target: Target) -> Profile:
         """py-spy over one more (unmeasured) c=64 whole-reply run."""
@@ -167,12 +257,19 @@ class Bench:
         return finish(sampler, out)
 
     def each(self) -> None:
-        """Every target in turn, each stopped before the next starts."""
-        direct = Target("direct", f"{self.setup.mock_url}/v1/chat/completions", None)
-        self.run_target(direct, ALL)
-        floor = start_minproxy(self.python, self.args.floor, self.workdir, self.setup.mock_url)
-        self._one(floor, ALL if self.full else THROUGHPUT)  # the ratios need c=64 only
-        self._one(self._farebox(FB, postgres=None), ALL)
+        """Direct, minproxy.py and Farebox on SQLite side by side (the added latencies and the
+        CPU ratios come from them), then each other target alone, stopped before the next."""
+        mock = f"{self.setup.mock_url}/v1/chat/completions"
+        floor = partial(
+            start_minproxy, self.python, self.args.floor, self.workdir, self.setup.mock_url
+        )
+        self.side_by_side(
+            [
+                (lambda: Target("direct", mock, None), ALL),
+                (floor, ALL if self.full else THROUGHPUT),  # the ratios need c=64 only
+                (partial(self._farebox, FB, postgres=None), ALL),
+            ]
+        )
         imported = None if self.tiny else _import_seconds()
         if imported is not None:
             self.results.import_s, self.results.import_uncompiled = imported
@@ -184,27 +281,11 @@ class Bench:
         self._litellm()
         self._workers()
 
-    def _one(
-        self, target: Target, scenarios: tuple[Scenario, ...], budget: Budget | None = None
-    ) -> None:
-        began = time.monotonic()
-        try:
-            self.run_target(target, scenarios, budget)
-        except RuntimeError as exc:  # one broken target leaves the others measured
-            self.results.skipped[target.name] = f"failed: {exc}"[:400].replace("\n", " ")
-            print(f"[hotpath] {target.name} failed: {exc}", file=sys.stderr, flush=True)
-        finally:
-            target.stop()
-            self.seconds[target.name] = round(time.monotonic() - began)
-            found = log_errors(target.proc.log) if target.proc else ""
-            if found:
-                self.results.log_errors[target.name] = found
-
     def _postgres(self, scenarios: tuple[Scenario, ...]) -> None:
         """Farebox on a PostgreSQL database of this run's own, migrated from empty."""
         try:
             with fresh_database(self.args.postgres_url) as url:
-                self._one(self._farebox(PG, postgres=url), scenarios)
+                self.run_target(partial(self._farebox, PG, postgres=url), scenarios)
         except (OSError, asyncpg.PostgresError) as exc:  # no server: the others still run
             self.results.skipped[PG] = f"failed: PostgreSQL at {self.args.postgres_url}: {exc}"
 
@@ -228,20 +309,24 @@ class Bench:
             # One pass, warm from its pre-warm only: at 5-20 req/s a c=64 run of LiteLLM's
             # takes tens of seconds to drain, and each pass would add a minute.
             budget = dataclasses.replace(self.budget, passes=1, warmup_c1=5, warmup_c64=0)
-            proxy = start_litellm(self.args.litellm_venv, self.workdir, self.setup.mock_url)
-            self._one(proxy, SMALL if self.full else THROUGHPUT, budget)
+            proxy = partial(
+                start_litellm, self.args.litellm_venv, self.workdir, self.setup.mock_url
+            )
+            self.run_target(proxy, SMALL if self.full else THROUGHPUT, budget)
 
     def _workers(self) -> None:
-        """1 vs 2 workers, SQLite ledger and Redis state (farebox refuses 2 workers without
-        it), both allowed on both cores (the load shares core 0 either way)."""
+        """1 vs 2 workers side by side, SQLite ledger and Redis state (farebox refuses 2
+        workers without it), both allowed on both cores (the load shares core 0 either way)."""
         if not farebox_workers_flag():
             self.results.skipped[W2] = "not available (`farebox serve --workers` does not exist)"
         elif self.args.mode == "tiny":
             self.results.skipped[W2] = "not run in --tiny mode"
         else:
             both = f"{LOAD_CORE},{GATEWAY_CORE}"
-            self._one(self._farebox("farebox-1-worker", None, 1, both), THROUGHPUT)
-            self._one(self._farebox(W2, None, 2, both), THROUGHPUT)
+            one = partial(self._farebox, "farebox-1-worker", None, 1, both)
+            self.side_by_side(
+                [(one, THROUGHPUT), (partial(self._farebox, W2, None, 2, both), THROUGHPUT)]
+            )
 
     def configs(self) -> dict[str, str]:
         """The configuration files the gateways ran with."""
@@ -394,7 +479,9 @@ def _notes(seconds: float) -> list[str]:
         "Each process under test ran under `taskset -c 1`, the mock and loadgen under "
         "`taskset -c 0` (the workers comparison lets the gateway use both cores).",
         "Before its measured runs each target got unmeasured c=64 runs (whole and streamed), "
-        "so connection counts are at steady state; each loadgen run also has its own warm-up "
+        "so connection counts are at steady state (a target measured beside others also got "
+        "one before each of its c=64 runs: idle while they ran, it closed its upstream "
+        "connections after the pool's 4 s keep-alive); each loadgen run also has its own warm-up "
         "(LiteLLM's: 5 requests at c=1, none at c=64, and one pass only, since at 5-20 req/s "
         "its c=64 runs take tens of seconds to drain).",
         "This box is shared with other work: the load average above is part of the result. "

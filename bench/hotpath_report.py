@@ -103,7 +103,11 @@ def _side_by_side(results: Results) -> list[str]:
         "work included), the CPU the load itself "
         "takes from the cores the target runs on. Opens: connections the mock accepted "
         "from the target per request; ActiveOpens Δ: /proc/net/snmp over the run "
-        "(includes loadgen's own connections and other processes on the box)."
+        "(includes loadgen's own connections and other processes on the box). Direct, "
+        "minproxy and farebox-sqlite were measured side by side, in turns (each scenario on "
+        "each of them, then the next scenario), and so were farebox-1-worker and "
+        "farebox-2-workers: each comparison is of the same minutes; the other targets ran "
+        "alone, one after another."
     )
     passes = max((run.passes for runs in results.runs.values() for run in runs.values()), default=1)
     if passes > 1:
