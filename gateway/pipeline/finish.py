@@ -50,12 +50,16 @@ def ledger_error_type(error: FareboxError) -> str:
 def _judge_prefix(ctx: RequestContext, services: Services) -> None:
     """The cache verdict, priced at the input and cached-input rates the call paid."""
     assert ctx.prefix is not None and ctx.alias is not None
+    cost, tier = ctx.cost, ctx.tier_served or "standard"
+    if cost is not None and cost.rates is not None and cost.tier == tier:
+        # `price_usage` quoted these for this usage (`ctx.usage`, set with `ctx.cost`) and
+        # tier moments ago: the same rates again, without the look-ups and the quote.
+        judge(ctx.prefix, ctx, cost.rates.input, cost.rates.cached_input)
+        return
     input_price = cached_price = ZERO
     try:
         price = services.prices.price(services.config.price_key(ctx.alias))
-        rates = price.quote(
-            ctx.tier_served or "standard", ctx.usage.prompt_tokens if ctx.usage else 0
-        ).rates
+        rates = price.quote(tier, ctx.usage.prompt_tokens if ctx.usage else 0).rates
         input_price, cached_price = rates.input, rates.cached_input
     except PricingError:
         pass  # an unpriced model still gets a verdict; it loses no money

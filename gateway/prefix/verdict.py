@@ -15,6 +15,7 @@ from gateway.frozen import mutable_twin
 
 DEFAULT_TOLERANCE = Decimal("0.10")
 _MIN_SLACK_TOKENS = 128
+_ZERO = Decimal(0)
 
 
 class CacheStatus(StrEnum):
@@ -81,7 +82,10 @@ def verdict(
         status = CacheStatus.UNEXPECTED_HIT
     else:
         status = CacheStatus.HIT
-    missed = expected - actual if status is CacheStatus.MISS else 0
-    saving = max(_money(input_price) - _money(cached_price), Decimal(0))
-    lost = Decimal(missed) * saving if missed else Decimal(0)
-    return _VERDICT(status, expected, actual, prompt_tokens, missed, lost)
+    if type(input_price) is not Decimal or type(cached_price) is not Decimal:
+        input_price, cached_price = _money(input_price), _money(cached_price)  # or refused
+    if status is not CacheStatus.MISS:  # nothing missed, nothing lost: no Decimal to make
+        return _VERDICT(status, expected, actual, prompt_tokens, 0, _ZERO)
+    missed = expected - actual
+    saving = max(input_price - cached_price, _ZERO)
+    return _VERDICT(status, expected, actual, prompt_tokens, missed, Decimal(missed) * saving)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Context, Decimal
 from typing import Any
 
 from gateway.frozen import mutable_twin
 from gateway.pricing.money import ZERO, money_str
-from gateway.pricing.price import ModelPrice
+from gateway.pricing.price import ModelPrice, Rates
 from gateway.pricing.tiers import STANDARD, check_cache_ttl
 from gateway.usage import Usage
 
@@ -34,6 +34,9 @@ class CostBreakdown:
     output: Decimal  # visible answer tokens
     reasoning: Decimal  # reasoning tokens
     estimated: bool = False  # the token counts were estimated, not reported by the upstream
+    # The per-token rates these amounts were priced at (None for a breakdown built by
+    # hand): the prefix verdict reads the input and cached-input rates the call paid.
+    rates: Rates | None = field(default=None, compare=False, repr=False)
 
     @property
     def total(self) -> Decimal:
@@ -86,27 +89,34 @@ def cost_of(
     no price for is billed at standard prices with `tier_fallback` set, because a request
     that was served must still be booked; check `ModelPrice.has_tier` to refuse one first.
     """
-    ttl = check_cache_ttl(cache_ttl)
+    # The default TTL (every request the pipeline prices) is valid and written at
+    # `cache_write`: no check or look-up to call for it.
+    default_ttl = cache_ttl == "5m"
+    if not default_ttl:
+        check_cache_ttl(cache_ttl)
     quote = price.quote(tier, usage.prompt_tokens)
     rates = quote.rates
+    write_rate = rates.cache_write if default_ttl else rates.cache_write_for(cache_ttl)
     # Each product and the sum in `_EXACT` (what `localcontext(_EXACT)` gave, without
     # entering and leaving a context per request).
     times, add = _EXACT.multiply, _EXACT.add
     writes = add(
-        times(usage.cache_write_tokens, rates.cache_write_for(ttl)),
+        times(usage.cache_write_tokens, write_rate),
         times(usage.cache_write_1h_tokens, rates.cache_write_1h),
     )
+    # Positional, in the fields' order: no twelve keywords to match to parameters.
     return _BREAKDOWN(
-        model=price.model,
-        tier=quote.tier,
-        priced_as=quote.priced_as,
-        multiplier=quote.multiplier,
-        tier_fallback=quote.tier_fallback,
-        long_context_above=quote.long_context_above,
-        input=times(usage.uncached_input_tokens, rates.input),
-        cached=times(usage.cached_tokens, rates.cached_input),
-        cache_write=writes,
-        output=times(usage.answer_tokens, rates.output),
-        reasoning=times(usage.reasoning_tokens, rates.reasoning),
-        estimated=usage.estimated,
+        price.model,
+        quote.tier,
+        quote.priced_as,
+        quote.multiplier,
+        quote.tier_fallback,
+        quote.long_context_above,
+        times(usage.uncached_input_tokens, rates.input),
+        times(usage.cached_tokens, rates.cached_input),
+        writes,
+        times(usage.answer_tokens, rates.output),
+        times(usage.reasoning_tokens, rates.reasoning),
+        usage.estimated,
+        rates,
     )
