@@ -377,17 +377,18 @@ async def remember(outcome: PrefixOutcome, state: SharedState) -> None:
     with the message count (a 2-million-message body would pin hundreds of megabytes in
     the store), and no real conversation is that long; the next request sees no history.
     """
-    if len(outcome.check.record.segment_digests) > MAX_REMEMBERED_SEGMENTS:
+    kept = outcome.check.record
+    count = len(kept.segment_digests)
+    if count > MAX_REMEMBERED_SEGMENTS:
         return
     ttl = CACHE_LIFETIME_S.get(outcome.family, 600.0)
     # The fingerprint chain is hashed here, ~0.2 µs a segment: thousands leave the loop.
-    count = len(outcome.check.record.segment_digests)
-    kept = outcome.check.record
     size = count * CHAIN_BYTES_PER_SEGMENT
     record = kept.to_dict() if on_loop(size) else await sized(size, kept.to_dict)  # no coroutine
-    if outcome.verdict is not None:  # the provider's own count calibrates the next estimate
-        record["reported_prompt_tokens"] = outcome.verdict.prompt_tokens
-        kept = with_reported_tokens(kept, outcome.verdict.prompt_tokens)
+    judged = outcome.verdict
+    if judged is not None:  # the provider's own count calibrates the next estimate
+        record["reported_prompt_tokens"] = judged.prompt_tokens
+        kept = with_reported_tokens(kept, judged.prompt_tokens)
     await state.remember_prefix(outcome.keys, record, ttl, HISTORY_PER_KEY)
     _keep_record(record, kept)  # the in-process state hands this very dict back
 

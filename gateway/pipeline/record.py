@@ -21,6 +21,7 @@ from gateway.ledger.records import (
     MONEY_LIMIT,
     MONEY_QUANTUM,
     TOKEN_FIELDS,
+    ZERO,
     ZERO_MONEY,
     as_money,
     open_row,
@@ -31,7 +32,6 @@ from gateway.pipeline.context import RequestContext
 from gateway.pricing import COMPONENTS, CostBreakdown
 from gateway.usage import Usage
 
-ZERO = Decimal(0)
 # No component of one call is booked above this, so the row's total always fits the
 # ledger's columns; only a price written per token instead of per million gets near it.
 COMPONENT_CEILING = MONEY_LIMIT / 10 - MONEY_QUANTUM
@@ -126,10 +126,6 @@ def _backend(base_url: str, provider: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", "")) or provider
 
 
-def _ms(value: float | None) -> int | None:
-    return None if value is None else round(value)
-
-
 def decode_speed(ctx: RequestContext) -> float | None:
     """Output tokens per second after the first token."""
     timings, usage = ctx.timings, ctx.usage
@@ -139,21 +135,6 @@ def decode_speed(ctx: RequestContext) -> float | None:
     if elapsed <= 0 or usage.completion_tokens < 2:
         return None
     return (usage.completion_tokens - 1) / elapsed
-
-
-def _expected_cached(ctx: RequestContext) -> int | None:
-    if ctx.prefix is None or ctx.prefix.verdict is None:
-        return None
-    return ctx.prefix.verdict.expected_cached
-
-
-def _prefix_status(ctx: RequestContext) -> str | None:
-    """`hit`, `miss`, ... and, when the prefix broke, why: `miss:volatile_value`."""
-    if ctx.prefix is None:
-        return None
-    status = ctx.prefix.verdict.status if ctx.prefix.verdict else "unjudged"
-    divergence = ctx.prefix.check.divergence
-    return f"{status}:{divergence.reason}" if divergence is not None else str(status)
 
 
 def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> RequestRecord:
@@ -196,14 +177,24 @@ def ledger_record(ctx: RequestContext, booked: BookedCost, attempt: int = 0) -> 
     row.cost_output = costs["output"]
     row.cost_reasoning = costs["reasoning"]
     row.cost_total = booked.total
-    row.ttft_ms = _ms(timings.ms_since_sent(timings.first_token))
-    row.ttfat_ms = _ms(timings.ms_since_sent(timings.first_answer_token))
+    # `_ms(timings.ms_since_sent(...))`, inline: a whole reply saw no token (both None).
+    sent, first, answer = timings.upstream_sent, timings.first_token, timings.first_answer_token
+    row.ttft_ms = None if first is None or sent is None else round((first - sent) * 1000.0)
+    row.ttfat_ms = None if answer is None or sent is None else round((answer - sent) * 1000.0)
     row.duration_ms = round((finished - timings.received) * 1000)
-    row.decode_tps = decode_speed(ctx)
+    row.decode_tps = None if first is None else decode_speed(ctx)  # else None
     row.output_cap_clamped = ctx.clamped
-    row.expected_cached_tokens = _expected_cached(ctx)
-    row.prefix_status = _prefix_status(ctx)
-    row.prefix_lost_usd = prefix.lost_usd if prefix is not None else None
+    if prefix is None:
+        row.expected_cached_tokens = row.prefix_status = row.prefix_lost_usd = None
+    else:  # `prefix_status` is `hit`, `miss`, ... and, when the prefix broke, why
+        verdict = prefix.verdict
+        row.expected_cached_tokens = None if verdict is None else verdict.expected_cached
+        status = "unjudged" if verdict is None else verdict.status
+        divergence = prefix.check.divergence
+        row.prefix_status = str(status) if divergence is None else f"{status}:{divergence.reason}"
+        # `prefix.lost_usd`; no loss as the ledger's own ZERO, which `seal_row`'s `as_money`
+        # knows by identity (the same 0E-10 as rounding any zero, without the checks).
+        row.prefix_lost_usd = None if verdict is None else verdict.money_lost or ZERO
     row.thinking_enforcement = ctx.response_headers.get("x-farebox-thinking-enforcement")
     row.dropped_params = ctx.dropped_params
     row.estimated = usage.estimated
@@ -252,16 +243,22 @@ def _by_name(metrics: Metrics, model: str, metric: tuple[Any, ...]) -> tuple[Any
     return found
 
 
-def _series(metrics: Metrics, model: str, backend: str, tier: str, status: str) -> tuple[Any, ...]:
+def _series(metrics: Metrics, model: str, backend: str, tier: str, status: int) -> tuple[Any, ...]:
     """The children every finished request counts in: its request count by backend, tier
-    and status, its model's tokens and cost by kind and its duration; one lookup."""
+    and status, its model's tokens and cost by kind and its duration; one lookup (by the
+    status code itself: its label, `str(status)`, is made only for a new bundle)."""
     children = metrics.children
     key = (_SERIES, model, backend, tier, status)
     series = children.get(key)
     if series is None:
         series = (
             _labels(
-                metrics, metrics.requests, model=model, backend=backend, tier=tier, status=status
+                metrics,
+                metrics.requests,
+                model=model,
+                backend=backend,
+                tier=tier,
+                status=str(status),
             ),
             _by_kind(metrics, metrics.tokens, model),
             _by_kind(metrics, metrics.cost, model),
@@ -279,9 +276,8 @@ def observe_metrics(metrics: Metrics, ctx: RequestContext, booked: BookedCost) -
     assert ctx.route is not None
     model = ctx.alias or "unknown"
     tier = ctx.tier_served or "standard"
-    status = str(ctx.status_code or 0)
     backend = backend_of(ctx.route)
-    requests, tokens, costs, duration = _series(metrics, model, backend, tier, status)
+    requests, tokens, costs, duration = _series(metrics, model, backend, tier, ctx.status_code or 0)
     add(requests, 1)
     usage = ctx.usage
     if usage is not None and usage.suspect:

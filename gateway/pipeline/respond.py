@@ -24,7 +24,7 @@ def cost_object(ctx: RequestContext) -> dict[str, Any]:
     booked = booked_cost(ctx)
     body: dict[str, Any] = {"currency": "USD", "total": money_str(booked.total)}
     for name, value in booked.components.items():  # a loop: no comprehension's frame and dict
-        body[name] = money_str(value)
+        body[name] = money_str(value) if value else "0"  # most are zero: `money_str`'s "0"
     body["tier"] = ctx.tier_served or "standard"
     body["tier_confirmed"] = ctx.tier_confirmed
     body["priced"] = ctx.cost is not None
