@@ -27,13 +27,17 @@ socket timeout, one timer per reply, still bounds a batch without a deadline), a
 of the pipeline's per-command bookkeeping. The replies are Redis's own, as a pipeline
 without response callbacks gives them (bytes, None, lists, integers).
 
-The sender keeps its pooled connection from one batch to the next while calls wait (a
-busy gateway sends batch after batch; after a batch of several calls it waits one turn
-of the loop for more), and gives it back when none does or an exchange fails:
-redis-py's `get_connection` and `release` (a condition, a timer, the pool's lock, a
-check that the socket has nothing to read, its observability hooks) cost more than the
-exchange of a small batch itself. A connection taken back from the pool after an idle
-spell is checked by the pool as before.
+The sender keeps its pooled connection from one batch to the next (a busy gateway sends
+batch after batch; after a batch of several calls it waits one turn of the loop for
+more), and through an idle spell too: redis-py's `get_connection` and `release` (a
+condition, a timer, the pool's lock, its observability hooks) cost more than the exchange
+of a small batch itself, and at concurrency 1 every call came after an idle spell (the
+state calls of a small request: 657k -> 392k instructions, bench/state_calls.py -c 1
+--callgrind). After an idle spell it is checked (`_usable`: connected, nothing left to
+read, not closed by Redis, else connected again), as is one the pool lends. It is given
+back when an exchange fails, when Redis forgot its scripts, when shared state reconnects
+after an outage (`release_idle`) and when it closes; a pool of one connection gets it back
+after every spell, so other calls never wait for it.
 """
 
 from __future__ import annotations
@@ -82,8 +86,10 @@ class CommandBatch:
         self.deadline_s = deadline_s
         self._waiting: list[Call] = []
         self._sender: asyncio.Task[None] | None = None
-        # The sender's connection between two batches of one busy spell (see the module).
+        # The sender's connection between two batches (see the module); `_idle`: taken
+        # back after an idle spell, so checked first.
         self._held: AbstractConnection | None = None
+        self._idle = False
         self.sent = 0  # pipelines sent, for tests and benchmarks
 
     # `script` and `command` are queued when called and hand back the call's future, which
@@ -118,6 +124,13 @@ class CommandBatch:
         self._sender = None
         _fail([call[2] for call in self._waiting])
         self._waiting.clear()
+        await self._release_held()
+
+    async def release_idle(self) -> None:
+        """Give the connection kept through an idle spell back to the pool (after an outage
+        it is likely dead, and the pool's `disconnect` drops only the connections it holds)."""
+        if self._sender is None:
+            await self._release_held()
 
     async def _send_all(self) -> None:
         """Send batches until no call waits; the task ends with the last one."""
@@ -138,7 +151,10 @@ class CommandBatch:
                 await asyncio.sleep(0)
         finally:
             self._sender = None
-            await self._release_held()  # no call waits: the pool checks it when next taken
+            if self._keeps_idle():
+                self._idle = True  # checked when next taken, as the pool would
+            else:
+                await self._release_held()
             _fail([call[2] for call in self._waiting])  # stopped: no call is left hanging
             self._waiting.clear()
 
@@ -180,8 +196,12 @@ class CommandBatch:
         for again, reply in forgotten:
             await _again(again, reply)
 
+    def _keeps_idle(self) -> bool:
+        """Whether the connection stays through an idle spell: not a pool's only one."""
+        return getattr(self._client.connection_pool, "max_connections", 2) > 1
+
     async def _release_held(self) -> None:
-        held, self._held = self._held, None
+        held, self._held, self._idle = self._held, None, False
         if held is not None:
             await self._client.connection_pool.release(held)
 
@@ -192,13 +212,18 @@ class CommandBatch:
         A connection that fails or is cancelled mid-way is closed by redis-py (its send
         and read do that) and given back at once, so the pool never hands out one with
         replies left unread. One whose replies were all read is kept for the next batch
-        (`_held`; `_send_all` gives it back when no call waits).
+        (`_held`), through an idle spell too (see the module).
         """
         pool = self._client.connection_pool
         connection, self._held = self._held, None
+        # Lent by the pool, or kept through an idle spell: Redis may have closed it.
+        fresh = connection is None or self._idle
         if connection is None:
             connection = await pool.get_connection()
+        self._idle = False
         try:
+            if fresh:
+                await _usable(connection)
             await connection.send_packed_command(_pack(connection, commands))
             # Under a deadline (the whole exchange's), no timer per reply: `math.inf`.
             timeout = None if self.deadline_s is None else math.inf
@@ -213,6 +238,24 @@ class CommandBatch:
             raise
         self._held = connection  # every reply read: ready for the next batch's commands
         return replies
+
+
+async def _usable(connection: AbstractConnection) -> None:
+    """Connect `connection` again if Redis closed it while it was idle (its `timeout`,
+    CLIENT KILL, a restart, a proxy that cuts idle connections) or a reply is left unread.
+
+    redis-py's pool makes this check only where its maintenance notifications are off, and
+    they are on by default ("auto", even against a Redis that refuses them): a pooled
+    connection Redis had closed failed its next call ("Connection closed by server").
+    """
+    if connection.is_connected:  # (`connect` goes through redis-py's retry even then)
+        try:
+            if not await connection.can_read():  # EOF, or bytes nobody asked for
+                return
+        except (RedisConnectionError, OSError):  # redis-py closed it already
+            pass
+        await connection.disconnect()
+    await connection.connect()
 
 
 def _pack(connection: AbstractConnection, commands: Sequence[Command]) -> list[bytes]:

@@ -127,6 +127,7 @@ class RedisState:
         A connection in use closes itself on its own error, and the pool reconnects a
         closed one when it is next taken.
         """
+        await self._batch.release_idle()  # the batch's idle connection: dropped with the rest
         await self._pool.disconnect(inuse_connections=False)
         await self.client.ping()
 

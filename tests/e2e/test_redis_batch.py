@@ -168,9 +168,10 @@ async def test_batched_calls_to_a_hung_redis_end_by_their_own_deadlines(
         await state.aclose()
 
 
-async def test_a_busy_sender_keeps_its_connection_and_gives_it_back_when_idle() -> None:
-    """Batch after batch on the connection in hand while callers keep calling; none held
-    once no call waits, and every reply still its own caller's."""
+async def test_a_sender_keeps_its_connection_through_busy_and_idle_spells() -> None:
+    """Batch after batch on the connection in hand while callers keep calling, and the same
+    connection after an idle spell (checked first, as the pool checks one it hands out):
+    every reply still its own caller's."""
     state = await _state(require_redis())
     batch = state.redis._batch
     held: list[object] = []
@@ -196,11 +197,94 @@ async def test_a_busy_sender_keeps_its_connection_and_gives_it_back_when_idle() 
         assert None not in held and len(set(map(id, held))) == 1
         for _ in range(3):
             await asyncio.sleep(0)
-        assert batch._sender is None and batch._held is None  # idle: back in the pool
-        assert await state.prefix_history(["k0"])  # taken again, checked by the pool
-        assert batch._held is None
+        assert batch._sender is None and batch._held is held[0]  # idle, still in hand
+        pool = state.redis.client.connection_pool
+        assert len(pool._in_use_connections) == 1  # the pool lent it once, for good
+        assert await state.prefix_history(["k0"])  # the same connection, checked first
+        assert batch._held is held[0] and len(pool._in_use_connections) == 1
     finally:
         await _drop(state)
+        await state.aclose()
+    assert not pool._in_use_connections  # closing gave it back
+
+
+async def test_a_kept_connection_redis_closed_while_idle_is_connected_again(
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    """Redis closes idle clients (its `timeout`, CLIENT KILL, a restart): the next call
+    finds the kept connection closed, connects it again and gets its answer, as a call
+    given a closed pooled connection does; shared state is not counted as away."""
+    redis_server.start()
+    state = await _state(redis_server.url)
+    batch = state.redis._batch
+    try:
+        await state.remember_prefix(["k"], {"n": 1}, 60, 4)
+        for _ in range(2):  # a new Redis: the first call of each script loads it
+            assert await state.prefix_history(["k"]) == [{"n": 1}]
+        kept = batch._held
+        assert kept is not None and batch._sender is None
+        with redis.Redis(port=redis_server.port) as admin:
+            assert admin.client_kill_filter(_type="normal") >= 1  # every client but admin
+        await asyncio.sleep(0.1)  # the loop reads the close
+        assert await state.prefix_history(["k"]) == [{"n": 1}]
+        assert batch._held is kept and not state.degraded
+    finally:
+        await state.aclose()
+
+
+async def test_a_pooled_connection_redis_closed_while_idle_is_connected_again(
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    """The same for a connection the pool lends (a pool of one: none kept): redis-py's own
+    check is off while its maintenance notifications are on, as they are by default."""
+    redis_server.start()
+    limits = RedisLimits(timeout_s=5, connect_timeout_s=5, pool_wait_s=5, pool_size=1)
+    state = await FallbackState.connect(redis_server.url, f"test-{uuid.uuid4().hex}", limits)
+    try:
+        await state.remember_prefix(["k"], {"n": 1}, 60, 4)
+        for _ in range(2):  # a new Redis: the first call of each script loads it
+            assert await state.prefix_history(["k"]) == [{"n": 1}]
+        assert state.redis._batch._held is None
+        with redis.Redis(port=redis_server.port) as admin:
+            assert admin.client_kill_filter(_type="normal") >= 1
+        await asyncio.sleep(0.1)
+        assert await state.prefix_history(["k"]) == [{"n": 1}]
+        assert not state.degraded
+    finally:
+        await state.aclose()
+
+
+async def test_reconnecting_after_an_outage_drops_the_kept_connection() -> None:
+    """After an outage the kept connection is likely dead: `reconnect` gives it back with
+    the pool's idle ones (which it drops), and the next call takes a live one."""
+    state = await _state(require_redis())
+    batch = state.redis._batch
+    try:
+        assert await state.prefix_history(["k"]) == []
+        kept = batch._held
+        assert kept is not None
+        socket = kept._writer
+        await state.redis.reconnect()
+        assert batch._held is None
+        assert kept._writer is not socket  # closed with the pool's idle ones (the ping
+        # after it may have connected it again: the pool lends its newest)
+        assert await state.prefix_history(["k"]) == []
+    finally:
+        await _drop(state)
+        await state.aclose()
+
+
+async def test_a_pool_of_one_connection_gets_it_back_after_every_spell() -> None:
+    """With one connection to share, the batch keeps none idle: a call outside the batch
+    (a ping, a task's lookup) never waits for it."""
+    limits = RedisLimits(timeout_s=5, connect_timeout_s=5, pool_wait_s=0.5, pool_size=1)
+    state = await FallbackState.connect(require_redis(), f"test-{uuid.uuid4().hex}", limits)
+    batch = state.redis._batch
+    try:
+        assert await state.prefix_history(["k"]) == []
+        assert batch._held is None
+        await state.redis.ping()  # within pool_wait_s: the connection was free
+    finally:
         await state.aclose()
 
 
