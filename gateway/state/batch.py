@@ -21,9 +21,10 @@ later than its own deadline, without a timer of its own (`asyncio.timeout` per c
 cost ~5.5 µs here, two per small request; one per batch carries a whole batch's calls).
 
 A batch is written and read here, not through redis-py's `Pipeline`: its commands packed
-by hiredis in C (~1.6 µs a script call against ~10 µs for redis-py's packer), its
-replies read without a timer each (the batch's deadline bounds them all; redis-py's
-socket timeout, one timer per reply, still bounds a batch without a deadline), and none
+by hiredis in C (~1.6 µs a script call against ~10 µs for redis-py's packer), written
+and its replies read without a timer each (the batch's deadline bounds them all;
+redis-py's socket timeout, which wraps a write in `asyncio.wait_for`, a task and a timer,
+and sets a timer per reply, still bounds a batch without a deadline), and none
 of the pipeline's per-command bookkeeping. The replies are Redis's own, as a pipeline
 without response callbacks gives them (bytes, None, lists, integers).
 
@@ -224,7 +225,10 @@ class CommandBatch:
         try:
             if fresh:
                 await _usable(connection)
-            await connection.send_packed_command(_pack(connection, commands))
+            if self.deadline_s is None:
+                await connection.send_packed_command(_pack(connection, commands))
+            else:  # the whole exchange's deadline bounds the write too
+                await _send_unbounded(connection, _pack(connection, commands))
             # Under a deadline (the whole exchange's), no timer per reply: `math.inf`.
             timeout = None if self.deadline_s is None else math.inf
             replies: list[Any] = []
@@ -256,6 +260,16 @@ async def _usable(connection: AbstractConnection) -> None:
             pass
         await connection.disconnect()
     await connection.connect()
+
+
+async def _send_unbounded(connection: AbstractConnection, packed: list[bytes]) -> None:
+    """`send_packed_command` without its socket timeout, under the batch's deadline: with
+    one, redis-py wraps the write in `asyncio.wait_for`, a task and a timer per write."""
+    socket_timeout, connection.socket_timeout = connection.socket_timeout, None
+    try:
+        await connection.send_packed_command(packed)
+    finally:
+        connection.socket_timeout = socket_timeout
 
 
 def _pack(connection: AbstractConnection, commands: Sequence[Command]) -> list[bytes]:
