@@ -381,10 +381,13 @@ def _observe_latencies(
     """A stream's times to first (answer) token and decode speed; `where` is its backend
     and tier, as farebox_requests_total labels them."""
     timings = ctx.timings
-    if timings.first_token is None and timings.first_answer_token is None:
+    first, answer, sent = timings.first_token, timings.first_answer_token, timings.upstream_sent
+    if first is None and answer is None:
         return  # a whole reply: no token was seen arrive, so no latency to observe
-    ttft = _seconds(timings.ms_since_sent(timings.first_token))  # as the ledger's ttft_ms
-    ttfat = _seconds(timings.ms_since_sent(timings.first_answer_token))
+    # `timings.ms_since_sent(...) / 1000` (as the ledger's ttft_ms), the same arithmetic
+    # inline: four calls fewer per stream.
+    ttft = None if first is None or sent is None else (first - sent) * 1000.0 / 1000
+    ttfat = None if answer is None or sent is None else (answer - sent) * 1000.0 / 1000
     speed = decode_speed(ctx)
     by_first, by_answer, by_speed = _latency_series(
         metrics, model, where, (ttft is not None, ttfat is not None, speed is not None)
@@ -418,10 +421,6 @@ def _latency_series(
 
 
 _LATENCIES = object()  # the key of a `_latency_series` bundle
-
-
-def _seconds(ms: float | None) -> float | None:
-    return None if ms is None else ms / 1000
 
 
 def _pair(
