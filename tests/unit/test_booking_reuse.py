@@ -59,15 +59,16 @@ def _ctx(alias: str = "m", usage: Usage | None = None) -> RequestContext:
 
 def _fresh_verdict(ctx: RequestContext) -> Any:
     """The verdict judged with the price looked up and quoted again, on a copy."""
+    assert ctx.alias is not None and ctx.usage is not None and ctx.prefix is not None
     again = copy.copy(ctx)
-    again.prefix = dataclasses.replace(ctx.prefix)  # type: ignore[type-var]
+    again.prefix = prefix = dataclasses.replace(ctx.prefix)
     try:
         price = SERVICES.prices.price(CONFIG.price_key(ctx.alias))
         rates = price.quote(ctx.tier_served or "standard", ctx.usage.prompt_tokens).rates
         prices = rates.input, rates.cached_input
     except PricingError:  # an unpriced model: the verdict at zero prices
         prices = Decimal(0), Decimal(0)
-    return judge(again.prefix, again, *prices)
+    return judge(prefix, again, *prices)
 
 
 def test_cost_of_keeps_the_quoted_rates_which_equality_ignores() -> None:
