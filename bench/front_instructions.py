@@ -1,7 +1,7 @@
 """Instructions a chat request costs in-process, with the loop's timers quiet: A/B by count.
 
 Run: `python bench/front_instructions.py [--src DIR] [--pairs 2] [-n 150] [--warm 150]
-[--whole] [--config hot] [--keep]`.
+[--whole] [--config hot] [--api chat|messages|responses|completions] [--keep]`.
 
 bench/stream_instructions.py with `--quiet-timers`: its windows (`first`: the app's call
 to its first body message; `rest`: from there to its return), counted under callgrind,

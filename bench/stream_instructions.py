@@ -1,7 +1,11 @@
 """Instructions a chat request costs in-process: to its first body message, and after it.
 
 Run: `python bench/stream_instructions.py [--src DIR] [--pairs 3] [-n 200] [--warm 150]
-[--whole] [--config hot] [--keep]`.
+[--whole] [--config hot] [--api chat|messages|responses|completions] [--keep]`.
+
+`--api` sends the same small request in another API's wire (`PATHS`, `_body`): with
+`--config hot` /v1/messages and /v1/responses reach the mock translated to chat
+completions; /v1/completions needs an upstream /v1/completions, which the mock lacks.
 
 For the TTFT at concurrency 1, what counts is the work on the loop before a stream's
 first event is sent; whole-process counts (`bench/pipeline_cpu.py --callgrind`) mix it
@@ -72,17 +76,46 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _body(i: int, stream: bool) -> bytes:
-    """perf-floor's loadgen request."""
-    body: dict[str, Any] = {
-        "model": "bench-gpt",
-        "messages": [{"role": "user", "content": f"Say hello (request {i})."}],
-        "max_tokens": 64,
-    }
+PATHS = {
+    "chat": "/v1/chat/completions",
+    "messages": "/v1/messages",
+    "responses": "/v1/responses",
+    "completions": "/v1/completions",
+}
+"""Each `--api`'s path. The mock serves chat completions only: the hot config's route is
+OpenAI-wire, so /v1/messages and /v1/responses reach it translated to chat; /v1/completions
+goes to the upstream's own /v1/completions, which the mock answers with a 404."""
+
+
+def _body(i: int, stream: bool, api: str = "chat") -> bytes:
+    """perf-floor's loadgen request, or the same small request in `api`'s wire."""
+    prompt = f"Say hello (request {i})."
+    body: dict[str, Any] = {"model": "bench-gpt"}
+    if api == "messages":  # as the Anthropic SDK sends it (no Claude Code session header)
+        body |= {"max_tokens": 64, "messages": [{"role": "user", "content": prompt}]}
+    elif api == "responses":  # as the OpenAI SDK sends it: `store` left to its default
+        body |= {"input": prompt, "max_output_tokens": 64}
+    elif api == "completions":
+        body |= {"prompt": prompt, "max_tokens": 64}
+    else:
+        body |= {"messages": [{"role": "user", "content": prompt}], "max_tokens": 64}
     if stream:
         body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+        if api in ("chat", "completions"):
+            body["stream_options"] = {"include_usage": True}
     return json.dumps(body).encode()
+
+
+def _scope_for(state: dict[str, Any], body: bytes, api: str) -> dict[str, Any]:
+    """pipeline_inproc's chat request scope, at `api`'s path."""
+    from pipeline_inproc import _scope  # bench/ is the script folder: sys.path[0]
+
+    scope = _scope(state, body)
+    path = PATHS[api]
+    scope["path"], scope["raw_path"] = path, path.encode()
+    if api == "messages":
+        scope["headers"] = [*scope["headers"], (b"anthropic-version", b"2023-06-01")]
+    return scope
 
 
 class Window:
@@ -104,8 +137,10 @@ class Window:
         self._lib.cg_dump(what.encode())
 
 
-async def _one(app: Any, state: dict[str, Any], body: bytes, window: Window) -> None:
-    from pipeline_inproc import _receive, _scope  # bench/ is the script folder: sys.path[0]
+async def _one(
+    app: Any, state: dict[str, Any], body: bytes, window: Window, api: str = "chat"
+) -> None:
+    from pipeline_inproc import _receive  # bench/ is the script folder: sys.path[0]
 
     status: list[int] = []
 
@@ -116,7 +151,7 @@ async def _one(app: Any, state: dict[str, Any], body: bytes, window: Window) -> 
             window.set("rest")
 
     window.set("first")
-    await app(_scope(state, body), _receive(body), send)
+    await app(_scope_for(state, body, api), _receive(body), send)
     window.set(None)
     if status != [200]:
         raise RuntimeError(f"the gateway answered {status}, not 200")
@@ -146,11 +181,11 @@ async def _child(args: argparse.Namespace, port: int) -> None:
         if args.quiet_timers and watch is not None:
             await watch.__aexit__(None, None, None)  # its 200 Hz timer stops
         for i in range(args.warm):
-            await _one(app, state, _body(i, stream), window)
+            await _one(app, state, _body(i, stream, args.api), window, args.api)
         for name in WINDOWS:
             window.counting = name
             for i in range(args.n):
-                await _one(app, state, _body(i, stream), window)
+                await _one(app, state, _body(i, stream, args.api), window, args.api)
             window.counting = None
             window.dump(name)
 
@@ -176,6 +211,7 @@ def _run(args: argparse.Namespace, tree: Path, port: int, library: Path) -> dict
     command += [f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child"]
     command += ["--tree", str(tree), "--port", str(port), "--markers", str(library)]
     command += ["-n", str(args.n), "--warm", str(args.warm), "--config", args.config]
+    command += ["--api", args.api]
     command += ["--whole"] if args.whole else []
     command += ["--quiet-timers"] if args.quiet_timers else []
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAREBOX_")}
@@ -185,7 +221,8 @@ def _run(args: argparse.Namespace, tree: Path, port: int, library: Path) -> dict
         raise RuntimeError(f"the run under valgrind failed: {proc.stderr[-2000:]}")
     pid = int(re.search(r"==(\d+)==", proc.stderr).group(1))  # type: ignore[union-attr]
     counts = _counts(folder, pid)
-    row: dict[str, Any] = {"src": str(tree), "stream": not args.whole, "n": args.n}
+    row: dict[str, Any] = {"src": str(tree), "api": args.api, "stream": not args.whole}
+    row["n"] = args.n
     for name in WINDOWS:
         threads = counts.get(name, {})
         row[name] = round(threads.get("1", 0) / args.n)
@@ -209,6 +246,7 @@ def main() -> None:
     parser.add_argument("--src", help="another checkout to alternate with (A/B)")
     parser.add_argument("--whole", action="store_true", help="whole replies, not streams")
     parser.add_argument("--config", choices=("plain", "hot"), default="plain")
+    parser.add_argument("--api", choices=tuple(PATHS), default="chat", help="the request's API")
     parser.add_argument("--keep", action="store_true", help="keep the dumps; print their folder")
     parser.add_argument(
         "--quiet-timers", action="store_true", help="no wall-clock timers inside the windows"
