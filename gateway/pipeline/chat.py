@@ -34,15 +34,14 @@ from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.offload import on_loop, patch_size, sized
 from gateway.pipeline.parse import parse_request
-from gateway.pipeline.policy import apply_policy, capabilities
+from gateway.pipeline.plan import plan_now, plan_task
+from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
 from gateway.pipeline.prefix_pending import PendingPrefix, start_prefix_check
 from gateway.pipeline.relay import Relay, RelayResponse
 from gateway.pipeline.respond import cost_values, with_cost
-from gateway.pipeline.task_claim import claim_task
 from gateway.pipeline.thinking_cap import thinking_cap_for
 from gateway.pipeline.tier_report import tier_headers
-from gateway.policy.decision import Decision
 from gateway.rawjson import patch_object
 from gateway.services import Services
 from gateway.settings import Timeouts
@@ -58,15 +57,10 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     identify(ctx)
     decide(ctx, services.config)
     entitle(ctx)  # the key's models, tiers, n and output cap
-    assert ctx.alias is not None and ctx.task is not None
-    named = not ctx.task.implicit  # a named task's owner and pinned effort: shared state
-    if named:
-        await claim_task(ctx, services.state)  # a task id belongs to the team that first used it
+    assert ctx.alias is not None
     base_edits = ctx.edits.copy()
-    if named:
-        decision = await apply_task_policy(ctx, services)
-    else:  # what apply_task_policy does without a task: no coroutine
-        decision = apply_policy(ctx, services.config, services.prices)
+    # A named task's owner and pinned effort are shared state; most requests have neither.
+    decision = plan_now(ctx, services) or await plan_task(ctx, services)
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
     # On a route that only observes, the check's CPU part runs while the upstream works.
     pending = await start_prefix_check(ctx, services.prefix_checker, services.state, rule)
@@ -85,18 +79,6 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
         with Shield():
             await quota.close(ctx, services)  # no error path keeps a hold
         raise
-
-
-async def apply_task_policy(ctx: RequestContext, services: Services) -> Decision:
-    """Plan the request; a task's first effort is pinned when its rule says so."""
-    assert ctx.task is not None
-    task = ctx.task.task_id
-    pinned = None if ctx.task.implicit else await services.state.task_value(task, "effort")
-    decision = apply_policy(ctx, services.config, services.prices, task_effort=pinned)
-    if decision.pin_effort and decision.effort and pinned is None and not ctx.task.implicit:
-        ttl = services.config.tasks.idle_timeout_s * 2
-        await services.state.pin_task_value(task, "effort", decision.effort, ttl)
-    return decision
 
 
 def route_timeouts(ctx: RequestContext, services: Services) -> Timeouts:

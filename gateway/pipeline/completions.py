@@ -29,16 +29,16 @@ from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
-from gateway.pipeline.chat import apply_task_policy, first_event, route_timeouts
+from gateway.pipeline.chat import first_event, route_timeouts
 from gateway.pipeline.completions_request import CompletionsContext, native_edits, parse_kind
 from gateway.pipeline.entitle import entitle, may_use
 from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
-from gateway.pipeline.offload import patch_size, sized
+from gateway.pipeline.offload import on_loop, patch_size, sized
+from gateway.pipeline.plan import plan_now, plan_task
 from gateway.pipeline.relay import Relay, RelayResponse
 from gateway.pipeline.respond import cost_headers, with_cost
-from gateway.pipeline.task_claim import claim_task
 from gateway.pipeline.tier_report import tier_headers
 from gateway.rawjson import patch_object
 from gateway.services import Services
@@ -51,15 +51,20 @@ _CAPS = ("max_completion_tokens", "max_tokens")
 async def handle_completions(ctx: CompletionsContext, services: Services) -> Response:
     """Run the pipeline for one completion or embeddings request (`ctx.kind`)."""
     services = services.for_request()
-    await sized(len(ctx.raw_body), parse_kind, ctx)
+    if on_loop(len(ctx.raw_body)):  # the usual body: parsed here, no coroutine for `sized`
+        parse_kind(ctx)
+    else:
+        await sized(len(ctx.raw_body), parse_kind, ctx)
     identify(ctx)
     decide_path(ctx, services.config)
     entitle(ctx)
-    await claim_task(ctx, services.state)
     base_edits = ctx.edits.copy()
-    decision = await apply_task_policy(ctx, services)
+    # A named task's owner and pinned effort are shared state; most requests have neither.
+    decision = plan_now(ctx, services) or await plan_task(ctx, services)
     after_policy(ctx)
-    await quota.reserve(ctx, services)
+    limits = quota.limits_of(ctx, services)  # most requests have none: nothing to await
+    if limits:
+        await quota.hold(ctx, services, limits)
     send = _stream if ctx.stream else _complete
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)  # type: ignore[arg-type]
@@ -170,7 +175,11 @@ def _headers(ctx: CompletionsContext) -> dict[str, str]:
 
 
 async def _complete(ctx: CompletionsContext, services: Services) -> Response:
-    call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
+    size = patch_size(len(ctx.raw_body))
+    if on_loop(size):  # the usual body: built here, no coroutine for `sized`
+        call = _build_call(ctx, services)
+    else:
+        call = await sized(size, _build_call, ctx, services)
     meter = CompletionMeter()
     ctx.timings.upstream_sent = time.perf_counter()
     try:
@@ -188,7 +197,11 @@ async def _complete(ctx: CompletionsContext, services: Services) -> Response:
 
 async def _stream(ctx: CompletionsContext, services: Services) -> Response:
     """Open the upstream stream and wait for its first event before answering."""
-    call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
+    size = patch_size(len(ctx.raw_body))
+    if on_loop(size):  # the usual body: built here, no coroutine for `sized`
+        call = _build_call(ctx, services)
+    else:
+        call = await sized(size, _build_call, ctx, services)
     meter = CompletionMeter()
     ctx.timings.upstream_sent = time.perf_counter()
     stream = await _adapter(ctx, services).open_stream(call)

@@ -34,7 +34,7 @@ from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
-from gateway.pipeline.chat import apply_task_policy, first_event, route_timeouts
+from gateway.pipeline.chat import first_event, route_timeouts
 from gateway.pipeline.context import BodyEdits
 from gateway.pipeline.entitle import check_model, entitle
 from gateway.pipeline.finish import finish
@@ -50,11 +50,11 @@ from gateway.pipeline.messages_translate_call import (
     translatable,
     translate_context,
 )
-from gateway.pipeline.offload import patch_size, sized
+from gateway.pipeline.offload import on_loop, patch_size, sized
+from gateway.pipeline.plan import plan_now, plan_task
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
 from gateway.pipeline.respond import cost_headers, with_cost
-from gateway.pipeline.task_claim import claim_task
 from gateway.pipeline.tier_report import tier_headers
 from gateway.rawjson import patch_object
 from gateway.services import Services
@@ -76,24 +76,33 @@ _SERVICE_TIERS = {"default": "standard_only", "auto": "auto"}
 async def handle_messages(ctx: MessagesContext, services: Services) -> Response:
     """Run the pipeline for one Messages request and return the response to send."""
     services = services.for_request()
-    await sized(len(ctx.raw_body), parse_messages, ctx)  # megabytes parse beside the loop
+    small = on_loop(len(ctx.raw_body))  # the usual body: no coroutine for `sized`
+    if small:
+        parse_messages(ctx)
+    else:
+        await sized(len(ctx.raw_body), parse_messages, ctx)  # megabytes parse beside the loop
     _session_as_task(ctx)
     identify(ctx)
     if ctx.identity.caller is None:  # open mode with `x-api-key`, as Anthropic clients send
         ctx.identity.caller = caller_id(ctx.headers.get("x-api-key"))
     decide_messages(ctx, services.config)
-    if translatable(ctx.route):
-        await sized(len(ctx.raw_body), translate_context, ctx)
+    if translatable(ctx.route):  # to chat: the body every later stage sees
+        if small:
+            translate_context(ctx)
+        else:
+            await sized(len(ctx.raw_body), translate_context, ctx)
     entitle(ctx)
-    await claim_task(ctx, services.state)
     base_edits = ctx.edits.copy()
-    decision = await apply_task_policy(ctx, services)
+    # A named task's owner and pinned effort are shared state; most requests have neither.
+    decision = plan_now(ctx, services) or await plan_task(ctx, services)
     if not ctx.translated:
         _check_native(ctx.alias, ctx.route)
     assert ctx.alias is not None
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
     ctx.prefix = await check_messages_prefix(ctx, services.prefix_checker, services.state, rule)
-    await quota.reserve(ctx, services)
+    limits = quota.limits_of(ctx, services)  # most requests have none: nothing to await
+    if limits:
+        await quota.hold(ctx, services, limits)
     send = _stream if ctx.stream else _complete
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)  # type: ignore[arg-type]
@@ -229,7 +238,11 @@ async def _complete(ctx: MessagesContext, services: Services) -> Response:
         response, upstream = await complete_translated(ctx, services)
         response.headers.update(_headers(ctx, upstream) | cost_headers(ctx))
         return response
-    call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
+    size = patch_size(len(ctx.raw_body))
+    if on_loop(size):  # the usual body: built here, no coroutine for `sized`
+        call = _build_call(ctx, services)
+    else:
+        call = await sized(size, _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     meter = MessagesMeter()
     ctx.timings.upstream_sent = time.perf_counter()
@@ -251,7 +264,11 @@ async def _stream(ctx: MessagesContext, services: Services) -> Response:
     if ctx.translated:
         translated, upstream = await open_translated(ctx, services)
         return MessagesRelayResponse(translated, headers=_headers(ctx, upstream))
-    call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
+    size = patch_size(len(ctx.raw_body))
+    if on_loop(size):  # the usual body: built here, no coroutine for `sized`
+        call = _build_call(ctx, services)
+    else:
+        call = await sized(size, _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     ctx.timings.upstream_sent = time.perf_counter()
     stream = await adapter.open_stream(call)

@@ -14,6 +14,7 @@ to an OpenAI-wire route, the body is the chat body sent, and every action applie
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from gateway.pipeline.messages_request import MessagesContext
@@ -36,9 +37,11 @@ def chat_view(body: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-async def check_messages_prefix(
+def check_messages_prefix(
     ctx: MessagesContext, checker: PrefixChecker, state: SharedState, rule: CacheRule
-) -> PrefixOutcome:
-    """Check the prompt the upstream will receive; refuse it where the route is strict."""
+) -> Awaitable[PrefixOutcome]:
+    """Check the prompt the upstream will receive; refuse it where the route is strict.
+
+    The check itself, to await: no coroutine of its own around it."""
     view = None if ctx.translated else chat_view  # translated: ctx.body is the chat body
-    return await check_wire_prefix(ctx, checker, state, rule, view)
+    return check_wire_prefix(ctx, checker, state, rule, view)

@@ -32,13 +32,14 @@ from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
-from gateway.pipeline.chat import apply_task_policy, first_event, route_timeouts
+from gateway.pipeline.chat import first_event, route_timeouts
 from gateway.pipeline.entitle import entitle, may_use
 from gateway.pipeline.event_relay import event_payload, prepend
 from gateway.pipeline.finish import finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
-from gateway.pipeline.offload import patch_size, sized
+from gateway.pipeline.offload import on_loop, patch_size, sized
+from gateway.pipeline.plan import plan_now, plan_task
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
 from gateway.pipeline.respond import cost_headers, cost_object, with_cost
@@ -58,7 +59,7 @@ from gateway.pipeline.responses_request import (
     parse_responses,
     policy_view,
 )
-from gateway.pipeline.task_claim import claim_task, task_owner
+from gateway.pipeline.task_claim import task_owner
 from gateway.pipeline.thinking_cap import CappedStream, thinking_cap_for
 from gateway.pipeline.tier_report import tier_headers
 from gateway.pipeline.wire_prefix import translated_fields
@@ -88,10 +89,17 @@ def not_found(response_id: str) -> InvalidRequestError:
 async def handle_responses(ctx: ResponsesContext, services: Services) -> Response:
     """Run the pipeline for one Responses request and return the response to send."""
     services = services.for_request()
-    await sized(len(ctx.raw_body), parse_responses, ctx)
+    small = on_loop(len(ctx.raw_body))  # the usual body: no coroutine for `sized`
+    if small:
+        parse_responses(ctx)
+    else:
+        await sized(len(ctx.raw_body), parse_responses, ctx)
     store = ResponseStore(services.state, services.settings.responses_ttl_s)
     previous = await _chain(ctx, store)
-    ctx.body = await sized(len(ctx.raw_body), policy_view, ctx.native, ctx.items)
+    if small:
+        ctx.body = policy_view(ctx.native, ctx.items)
+    else:
+        ctx.body = await sized(len(ctx.raw_body), policy_view, ctx.native, ctx.items)
     identify(ctx)
     if previous is not None and not previous.readable_by(
         task_owner(ctx.principal, ctx.identity), ctx.identity.caller
@@ -99,15 +107,17 @@ async def handle_responses(ctx: ResponsesContext, services: Services) -> Respons
         raise not_found(str(ctx.native.get("previous_response_id")))  # another team's
     decide_responses(ctx, services.config)
     entitle(ctx)
-    await claim_task(ctx, services.state)
     base_edits = ctx.edits.copy()
-    decision = await apply_task_policy(ctx, services)
+    # A named task's owner and pinned effort are shared state; most requests have neither.
+    decision = plan_now(ctx, services) or await plan_task(ctx, services)
     assert ctx.alias is not None
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
     ctx.prefix = await check_responses_prefix(
         ctx, services.prefix_checker, services.state, rule, native_route(ctx)
     )
-    await quota.reserve(ctx, services)
+    limits = quota.limits_of(ctx, services)  # most requests have none: nothing to await
+    if limits:
+        await quota.hold(ctx, services, limits)
     sender = _Sender(store)
     send = sender.stream if ctx.stream else sender.complete
     try:
@@ -246,7 +256,11 @@ class _Sender:
         await self._store.save(response_id, kept)
 
     async def complete(self, ctx: ResponsesContext, services: Services) -> Response:
-        call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
+        size = patch_size(len(ctx.raw_body))
+        if on_loop(size):  # the usual body: built here, no coroutine for `sized`
+            call = _build_call(ctx, services)
+        else:
+            call = await sized(size, _build_call, ctx, services)
         native = native_route(ctx)
         adapter = (
             ResponsesUpstream(services.upstreams.http)
@@ -287,7 +301,11 @@ class _Sender:
 
     async def stream(self, ctx: ResponsesContext, services: Services) -> Response:
         """Open the upstream stream and wait for its first event before answering."""
-        call = await sized(patch_size(len(ctx.raw_body)), _build_call, ctx, services)
+        size = patch_size(len(ctx.raw_body))
+        if on_loop(size):  # the usual body: built here, no coroutine for `sized`
+            call = _build_call(ctx, services)
+        else:
+            call = await sized(size, _build_call, ctx, services)
         native = native_route(ctx)
         adapter = (
             ResponsesUpstream(services.upstreams.http)

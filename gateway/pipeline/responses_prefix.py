@@ -16,6 +16,7 @@ To a `wire: responses` route the client's bytes are sent: `observe` and `strict`
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from gateway.pipeline.prefix import PrefixOutcome
@@ -30,17 +31,19 @@ def _as_viewed(body: dict[str, Any]) -> dict[str, Any]:
     return body  # `ctx.body` is already the chat-shaped view
 
 
-async def check_responses_prefix(
+def check_responses_prefix(
     ctx: ResponsesContext,
     checker: PrefixChecker,
     state: SharedState,
     rule: CacheRule,
     native: bool,
-) -> PrefixOutcome:
-    """Check the prompt the upstream will receive; refuse it where the route is strict."""
+) -> Awaitable[PrefixOutcome]:
+    """Check the prompt the upstream will receive; refuse it where the route is strict.
+
+    The check itself, to await: no coroutine of its own around it."""
     if native:
-        return await check_wire_prefix(ctx, checker, state, rule, _as_viewed)
+        return check_wire_prefix(ctx, checker, state, rule, _as_viewed)
     key = ctx.native.get("prompt_cache_key")
     if isinstance(key, str) and key:  # the client's own key wins over a sticky one
         ctx.body["prompt_cache_key"] = key
-    return await check_wire_prefix(ctx, checker, state, rule, None)
+    return check_wire_prefix(ctx, checker, state, rule, None)
