@@ -49,6 +49,8 @@ CHAT_STAGES = (
     "claim_task",
     "apply_task_policy",
     "apply_policy",
+    "plan_now",  # 36f718d: the three above, as chat calls them now
+    "plan_task",
     "capabilities",
     "rule_for_route",
     "start_prefix_check",
