@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.policy import apply_policy
-from gateway.pipeline.task_claim import claim_task, task_owner
+from gateway.pipeline.task_claim import claim_task
 from gateway.policy.decision import Decision
 from gateway.services import Services
 
@@ -31,8 +31,7 @@ async def plan_task(ctx: RequestContext, services: Services) -> Decision:
     """Claim the named task (a 403 if another team's), then plan it; pin its first effort
     when its rule says so."""
     assert ctx.task is not None and not ctx.task.implicit
-    if task_owner(ctx.principal, ctx.identity) is not None:  # open mode claims nothing
-        await claim_task(ctx, services.state)  # a task id belongs to the team that first used it
+    await claim_task(ctx, services.state)  # a task id belongs to the team that first used it
     task = ctx.task.task_id
     pinned = await services.state.task_value(task, "effort")
     decision = apply_policy(ctx, services.config, services.prices, task_effort=pinned)

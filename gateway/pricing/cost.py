@@ -89,14 +89,10 @@ def cost_of(
     no price for is billed at standard prices with `tier_fallback` set, because a request
     that was served must still be booked; check `ModelPrice.has_tier` to refuse one first.
     """
-    # The default TTL (every request the pipeline prices) is valid and written at
-    # `cache_write`: no check or look-up to call for it.
-    default_ttl = cache_ttl == "5m"
-    if not default_ttl:
-        check_cache_ttl(cache_ttl)
+    ttl = check_cache_ttl(cache_ttl)
     quote = price.quote(tier, usage.prompt_tokens)
     rates = quote.rates
-    write_rate = rates.cache_write if default_ttl else rates.cache_write_for(cache_ttl)
+    write_rate = rates.cache_write_for(ttl)
     # Each product and the sum in `_EXACT` (what `localcontext(_EXACT)` gave, without
     # entering and leaving a context per request).
     times, add = _EXACT.multiply, _EXACT.add
