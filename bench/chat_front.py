@@ -6,7 +6,7 @@ interface, one small POST /v1/chat/completions after another, with the pipeline'
 (request id, in-flight scope, auth, JSON body, body guard, then the chat lane or
 FastAPI's route). Variants, each in the same process and run:
 
-- `front`: the app as built (`Gateway` hands chat to `ChatFront`, every middleware's
+- `front`: the app as built (`Gateway` hands chat to its `Front`, every middleware's
   work in one layer in front of FastAPI, gateway/front.py);
 - `lane`: the front turned off, so chat passes FastAPI's and Starlette's layers and each
   middleware before `ChatLane` hands it to the plain ASGI `ChatEndpoint`;
@@ -140,17 +140,17 @@ def _apps(settings: Settings) -> dict[str, Any]:
     chat.handle_chat = _fixed_reply  # only the front is timed
     front = create_app(settings)
     lane = create_app(settings)
-    lane.chat = None
+    lane.lanes = {}
     lane.user_middleware.append(Middleware(ChatLane))  # innermost
     route = create_app(settings)
-    route.chat = None
+    route.lanes = {}
     kept = gateway_app.NO_FASTAPI_TELEMETRY
     gateway_app.NO_FASTAPI_TELEMETRY = {}  # FastAPI's default: its telemetry on
     try:
         telemetry = create_app(settings)
     finally:
         gateway_app.NO_FASTAPI_TELEMETRY = kept
-    telemetry.chat = None
+    telemetry.lanes = {}
     return {
         "front": front,
         "lane": lane,

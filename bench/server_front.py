@@ -3,7 +3,7 @@
 Drives `farebox serve`'s server stack in-process with no sockets: the protocol class
 `gateway.server.server_config` builds (uvicorn's httptools protocol with Farebox's
 guard, `HeadWithBody`), uvicorn's app wrapping (its proxy-headers layer) and the real
-app (`create_app`: `Gateway`, `ChatFront`, auth, body guard), on uvloop, with the
+app (`create_app`: `Gateway`, the chat path's `Front`, auth, body guard), on uvloop, with the
 pipeline's `handle_chat` replaced by a fixed reply, so only the layers in front of and
 behind the pipeline are timed. Each request's bytes go to the protocol's
 `data_received`, as the loop hands them over; the transport is a stand-in that keeps
@@ -233,7 +233,10 @@ async def _measure_ab(requests: int, rounds: int, events: int, base: str) -> dic
     freeze_imports()
     settings = Settings(data_dir=Path(tempfile.mkdtemp(prefix="farebox-server-front-")))
     app = create_app(settings)
-    new_front = app.chat
+    new_front = app.lanes[chat.PATH]
+    # A base tree before the model routes' fronts (`Gateway.chat`, `chat_path`,
+    # `ChatFront`) reads these two; this tree reads `lanes`.
+    app.chat, app.chat_path = new_front, chat.PATH  # type: ignore[attr-defined]
     guard = new_front.guard
     base_guard = modules["gateway.body_guard"].BodyGuard(
         guard.app,
@@ -241,7 +244,11 @@ async def _measure_ab(requests: int, rounds: int, events: int, base: str) -> dic
         api_limit=guard.api_limit,
         timeout_s=guard.timeout_s,
     )
-    old_front = base_front.ChatFront(app.state.in_flight, new_front.auth, base_guard)
+    if hasattr(base_front, "ChatFront"):
+        old_front = base_front.ChatFront(app.state.in_flight, new_front.auth, base_guard)
+    else:
+        base_answer = modules["gateway.api.chat"].answer
+        old_front = base_front.Front(app.state.in_flight, new_front.auth, base_guard, base_answer)
     sides: dict[str, tuple[Any, Any]] = {}
     for name, module in (("base", base_server), ("new", sys.modules["gateway.server"])):
         config = module.server_config(app, settings, log_level="warning")
@@ -260,7 +267,7 @@ async def _measure_ab(requests: int, rounds: int, events: int, base: str) -> dic
         for at in range(rounds + 1):
             order = ("base", "new") if at % 2 else ("new", "base")
             for name in order:
-                app.chat = sides[name][1]
+                app.chat = app.lanes[chat.PATH] = sides[name][1]  # type: ignore[attr-defined]
                 protocol, transport = running[name]
                 took = await _round(
                     protocol, transport, min(requests, 300) if at == 0 else requests, at > 0

@@ -10,12 +10,13 @@ A stream that fails after it started ends with one `event: error` carrying the s
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from starlette.responses import JSONResponse
 
-from gateway.errors import MAX_MESSAGE_CHARS, FareboxError
+from gateway.errors import MAX_MESSAGE_CHARS, FareboxError, send_error
 
 MESSAGES_PATH = "/v1/messages"
 
@@ -72,3 +73,25 @@ def anthropic_error_response(error: FareboxError, request_id: str | None = None)
 def anthropic_stream_error_event(error: FareboxError, request_id: str | None = None) -> bytes:
     """The SSE event that ends a Messages stream which failed after it started."""
     return b"event: error\ndata: " + anthropic_error_bytes(error, request_id) + b"\n\n"
+
+
+async def send_path_error(
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+    error: FareboxError,
+    path: str,
+    extra_headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> None:
+    """Answer `error` on a raw ASGI `send` and close the connection, in the shape the
+    clients of `path` parse: Anthropic's on the Messages API's paths, OpenAI's elsewhere."""
+    if not is_messages_path(path):
+        await send_error(send, error, extra_headers)
+        return
+    body = anthropic_error_bytes(error)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        *extra_headers,
+    ]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -28,7 +28,7 @@ from gateway.config import GatewayConfig, load_config
 from gateway.drain import InFlight, InFlightMiddleware
 from gateway.embedded_sim import start_embedded_sim
 from gateway.errors import FareboxError, error_body
-from gateway.front import ChatFront, Gateway
+from gateway.front import LANES, Front, Gateway, answer_of
 from gateway.front import unexpected_error as front_unexpected_error
 from gateway.heap import freeze_heap
 from gateway.json_body import JsonBodyMiddleware
@@ -141,13 +141,17 @@ def create_app(
     app.add_middleware(InFlightMiddleware, in_flight=app.state.in_flight)
     # Outermost of all: every answer below, errors included, carries `x-request-id`.
     app.add_middleware(RequestIdMiddleware)
-    # The chat path skips the stack above: the same middlewares' work, in one layer.
+    # The model routes skip the stack above: the same middlewares' work, in one layer.
     auth = AuthMiddleware(guard, admin_key=settings.admin_key)
-    front: ASGIApp = ChatFront(app.state.in_flight, auth, guard)
     if tracing is not None:  # outside the request id: the span covers the whole answer
         app.add_middleware(type(tracing).middleware(), tracing=tracing)
-        front = type(tracing).middleware()(front, tracing=tracing)
-    app.chat = front
+    # One answer per module (a lazy one imports once): both of its paths share it.
+    answers = {module: answer_of(module, defer_routes) for module in dict.fromkeys(LANES.values())}
+    for path, module in LANES.items():
+        front: ASGIApp = Front(app.state.in_flight, auth, guard, answers[module])
+        if tracing is not None:
+            front = type(tracing).middleware()(front, tracing=tracing)
+        app.lanes[path] = front
     return app
 
 

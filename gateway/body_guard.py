@@ -26,8 +26,8 @@ from typing import TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.anthropic_errors import anthropic_error_bytes, is_messages_path
-from gateway.errors import BodyTooLargeError, FareboxError, RequestTimeoutError, send_error
+from gateway.anthropic_errors import send_path_error
+from gateway.errors import BodyTooLargeError, FareboxError, RequestTimeoutError
 
 T = TypeVar("T")
 
@@ -190,7 +190,7 @@ class BodyGuard:
     async def read(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The HTTP request's whole body; None once it is refused or its client has gone.
 
-        The chat path's front (gateway.front) calls it without the middleware around it.
+        The model routes' fronts (gateway.front) call it without the middleware around it.
         """
         limit, setting = self._limit(scope["path"])
         try:
@@ -268,18 +268,5 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def _refuse(send: Send, error: FareboxError, path: str = "") -> None:
-    """Answer `error` and close the connection: the rest of the body is not read.
-
-    The Messages API's paths get Anthropic's error shape, which their clients parse.
-    """
-    if not is_messages_path(path):
-        await send_error(send, error)
-        return
-    body = anthropic_error_bytes(error)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-    ]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    """Answer `error` and close the connection: the rest of the body is not read."""
+    await send_path_error(send, error, path)

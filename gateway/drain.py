@@ -8,13 +8,14 @@ FAREBOX_SHUTDOWN_GRACE_S through anyio cancel scopes, which those shields hold a
 uvicorn's own timeout, `BACKSTOP_S` later, is only a backstop. Then the lifespan closes
 the ledger writer, which commits every row.
 
-The chat path (`gateway.front.ChatFront`) enters no anyio scope per request: entering one
+The model routes' fronts (`gateway.front.Front`) enter no anyio scope per request: entering one
 in a fresh task costs ~4-8 µs (anyio's state for the task, in a weak-key map), and a
 whole reply enters no other. It tracks the request's task (`TrackedRequest`), and the cut
 cancels that task natively, as anyio's scope would: at every turn of the loop until the
-request ends, never while the task is inside a `Shield` (the chat path's shielded
+request ends, never while the task is inside a `Shield` (the pipelines' shielded
 clean-up, which counts itself on the request: a whole reply's booking, and a streamed
-reply's, `gateway.pipeline.booked_stream`, whose shields are `Shield`s too).
+reply's, `gateway.pipeline.booked_stream`, whose shields are `Shield`s too). A clean-up
+under anyio's own shield would be cut there: a booking lost (every pipeline uses `Shield`).
 """
 
 from __future__ import annotations
@@ -34,14 +35,15 @@ import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.accept_turns import Loads, TakeTurns
-from gateway.errors import ShuttingDownError, send_error
+from gateway.anthropic_errors import send_path_error
+from gateway.errors import ShuttingDownError
 
 log = logging.getLogger("farebox")
 BACKSTOP_S = 5.0
 
 
 class InFlight:
-    """The HTTP requests in progress: cancel scopes, and the chat path's tracked tasks."""
+    """The HTTP requests in progress: cancel scopes, and the fronts' tracked tasks."""
 
     def __init__(self) -> None:
         self._scopes: set[anyio.CancelScope] = set()
@@ -76,11 +78,11 @@ TASK_KEY = "farebox.task"
 _REQUEST: contextvars.ContextVar[TrackedRequest | None] = contextvars.ContextVar(
     "farebox_tracked_request", default=None
 )
-"""The chat request its task serves (set by `TrackedRequest`, in the task's context)."""
+"""The model request its task serves (set by `TrackedRequest`, in the task's context)."""
 
 
 class TrackedRequest:
-    """One chat request in progress, cut without an anyio scope of its own.
+    """One model request in progress (a front's), cut without an anyio scope of its own.
 
     Made in the request's task, and `leave` called there when it ends; `cut` cancels that
     task natively at once and again at each turn of the loop until it leaves (as an anyio
@@ -158,11 +160,11 @@ def cancel_scope(shield: bool = False) -> anyio.CancelScope:
 
 
 class Shield:
-    """`anyio.CancelScope(shield=True)` that the chat path's native cut respects as well.
+    """`anyio.CancelScope(shield=True)` that the fronts' native cut respects as well.
 
     Clean-up that must finish when a request is cut (booking a paid call) runs inside one.
-    In a chat request's task (a `TrackedRequest` in its context) it is that request's count
-    alone: the chat front enters no anyio scope (its cut is native, which holds off while
+    In a front's request task (a `TrackedRequest` in its context) it is that request's count
+    alone: the front enters no anyio scope (its cut is native, which holds off while
     the count is up), so there is none to shield from, and making one cost 5-10 µs (a
     scope, its task's state in anyio's weak-key map, `current_task`'s getpid) at every
     booking that waits (a streamed reply's, with Redis or PostgreSQL behind it), and the
@@ -220,9 +222,9 @@ class InFlightMiddleware:
             finally:
                 scopes.discard(cut)
         if cut.cancel_called and not started:
-            # Cut before it could answer (its row is booked): say why, in OpenAI's shape.
+            # Cut before it could answer (its row is booked): say why, in the path's shape.
             error = ShuttingDownError("the gateway is shutting down; retry the request")
-            await send_error(send, error, ((b"retry-after", b"1"),))
+            await send_path_error(send, error, scope["path"], ((b"retry-after", b"1"),))
 
 
 class DrainingServer(uvicorn.Server):

@@ -222,16 +222,16 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
     here (h11 refuses one over 16 KiB the same way). The parser's callbacks are
     uvicorn's with less per request: one override each instead of an override and its
     parent, a plain path read without `httptools.parse_url`, and `gateway.http_cycle.Cycle`
-    for the request's messages. POST /v1/chat/completions (the app's `chat_path`) goes to
-    the app itself, not through uvicorn's proxy-headers layer: the chat path reads neither
-    `client` nor `scheme`, which is all that layer sets (every other request still passes it).
+    for the request's messages. A POST to a model route (one of the app's `lanes`) goes to
+    its front, not through uvicorn's proxy-headers layer and the app: the model routes read
+    neither `client` nor `scheme`, which is all that layer sets (every other request still
+    passes it).
     """
 
     _head_bytes = 0
     _in_head = True
-    # The app the chat path is served by (set by `protocol_class`); its path.
+    # The app whose `lanes` (POST path -> front) are served straight (set by `protocol_class`).
     direct_app: ClassVar[Any] = None
-    direct_path: ClassVar[str | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -248,17 +248,18 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
         super().connection_made(transport)  # its flow control keeps the transport itself
         self.transport = cast(asyncio.Transport, HeadWithBody(transport, self.loop))
         self._guard_connection()
-        self._direct = self._chat_app()
+        self._lanes = self._lanes_of_app()
 
-    def _chat_app(self) -> Any:
-        """The app the chat path is served by on this connection: the one the connection
-        got (a connection over the cap gets the 503 app, whatever its path) less uvicorn's
-        proxy-headers layer. With any other wrapping (uvicorn's message logger at log level
-        trace), the chat path takes the whole app too."""
+    def _lanes_of_app(self) -> dict[str, Any]:
+        """The fronts this connection hands POST requests to by path: the app's lanes when
+        the connection got the app behind uvicorn's proxy-headers layer alone. A connection
+        over the cap (the 503 app, whatever its path), or any other wrapping (uvicorn's
+        message logger at log level trace), sends every request to the app it got."""
         app, direct = self.app, self.direct_app
         if direct is not None and isinstance(app, ProxyHeadersMiddleware) and app.app is direct:
-            return direct
-        return app
+            lanes: dict[str, Any] = self.direct_app.lanes  # `direct`: narrowed by the `is`
+            return lanes
+        return {}
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_timer()
@@ -337,12 +338,10 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
         ):
             app = service_unavailable
             self.logger.warning("Exceeded concurrency limit.")
-        elif path == self.direct_path and method == "POST":
-            app = self._direct
-            chat = getattr(app, "chat", None) if app is self.direct_app else None
-            if chat is not None:  # `Gateway.__call__`'s hand-over, here: one coroutine less
-                scope["app"] = app  # type: ignore[typeddict-unknown-key]  # as Starlette sets it
-                app = chat
+        elif method == "POST" and (lane := self._lanes.get(path)) is not None:
+            # `Gateway.__call__`'s hand-over, here: one coroutine less.
+            scope["app"] = self.direct_app  # type: ignore[typeddict-unknown-key]  # as Starlette sets it
+            app = lane
         else:
             app = self.app
         existing_cycle = self.cycle
@@ -425,8 +424,8 @@ def protocol_class(
 ) -> type[_Guard]:
     """A protocol class bound to `limits` (uvicorn builds one protocol per connection).
 
-    With `app` (an ASGI app with a `chat_path`, as `gateway.front.Gateway`), POST
-    requests to that path skip uvicorn's proxy-headers layer on httptools.
+    With `app` (an ASGI app with `lanes`, as `gateway.front.Gateway`), POST requests to
+    their paths skip uvicorn's proxy-headers layer and the app on httptools.
     """
     if parser == "httptools":
         base: type[_Guard] = FareboxHttpToolsProtocol
@@ -435,9 +434,8 @@ def protocol_class(
 
         base = FareboxH11Protocol
     bound: dict[str, Any] = {"limits": limits}
-    path = getattr(app, "chat_path", None)
-    if base is FareboxHttpToolsProtocol and isinstance(path, str):
-        bound |= {"direct_app": app, "direct_path": path}
+    if base is FareboxHttpToolsProtocol and isinstance(getattr(app, "lanes", None), dict):
+        bound |= {"direct_app": app}
     return type(base.__name__, (base,), bound)
 
 

@@ -12,16 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.api.deps import ServicesDep
+from gateway.api.release import release_after
 from gateway.auth.principal import principal_of
 from gateway.errors import FareboxError
 from gateway.pipeline.chat import handle_chat
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import RELEASE_BYTES, release
+from gateway.pipeline.offload import release
 from gateway.pipeline.parse import check_size
 from gateway.request_id import request_id_of
 from gateway.schemas.chat import ChatRequest
@@ -59,38 +59,15 @@ async def forward(scope: Scope, raw: bytes, services: Services) -> Response:
     request_id = request_id_of(scope)  # the id the response header and ledger share
     principal = principal_of(scope)  # set by the auth middleware on every request
     ctx = RequestContext(
-        raw_body=raw, headers=_headers(scope), request_id=request_id, principal=principal
+        raw_body=raw, headers=request_headers(scope), request_id=request_id, principal=principal
     )
     try:
         response = await handle_chat(ctx, services)
     except Exception:
         await _release(ctx)
         raise
-    if len(raw) > RELEASE_BYTES:
-        # After the last byte (and its booking: a whole reply's is its background), never
-        # on the loop. A smaller body's parse is freed with the request, where `release`
-        # would leave it anyway: no wrapper and two coroutines per request for nothing.
-        response.background = _Release(ctx, response.background)
+    release_after(response, len(raw), lambda: _release(ctx))
     return response
-
-
-class _Release(BackgroundTask):
-    """`BackgroundTask(_release, ctx)` without its check that `_release` is async, after
-    the response's own background (a whole reply's booking) when it has one.
-
-    Starlette's `__init__` runs `is_async_callable` on every request (~2 µs of CPU).
-    """
-
-    def __init__(self, ctx: RequestContext, before: BackgroundTask | None = None) -> None:
-        self.ctx = ctx  # no super().__init__: see above
-        self.before = before
-
-    async def __call__(self) -> None:
-        try:
-            if self.before is not None:
-                await self.before()
-        finally:
-            await _release(self.ctx)
 
 
 class ChatEndpoint:
@@ -101,7 +78,7 @@ class ChatEndpoint:
         try:
             raw = await _receive_body(scope, receive, services.settings.max_body_bytes)
         except FareboxError as exc:
-            await _error_response(exc)(scope, receive, send)
+            await error_response(exc)(scope, receive, send)
             return
         if raw is not None:  # else the client left before its body arrived: nobody to answer
             await answer(scope, raw, receive, send)
@@ -112,17 +89,17 @@ async def answer(scope: Scope, raw: bytes, receive: Receive, send: Send) -> None
     try:
         response = await forward(scope, raw, scope["state"]["services"])
     except FareboxError as exc:
-        response = _error_response(exc)
+        response = error_response(exc)
     await response(scope, receive, send)
 
 
-def _error_response(exc: FareboxError) -> Response:
+def error_response(exc: FareboxError) -> Response:
     """`exc` as the app's handler renders it."""
     headers = getattr(exc, "headers", None) or None
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
 
 
-def _headers(scope: Scope) -> dict[str, str]:
+def request_headers(scope: Scope) -> dict[str, str]:
     """The request headers as Starlette's `dict(request.headers)` gives them: first wins."""
     headers: dict[str, str] = {}
     for name, value in scope["headers"]:

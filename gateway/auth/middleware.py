@@ -44,7 +44,7 @@ class AuthMiddleware:
     async def admit(self, scope: Scope, send: Send) -> bool:
         """Set the HTTP request's principal and say True, or answer 401/403 and say False.
 
-        The chat path's front (gateway.front) calls it without the middleware around it.
+        The model routes' fronts (gateway.front) call it without the middleware around it.
         """
         if self.admin_key is None:  # the open mode
             scope[SCOPE_KEY] = OPEN

@@ -20,10 +20,10 @@ import asyncio
 import time
 from typing import Any
 
-import anyio
 from starlette.responses import Response
 
 from gateway.config import GatewayConfig, ModelRoute
+from gateway.drain import Shield
 from gateway.errors import InvalidRequestError, ModelNotFoundError
 from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
@@ -69,7 +69,7 @@ async def handle_completions(ctx: CompletionsContext, services: Services) -> Res
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)  # type: ignore[arg-type]
     except BaseException:
-        with anyio.CancelScope(shield=True):
+        with Shield():
             await quota.close(ctx, services)
         raise
 
@@ -185,7 +185,7 @@ async def _complete(ctx: CompletionsContext, services: Services) -> Response:
     try:
         reply = await _adapter(ctx, services).complete(call)
     except asyncio.CancelledError:
-        with anyio.CancelScope(shield=True):
+        with Shield():
             await finish(ctx, meter, services, cancelled=True)
         raise
     meter.observe_reply(reply.payload)

@@ -22,10 +22,10 @@ import re
 import time
 from typing import Any
 
-import anyio
 from starlette.responses import Response
 
 from gateway.config import GatewayConfig, ModelRoute
+from gateway.drain import Shield
 from gateway.errors import (
     InvalidRequestError,
     ModelNotFoundError,
@@ -107,7 +107,7 @@ async def handle_messages(ctx: MessagesContext, services: Services) -> Response:
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)  # type: ignore[arg-type]
     except BaseException:
-        with anyio.CancelScope(shield=True):
+        with Shield():
             await quota.close(ctx, services)
         raise
 
@@ -249,7 +249,7 @@ async def _complete(ctx: MessagesContext, services: Services) -> Response:
     try:
         reply = await adapter.complete(call)
     except asyncio.CancelledError:
-        with anyio.CancelScope(shield=True):
+        with Shield():
             await finish(ctx, meter.meter, services, cancelled=True)
         raise
     meter.observe_message(reply.payload)

@@ -18,11 +18,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 import orjson
 from starlette.responses import Response
 
 from gateway.config import ModelRoute
+from gateway.drain import Shield
 from gateway.errors import InvalidRequestError
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline.chat import first_event, route_timeouts
@@ -93,7 +93,7 @@ async def complete_translated(
     try:
         reply = await services.upstreams.adapter(call.route).complete(call)
     except asyncio.CancelledError:
-        with anyio.CancelScope(shield=True):
+        with Shield():
             await finish(ctx, meter.meter, services, cancelled=True)
         raise
     assert ctx.alias is not None

@@ -22,11 +22,11 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-import anyio
 import orjson
 from starlette.responses import Response
 
 from gateway.config import GatewayConfig
+from gateway.drain import Shield
 from gateway.errors import InvalidRequestError, ModelNotFoundError
 from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
@@ -123,7 +123,7 @@ async def handle_responses(ctx: ResponsesContext, services: Services) -> Respons
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)  # type: ignore[arg-type]
     except BaseException:
-        with anyio.CancelScope(shield=True):
+        with Shield():
             await quota.close(ctx, services)
         raise
 
@@ -272,7 +272,7 @@ class _Sender:
         try:
             reply = await adapter.complete(call)
         except asyncio.CancelledError:
-            with anyio.CancelScope(shield=True):
+            with Shield():
                 await finish(ctx, meter.meter, services, cancelled=True)
             raise
         body = reply.body

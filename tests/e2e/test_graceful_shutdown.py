@@ -23,6 +23,7 @@ from tests.servers import ServerThread, free_port, running, wait_ready
 STREAMS = 6
 OUTPUT_TOKENS = 24  # the simulator's default answer length
 DECODE_MS = 80  # per token: each stream takes about 2 s, long enough to be cut short
+CHAT, MESSAGES = "/v1/chat/completions", "/v1/messages"
 
 
 @pytest.fixture
@@ -55,24 +56,28 @@ def _serve(tmp_path: Path, sim_url: str, grace_s: float) -> tuple[subprocess.Pop
 
 
 class Stream(threading.Thread):
-    """One streamed chat request, read to the end; `started` once its first event arrived."""
+    """One streamed chat (or Messages) request, read to the end; `started` once its first
+    event arrived."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, path: str = CHAT) -> None:
         super().__init__()
         self.port = port
+        self.path = path
         self.started = threading.Event()
         self.body = b""
         self.request_id = ""
         self.error: Exception | None = None
 
     def run(self) -> None:
-        body = {
+        body: dict[str, object] = {
             "model": "chat",
             "messages": [{"role": "user", "content": "tell me a story"}],
             "stream": True,
-            "stream_options": {"include_usage": True},
+            "max_tokens": 64,
         }
-        url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
+        if self.path == CHAT:
+            body["stream_options"] = {"include_usage": True}
+        url = f"http://127.0.0.1:{self.port}{self.path}"
         try:
             with httpx.stream("POST", url, json=body, timeout=60) as response:
                 self.request_id = response.headers["x-request-id"]
@@ -104,10 +109,12 @@ def _refuses(port: int) -> bool:
     return False
 
 
-def _sigterm_mid_streams(tmp_path: Path, sim_url: str, grace_s: float) -> list[Stream]:
+def _sigterm_mid_streams(
+    tmp_path: Path, sim_url: str, grace_s: float, path: str = CHAT
+) -> list[Stream]:
     """Start the streams, SIGTERM once each has begun; return them once the gateway exited."""
     process, port = _serve(tmp_path, sim_url, grace_s)
-    streams = [Stream(port) for _ in range(STREAMS)]
+    streams = [Stream(port, path) for _ in range(STREAMS)]
     try:
         for stream in streams:
             stream.start()
@@ -140,10 +147,11 @@ def test_sigterm_lets_streams_finish_and_books_every_one(
     assert rows == {stream.request_id: (200, OUTPUT_TOKENS) for stream in streams}
 
 
+@pytest.mark.parametrize("path", [CHAT, MESSAGES])
 def test_streams_cut_at_the_grace_period_are_still_booked(
-    tmp_path: Path, slow_sim: ServerThread
+    tmp_path: Path, slow_sim: ServerThread, path: str
 ) -> None:
-    streams = _sigterm_mid_streams(tmp_path, slow_sim.url, grace_s=0.5)
+    streams = _sigterm_mid_streams(tmp_path, slow_sim.url, grace_s=0.5, path=path)
     assert all(isinstance(stream.error, httpx.RemoteProtocolError) for stream in streams)
     rows = _ledger_rows(tmp_path / "data" / "farebox.db")
     assert set(rows) == {stream.request_id for stream in streams}
@@ -152,27 +160,35 @@ def test_streams_cut_at_the_grace_period_are_still_booked(
 
 
 class Whole(threading.Thread):
-    """One non-streamed chat request; the status and error code it got."""
+    """One non-streamed chat (or Messages) request; the status and error it got."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, path: str) -> None:
         super().__init__()
         self.port = port
+        self.path = path
         self.status: int | None = None
-        self.code: str | None = None
+        self.error: dict[str, object] = {}
+        self.body: dict[str, object] = {}
 
     def run(self) -> None:
-        body = {"model": "chat", "messages": [{"role": "user", "content": "tell me a story"}]}
-        url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
+        body = {
+            "model": "chat",
+            "messages": [{"role": "user", "content": "tell me a story"}],
+            "max_tokens": 64,
+        }
+        url = f"http://127.0.0.1:{self.port}{self.path}"
         response = httpx.post(url, json=body, timeout=60)
-        self.status, self.code = response.status_code, response.json()["error"]["code"]
+        self.status, self.body = response.status_code, response.json()
+        self.error = response.json()["error"]
 
 
+@pytest.mark.parametrize("path", [CHAT, MESSAGES])
 def test_whole_requests_cut_at_the_grace_period_are_still_booked(
-    tmp_path: Path, slow_sim: ServerThread
+    tmp_path: Path, slow_sim: ServerThread, path: str
 ) -> None:
     process, port = _serve(tmp_path, slow_sim.url, grace_s=0.5)
     sim = httpx.Client(base_url=slow_sim.url, timeout=10)
-    calls = [Whole(port) for _ in range(STREAMS)]
+    calls = [Whole(port, path) for _ in range(STREAMS)]
     try:
         for call in calls:
             call.start()
@@ -189,8 +205,14 @@ def test_whole_requests_cut_at_the_grace_period_are_still_booked(
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
-    # Each caller is told, in OpenAI's shape, that the gateway is going away.
-    assert all(call.status == 503 and call.code == "shutting_down" for call in calls)
+    # Each caller is told that the gateway is going away, in the shape its client parses.
+    assert all(call.status == 503 for call in calls)
+    if path == MESSAGES:  # Anthropic's: what the anthropic SDK and Claude Code read
+        assert all(call.body["type"] == "error" for call in calls)
+        assert all(call.error["type"] == "api_error" for call in calls)
+        assert all("shutting down" in str(call.error["message"]) for call in calls)
+    else:
+        assert all(call.error["code"] == "shutting_down" for call in calls)
     rows = _ledger_rows(tmp_path / "data" / "farebox.db")
     # Every call the upstream worked on is in the ledger, booked as cut by the gateway.
     assert len(rows) == STREAMS

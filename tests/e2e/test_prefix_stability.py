@@ -5,11 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 from decimal import Decimal
 
 import httpx
 import openai
+import redis
 
+from gateway.pipeline.identify import caller_id
 from tests.conftest import SimControl
 from tests.e2e.conftest import Gateway, GatewayFactory
 
@@ -201,6 +204,8 @@ def test_two_gateways_share_prefix_history_through_redis(make_gateway: GatewayFa
     messages = [{"role": "system", "content": GUIDE}, {"role": "user", "content": "shared prefix"}]
     key = "sk-redis-shared-" + str(id(first))
     first.sdk(api_key=key).chat.completions.create(model="chat", messages=messages)  # type: ignore[arg-type]
+    # The first gateway keeps the prompt's history after its reply is sent: wait for it.
+    _wait_for_redis_key(url, f"farebox:prefix:caller:{caller_id(f'Bearer {key}')}:chat")
     raw = second.sdk(api_key=key).chat.completions.with_raw_response.create(
         model="chat", messages=messages
     )  # type: ignore[arg-type]
@@ -236,3 +241,14 @@ def test_a_small_scan_budget_leaves_segments_for_later_and_counts_them(
     scanning = make_gateway()  # the default budget scans the same prompt whole
     raw = scanning.sdk().chat.completions.with_raw_response.create(model="chat", messages=history)
     assert raw.headers["x-farebox-prefix"].startswith("volatile; segment=system; kind=timestamp")
+
+
+def _wait_for_redis_key(url: str, name: str, timeout: float = 10.0) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        deadline = time.monotonic() + timeout
+        while not client.exists(name):
+            assert time.monotonic() < deadline, f"{name} never reached Redis"
+            time.sleep(0.01)
+    finally:
+        client.close()
