@@ -29,10 +29,10 @@ from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
-from gateway.pipeline.chat import first_event, route_timeouts
+from gateway.pipeline.chat import first_event, json_response, route_timeouts
 from gateway.pipeline.completions_request import CompletionsContext, native_edits, parse_kind
 from gateway.pipeline.entitle import entitle, may_use
-from gateway.pipeline.finish import finish
+from gateway.pipeline.finish import book_after, finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.offload import on_loop, patch_size, sized
@@ -189,10 +189,12 @@ async def _complete(ctx: CompletionsContext, services: Services) -> Response:
             await finish(ctx, meter, services, cancelled=True)
         raise
     meter.observe_reply(reply.payload)
-    await finish(ctx, meter, services)
-    body = with_cost(reply.payload, reply.body, ctx)
-    headers = _headers(ctx) | cost_headers(ctx)
-    return Response(body, status_code=reply.status, media_type="application/json", headers=headers)
+
+    def whole() -> Response:
+        body = with_cost(reply.payload, reply.body, ctx)
+        return json_response(body, reply.status, _headers(ctx) | cost_headers(ctx), sendable=True)
+
+    return await book_after(ctx, meter, services, whole)
 
 
 async def _stream(ctx: CompletionsContext, services: Services) -> Response:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.background import BackgroundTask
+from starlette.responses import Response
 
 from gateway.drain import Shield
 from gateway.errors import FareboxError, UpstreamError, UpstreamStatusError
@@ -142,6 +144,33 @@ async def bill(
             await booking()
         raise
     return booking
+
+
+async def book_after(
+    ctx: RequestContext,
+    meter: Meter,
+    services: Services,
+    reply: Callable[[], Response],
+    billed: Callable[[], Awaitable[None]] | None = None,
+) -> Response:
+    """Bill the attempt, await `billed` (what needs its cost before the reply goes out),
+    then make its whole reply (`reply()`, with its cost), whose background books the rest
+    after the reply's last byte, as a chat reply's does.
+
+    `reply` makes a `chat.WholeReply` (`chat.json_response`), which runs its background,
+    shielded, when the sending fails or is cut: the paid call is booked all the same.
+    """
+    booking = await bill(ctx, meter, services, notify=True)
+    try:
+        if billed is not None:
+            await billed()
+        response = reply()
+    except BaseException:
+        with Shield():
+            await booking()
+        raise
+    response.background = booking
+    return response
 
 
 class Booking(BackgroundTask):

@@ -34,10 +34,10 @@ from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
-from gateway.pipeline.chat import first_event, route_timeouts
+from gateway.pipeline.chat import first_event, json_response, route_timeouts
 from gateway.pipeline.context import BodyEdits
 from gateway.pipeline.entitle import check_model, entitle
-from gateway.pipeline.finish import finish
+from gateway.pipeline.finish import book_after, finish
 from gateway.pipeline.identify import caller_id, identify
 from gateway.pipeline.messages_meter import MessagesMeter
 from gateway.pipeline.messages_prefix import check_messages_prefix
@@ -235,9 +235,9 @@ def _headers(ctx: MessagesContext, upstream: dict[str, str]) -> dict[str, str]:
 
 async def _complete(ctx: MessagesContext, services: Services) -> Response:
     if ctx.translated:
-        response, upstream = await complete_translated(ctx, services)
-        response.headers.update(_headers(ctx, upstream) | cost_headers(ctx))
-        return response
+        return await complete_translated(
+            ctx, services, lambda upstream: _headers(ctx, upstream) | cost_headers(ctx)
+        )
     size = patch_size(len(ctx.raw_body))
     if on_loop(size):  # the usual body: built here, no coroutine for `sized`
         call = _build_call(ctx, services)
@@ -253,10 +253,13 @@ async def _complete(ctx: MessagesContext, services: Services) -> Response:
             await finish(ctx, meter.meter, services, cancelled=True)
         raise
     meter.observe_message(reply.payload)
-    await finish(ctx, meter.meter, services)
-    headers = _headers(ctx, reply.headers) | cost_headers(ctx)
-    body = with_cost(reply.payload, reply.body, ctx)  # usage.cost, as chat's replies carry
-    return Response(body, status_code=reply.status, media_type="application/json", headers=headers)
+
+    def whole() -> Response:
+        headers = _headers(ctx, reply.headers) | cost_headers(ctx)
+        body = with_cost(reply.payload, reply.body, ctx)  # usage.cost, as chat's replies carry
+        return json_response(body, reply.status, headers, sendable=True)
+
+    return await book_after(ctx, meter.meter, services, whole)
 
 
 async def _stream(ctx: MessagesContext, services: Services) -> Response:

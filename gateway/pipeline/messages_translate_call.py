@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -25,8 +25,8 @@ from gateway.config import ModelRoute
 from gateway.drain import Shield
 from gateway.errors import InvalidRequestError
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
-from gateway.pipeline.chat import first_event, route_timeouts
-from gateway.pipeline.finish import finish
+from gateway.pipeline.chat import first_event, json_response, route_timeouts
+from gateway.pipeline.finish import book_after, finish
 from gateway.pipeline.messages_meter import MessagesMeter
 from gateway.pipeline.messages_relay import MessagesRelay
 from gateway.pipeline.messages_request import MessagesContext
@@ -84,9 +84,10 @@ def build_chat_call(ctx: MessagesContext, services: Services) -> UpstreamCall:
 
 
 async def complete_translated(
-    ctx: MessagesContext, services: Services
-) -> tuple[Response, dict[str, str]]:
-    """A whole reply, as an Anthropic message (and the upstream's headers)."""
+    ctx: MessagesContext, services: Services, headers: Callable[[dict[str, str]], dict[str, str]]
+) -> Response:
+    """A whole reply, as an Anthropic message, whose booking runs after its last byte;
+    `headers` makes its headers from the upstream's, once it is priced (`messages._headers`)."""
     call = build_chat_call(ctx, services)
     meter = MessagesMeter()
     ctx.timings.upstream_sent = time.perf_counter()
@@ -100,9 +101,12 @@ async def complete_translated(
     message = to_message(reply.payload, ctx.alias, _stops(ctx))
     meter.reasoning_tokens = _reasoning(reply.payload.get("usage"))
     meter.observe_message(message)
-    await finish(ctx, meter.meter, services)
-    body = with_cost(message, orjson.dumps(message), ctx)
-    return Response(body, status_code=reply.status, media_type="application/json"), reply.headers
+
+    def whole() -> Response:
+        body = with_cost(message, orjson.dumps(message), ctx)
+        return json_response(body, reply.status, headers(reply.headers), sendable=True)
+
+    return await book_after(ctx, meter.meter, services, whole)
 
 
 async def open_translated(

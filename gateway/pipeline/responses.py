@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
 import orjson
@@ -32,10 +32,10 @@ from gateway.http_headers import safe_headers
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
-from gateway.pipeline.chat import first_event, route_timeouts
+from gateway.pipeline.chat import first_event, json_response, route_timeouts
 from gateway.pipeline.entitle import entitle, may_use
 from gateway.pipeline.event_relay import event_payload, prepend
-from gateway.pipeline.finish import finish
+from gateway.pipeline.finish import book_after, finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.offload import on_loop, patch_size, sized
@@ -291,13 +291,16 @@ class _Sender:
                 sent, reply.payload, chat_meter.usage or Usage(), new_id("resp")
             )
             body = orjson.dumps(response)
-        await finish(ctx, meter.meter, services)
-        await self.keep(ctx, response)
-        body = with_cost(response, body, ctx)  # usage.cost, as chat's replies carry
-        headers = _headers(ctx) | cost_headers(ctx)
-        return Response(
-            body, status_code=reply.status, media_type="application/json", headers=headers
-        )
+
+        def kept() -> Awaitable[None]:  # before the reply: a next call may name it at once
+            return self.keep(ctx, response)
+
+        def whole() -> Response:
+            priced = with_cost(response, body, ctx)  # usage.cost, as chat's replies carry
+            headers = _headers(ctx) | cost_headers(ctx)
+            return json_response(priced, reply.status, headers, sendable=True)
+
+        return await book_after(ctx, meter.meter, services, whole, kept)
 
     async def stream(self, ctx: ResponsesContext, services: Services) -> Response:
         """Open the upstream stream and wait for its first event before answering."""
