@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Any, Protocol, cast
 
 import orjson
 
@@ -35,6 +35,18 @@ from gateway.upstream.sse import event_data
 
 log = logging.getLogger("farebox.relay")
 Relayed = tuple[bytes, dict[str, Any] | None]
+
+
+class RelayedBatches(Protocol):
+    """A translating source: the events of each upstream read, told with their objects."""
+
+    async def relayed_batch(self) -> list[Relayed]: ...
+
+    async def aclose(self) -> None: ...
+
+
+Source = AsyncIterator[Relayed] | RelayedBatches
+"""What a relay reads: (event, object or None) pairs, one at a time or a read at a time."""
 """An event's bytes, and its data when whoever made it has it parsed already."""
 
 
@@ -47,7 +59,7 @@ class EventRelay(BookedStream):
     def __init__(
         self,
         ctx: RequestContext,
-        events: AsyncIterator[Relayed],
+        events: Source,
         stream: UpstreamStream,
         services: Services,
     ) -> None:
@@ -140,11 +152,15 @@ class EventRelay(BookedStream):
     async def _take(self) -> list[Relayed]:
         """The events of the next read (one event from a plain iterator); [] at the end."""
         self._will_wait()  # the first batch, already read, too: translated streams wait on it
+        relayed_batch = getattr(self._events, "relayed_batch", None)
+        if relayed_batch is not None:  # told with their objects (a translating source)
+            relayed: list[Relayed] = await relayed_batch()
+            return relayed
         batch = getattr(self._events, "batch", None)
         if batch is not None:
             return [(event, None) for event in await batch()]
         try:
-            return [await anext(self._events)]
+            return [await anext(cast(AsyncIterator[Relayed], self._events))]
         except StopAsyncIteration:
             return []
 

@@ -37,6 +37,7 @@ from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.chat import first_event, json_response, route_timeouts
 from gateway.pipeline.context import BodyEdits
 from gateway.pipeline.entitle import check_model, entitle
+from gateway.pipeline.event_relay import prepend
 from gateway.pipeline.finish import book_after, finish
 from gateway.pipeline.identify import caller_id, identify
 from gateway.pipeline.messages_meter import MessagesMeter
@@ -277,7 +278,7 @@ async def _stream(ctx: MessagesContext, services: Services) -> Response:
     stream = await adapter.open_stream(call)
     events = stream.events()
     first = await first_event(stream, events, call)
-    relay = MessagesRelay(ctx, first, events, stream, services)
+    relay = MessagesRelay(ctx, prepend(first, events), stream, services)
     return MessagesRelayResponse(relay, headers=_headers(ctx, stream.headers))
 
 

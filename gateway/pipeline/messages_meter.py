@@ -59,6 +59,12 @@ class MessagesMeter:
         elif kind == "message_stop":
             self.stopped = True
 
+    @property
+    def cut_short(self) -> bool:
+        """Whether the output count must be estimated (`estimate_cut_output`): the stream
+        began (`message_start`'s usage) but never reported its final count."""
+        return self.meter.usage is not None and not self.final
+
     def estimate_cut_output(self) -> None:
         """A stream cut before its final count: output estimated from what was relayed.
 
@@ -66,7 +72,7 @@ class MessagesMeter:
         rest is counted with tiktoken from the text seen, and the usage marked estimated.
         """
         usage = self.meter.usage
-        if usage is None or self.final:
+        if usage is None or self.final:  # `cut_short`, with `usage` known to be set
             return
         seen = self.meter.seen_reasoning + self.meter.seen_answer
         output = max(usage.completion_tokens, count_tokens(seen) if seen else 0)

@@ -13,7 +13,6 @@ as a failure. The loop and the booking once are `event_relay`'s.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -23,8 +22,8 @@ from gateway.errors import FareboxError
 from gateway.pipeline.event_relay import (
     EventRelay,
     EventRelayResponse,
+    Source,
     event_payload,
-    prepend,
     with_data,
 )
 from gateway.pipeline.measure import Meter
@@ -48,13 +47,13 @@ class MessagesRelay(EventRelay):
     def __init__(
         self,
         ctx: MessagesContext,
-        first: bytes,
-        events: AsyncIterator[bytes],
+        events: Source,
         stream: UpstreamStream,
         services: Services,
         meter: MessagesMeter | None = None,
     ) -> None:
-        super().__init__(ctx, prepend(first, events), stream, services)
+        """`events`: the upstream's own (`prepend(first, events)`), or translated ones."""
+        super().__init__(ctx, events, stream, services)
         self._request_id = ctx.request_id
         self.meter = meter or MessagesMeter()
 
@@ -97,7 +96,8 @@ class MessagesRelay(EventRelay):
         return anthropic_stream_error_event(error, self._request_id)
 
     async def before_booking(self, error: FareboxError | None, cancelled: bool) -> None:
-        await asyncio.to_thread(self.meter.estimate_cut_output)  # tokenizes what was seen
+        if self.meter.cut_short:  # else counted by the upstream: no thread hop per stream
+            await asyncio.to_thread(self.meter.estimate_cut_output)  # tokenizes what was seen
 
 
 _OVERLOADED = 529

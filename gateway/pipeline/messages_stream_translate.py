@@ -1,4 +1,7 @@
-"""A chat-completions stream as Anthropic Messages events (pure: chunks in, event bytes out).
+"""A chat-completions stream as Anthropic Messages events (pure: chunks in, events out).
+
+Each event is told as its bytes and the object they hold (`Told`): the relay meters the
+object, so nothing it sends is parsed back.
 
 `message_start` goes out with the first chunk, carrying the gateway's own count of the
 prompt (a chat stream reports usage only at its end, and Claude Code shows cost from
@@ -17,15 +20,18 @@ import orjson
 
 from gateway.pipeline.messages_translate import as_object, message_id, stop_of, usage_of
 
+Told = tuple[bytes, dict[str, Any]]
+"""An event as it goes out, and the object its data holds."""
 
-def sse(kind: str, payload: dict[str, Any]) -> bytes:
-    """One Anthropic SSE event."""
-    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+def told(kind: str, payload: dict[str, Any]) -> Told:
+    """One Anthropic SSE event, with its object."""
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n", payload
 
 
 @dataclass(slots=True)
 class StreamTranslator:
-    """Turns parsed chat chunks into Anthropic event bytes, one chunk at a time."""
+    """Turns parsed chat chunks into Anthropic events, one chunk at a time."""
 
     model: str
     input_estimate: int  # the gateway's prompt count, for message_start
@@ -39,9 +45,9 @@ class StreamTranslator:
     usage: dict[str, int] | None = None
     done: bool = False
 
-    def feed(self, chunk: dict[str, Any]) -> list[bytes]:
+    def feed(self, chunk: dict[str, Any]) -> list[Told]:
         """The events for one chat chunk (a chunk may open and close blocks)."""
-        out: list[bytes] = []
+        out: list[Told] = []
         if not self.started:
             out.append(self._start(chunk))
         if isinstance(chunk.get("usage"), dict):
@@ -64,7 +70,7 @@ class StreamTranslator:
             out += self._close()
         return out
 
-    def finish(self) -> list[bytes]:
+    def finish(self) -> list[Told]:
         """The closing events, at the upstream's `[DONE]`."""
         if self.done:
             return []
@@ -73,11 +79,11 @@ class StreamTranslator:
         out += self._close()
         usage = self.usage or usage_of(None) | {"input_tokens": self.input_estimate}
         delta = {"stop_reason": self.stop_reason or "end_turn", "stop_sequence": self.stop_sequence}
-        out.append(sse("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
-        out.append(sse("message_stop", {"type": "message_stop"}))
+        out.append(told("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
+        out.append(told("message_stop", {"type": "message_stop"}))
         return out
 
-    def _start(self, chunk: dict[str, Any]) -> bytes:
+    def _start(self, chunk: dict[str, Any]) -> Told:
         self.started = True
         message: dict[str, Any] = {
             "id": message_id(chunk.get("id")),
@@ -89,32 +95,32 @@ class StreamTranslator:
             "stop_sequence": None,
             "usage": usage_of(None) | {"input_tokens": self.input_estimate, "output_tokens": 1},
         }
-        return sse("message_start", {"type": "message_start", "message": message})
+        return told("message_start", {"type": "message_start", "message": message})
 
-    def _open(self, kind: str, block: dict[str, Any]) -> list[bytes]:
+    def _open(self, kind: str, block: dict[str, Any]) -> list[Told]:
         out = self._close()
         self.block += 1
         self.kind = kind
         start = {"type": "content_block_start", "index": self.block, "content_block": block}
-        return [*out, sse("content_block_start", start)]
+        return [*out, told("content_block_start", start)]
 
-    def _close(self) -> list[bytes]:
+    def _close(self) -> list[Told]:
         if self.kind is None:
             return []
         self.kind = None
-        return [sse("content_block_stop", {"type": "content_block_stop", "index": self.block})]
+        return [told("content_block_stop", {"type": "content_block_stop", "index": self.block})]
 
-    def _text(self, kind: str, text: str) -> list[bytes]:
-        out: list[bytes] = []
+    def _text(self, kind: str, text: str) -> list[Told]:
+        out: list[Told] = []
         if self.kind != kind:
             empty = {"type": kind, kind: ""} | ({"signature": ""} if kind == "thinking" else {})
             out = self._open(kind, empty)
         delta = {"type": f"{kind}_delta", kind: text}
         event = {"type": "content_block_delta", "index": self.block, "delta": delta}
-        return [*out, sse("content_block_delta", event)]
+        return [*out, told("content_block_delta", event)]
 
-    def _tool(self, call: dict[str, Any]) -> list[bytes]:
-        out: list[bytes] = []
+    def _tool(self, call: dict[str, Any]) -> list[Told]:
+        out: list[Told] = []
         position = call.get("index", 0)
         function = as_object(call.get("function"))
         if position not in self.tools:
@@ -125,13 +131,13 @@ class StreamTranslator:
         if isinstance(arguments, str) and arguments:
             delta = {"type": "input_json_delta", "partial_json": arguments}
             event = {"type": "content_block_delta", "index": self.tools[position], "delta": delta}
-            out.append(sse("content_block_delta", event))
+            out.append(told("content_block_delta", event))
         return out
 
 
-def error_event(payload: dict[str, Any]) -> bytes:
+def error_event(payload: dict[str, Any]) -> Told:
     """A chat stream's in-band error as Anthropic's `error` event."""
     error = payload.get("error")
     message = error.get("message") if isinstance(error, dict) else error
     body = {"type": "api_error", "message": str(message or "upstream error")}
-    return sse("error", {"type": "error", "error": body})
+    return told("error", {"type": "error", "error": body})

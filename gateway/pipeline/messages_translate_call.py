@@ -26,6 +26,7 @@ from gateway.drain import Shield
 from gateway.errors import InvalidRequestError
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline.chat import first_event, json_response, route_timeouts
+from gateway.pipeline.event_relay import Relayed
 from gateway.pipeline.finish import book_after, finish
 from gateway.pipeline.messages_meter import MessagesMeter
 from gateway.pipeline.messages_relay import MessagesRelay
@@ -122,34 +123,106 @@ async def open_translated(
     if cap is not None:
         stream = CappedStream(stream, cap)
     meter = MessagesMeter()
-    events = translated_events(stream.events(), translator, meter)
-    first = await first_event(stream, events, call)
-    return MessagesRelay(ctx, first, events, stream, services, meter), stream.headers
+    events = TranslatedEvents(stream.events(), translator, meter)
+    await first_event(stream, events, call)  # within the first-token limit
+    events.requeue_taken()  # relayed with the rest, its object and all
+    return MessagesRelay(ctx, events, stream, services, meter), stream.headers
 
 
-async def translated_events(
-    chat: AsyncIterator[bytes], translator: StreamTranslator, meter: MessagesMeter | None = None
-) -> AsyncIterator[bytes]:
-    """Each chat event's Anthropic events (none for keep-alives), ending at `[DONE]`.
+class TranslatedEvents:
+    """A chat stream's events told as Anthropic events (none for keep-alives), ending at
+    `[DONE]`; an in-band error ends it with an `error` event.
 
+    `relayed_batch` tells every chat event one upstream read brought (`SseEvents.batch`;
+    one event from any other source) at once, each Anthropic event with its object
+    (`Told`): the relay meters those objects without parsing its own bytes back, and
+    awaits once per read, not once per event. `anext` gives one event's bytes, for
+    `first_event`; `requeue_taken` puts the event it gave back in front, with its object.
     `meter` is told the chat usage's reasoning count before `message_delta` reports it.
     """
-    async for event in chat:
+
+    __slots__ = ("_chat", "_ended", "_meter", "_pending", "_taken", "_translator")
+
+    def __init__(
+        self,
+        chat: AsyncIterator[bytes],
+        translator: StreamTranslator,
+        meter: MessagesMeter | None = None,
+    ) -> None:
+        self._chat = chat
+        self._translator = translator
+        self._meter = meter
+        self._pending: list[Relayed] = []
+        self._taken: Relayed | None = None
+        self._ended = False
+
+    def __aiter__(self) -> TranslatedEvents:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self._pending:
+            self._pending = await self.relayed_batch()
+            if not self._pending:
+                raise StopAsyncIteration
+        self._taken = self._pending.pop(0)
+        return self._taken[0]
+
+    def requeue_taken(self) -> None:
+        """The event `anext` gave last goes back in front, to be relayed with its object."""
+        if self._taken is not None:
+            self._pending.insert(0, self._taken)
+            self._taken = None
+
+    async def relayed_batch(self) -> list[Relayed]:
+        """The Anthropic events of the next upstream read; [] at the end (or a cut)."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            return pending
+        while not self._ended:
+            chat_events = await self._next_read()
+            if not chat_events:  # the chat stream ended before [DONE]: the relay says so
+                self._ended = True
+                return []
+            out: list[Relayed] = []
+            for event in chat_events:
+                self._tell(event, out)
+                if self._ended:
+                    break
+            if out:
+                return out
+        return []
+
+    async def _next_read(self) -> list[bytes]:
+        batch = getattr(self._chat, "batch", None)
+        if batch is not None:
+            events: list[bytes] = await batch()
+            return events
+        try:
+            return [await anext(self._chat)]
+        except StopAsyncIteration:
+            return []
+
+    def _tell(self, event: bytes, out: list[Relayed]) -> None:
         data = event_data(event)
         if data is None or not data.strip():
-            continue
+            return
         if data.strip() == b"[DONE]":
-            for out in translator.finish():
-                yield out
+            out += self._translator.finish()
+            self._ended = True
             return
         payload = _object(data)
         if payload is None or "error" in payload:
-            yield error_event(payload or {"error": "a stream chunk that is not an object"})
+            out.append(error_event(payload or {"error": "a stream chunk that is not an object"}))
+            self._ended = True
             return
-        if meter is not None and isinstance(payload.get("usage"), dict):
-            meter.reasoning_tokens = _reasoning(payload["usage"])
-        for out in translator.feed(payload):
-            yield out
+        if self._meter is not None and isinstance(payload.get("usage"), dict):
+            self._meter.reasoning_tokens = _reasoning(payload["usage"])
+        out += self._translator.feed(payload)
+
+    async def aclose(self) -> None:
+        """Tell nothing more (the upstream stream itself is closed by the relay)."""
+        self._ended = True
+        self._pending = []
 
 
 def _reasoning(usage: Any) -> int:

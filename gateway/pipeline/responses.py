@@ -34,7 +34,7 @@ from gateway.pipeline import quota
 from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.chat import first_event, json_response, route_timeouts
 from gateway.pipeline.entitle import entitle, may_use
-from gateway.pipeline.event_relay import event_payload, prepend
+from gateway.pipeline.event_relay import Source, event_payload, prepend
 from gateway.pipeline.finish import book_after, finish
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
@@ -50,7 +50,7 @@ from gateway.pipeline.responses_relay import (
     Relayed,
     ResponsesRelay,
     ResponsesRelayResponse,
-    translated_events,
+    TranslatedResponses,
 )
 from gateway.pipeline.responses_request import (
     ResponsesContext,
@@ -322,16 +322,18 @@ class _Sender:
             stream = CappedStream(stream, cap)
         events = stream.events()
         first = await first_event(stream, events, call)
+        relayed: Source
         if native:
-            relayed: AsyncIterator[Relayed] = prepend(first, events)
+            native_events: AsyncIterator[Relayed] = prepend(first, events)
             if ctx.thinking_cap is not None:  # no continuation natively: ended at the budget
-                relayed = capped_native(relayed, stream, ctx.thinking_cap, ctx.body)
+                native_events = capped_native(native_events, stream, ctx.thinking_cap, ctx.body)
             if ctx.chained:
-                relayed = _echo_chain(relayed, ctx.native.get("previous_response_id"))
+                native_events = _echo_chain(native_events, ctx.native.get("previous_response_id"))
+            relayed = native_events
         else:
             sent = _echoed(ctx)
             teller = ChatToResponses(sent, new_id("resp"), int(time.time()))
-            relayed = translated_events(first, events, teller, ctx.alias or "stream")
+            relayed = TranslatedResponses(first, events, teller, ctx.alias or "stream")
 
         async def on_done(response: dict[str, Any]) -> None:
             await self.keep(ctx, response)

@@ -1,7 +1,7 @@
 """Relay a Responses API stream to the client event by event, measuring as it passes.
 
 The events are the upstream's own bytes on a native route, or the chat stream told as
-Responses events on a translated one (`translated_events`). The stream is complete at
+Responses events on a translated one (`TranslatedResponses`). The stream is complete at
 `response.completed` / `.incomplete` / `.failed`; the final event's `response.usage`
 gains `cost` (the gateway's price of the call, as chat's usage chunk carries it). One
 that ends before, or sends something that is not an event object, is ended with one
@@ -11,13 +11,19 @@ completed response is kept for `previous_response_id` (`on_done`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
 
 from gateway.errors import FareboxError
-from gateway.pipeline.event_relay import EventRelay, EventRelayResponse, Relayed, event_payload
+from gateway.pipeline.event_relay import (
+    EventRelay,
+    EventRelayResponse,
+    Relayed,
+    Source,
+    event_payload,
+)
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.responses_meter import ENDS, ResponsesMeter
 from gateway.pipeline.responses_request import ResponsesContext
@@ -26,7 +32,7 @@ from gateway.upstream import failures
 from gateway.upstream.base import UpstreamStream
 from gateway.upstream.responses_stream import ChatToResponses, sse
 from gateway.upstream.sse import DONE
-from gateway.usage import usage_from_openai
+from gateway.usage import Usage, usage_from_openai
 
 Done = Callable[[dict[str, Any]], Awaitable[None]]
 ResponsesRelayResponse = EventRelayResponse
@@ -44,31 +50,81 @@ def error_event(error: FareboxError) -> bytes:
     return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
-async def translated_events(
-    first: bytes, events: AsyncIterator[bytes], teller: ChatToResponses, where: str
-) -> AsyncGenerator[Relayed, None]:
-    """A chat-completions stream (its SSE events), told as Responses events."""
-    for event in teller.start():
-        yield sse(event), event
-    usage = None
-    chunk: bytes | None = first
-    while chunk is not None:
-        # `find`, not `in`: CPython 3.11 tries a bytes needle as an int first and raises
-        # and clears a TypeError each time (twice per event here, before).
-        done = chunk.find(DONE) >= 0
-        payload = event_payload(chunk, where) if not done else None
-        if payload is not None:
-            if isinstance(payload.get("usage"), dict):
-                usage = usage_from_openai(payload["usage"])
-            for event in teller.feed(payload):
-                yield sse(event), event
-        if done:
-            break
-        chunk = await anext(events, None)
-    else:
-        return  # the chat stream ended before [DONE]: the relay reports the cut
-    for event in teller.finish(usage):
-        yield sse(event), event
+class TranslatedResponses:
+    """A chat-completions stream (its SSE events) told as Responses events.
+
+    `relayed_batch` tells every chat event of one upstream read at once (`SseEvents.batch`;
+    one event from any other source), each Responses event with its object: one await per
+    read, not per event, and nothing parsed back. The stream ends at `[DONE]`; a chat
+    stream that ends before it ends this one with nothing more (the relay reports the cut).
+    """
+
+    __slots__ = ("_chat", "_ended", "_failed", "_first", "_pending", "_teller", "_usage", "_where")
+
+    def __init__(
+        self, first: bytes, chat: AsyncIterator[bytes], teller: ChatToResponses, where: str
+    ) -> None:
+        self._chat, self._teller, self._where = chat, teller, where
+        self._first: bytes | None = first  # awaited by `first_event` within its deadline
+        self._pending: list[Relayed] = [(sse(event), event) for event in teller.start()]
+        self._usage: Usage | None = None
+        self._failed: FareboxError | None = None  # raised once what came before it is out
+        self._ended = False
+
+    async def relayed_batch(self) -> list[Relayed]:
+        """The Responses events of the next upstream read; [] at the end (or a cut)."""
+        out, self._pending = self._pending, []
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
+        if self._first is not None:
+            first, self._first = self._first, None
+            ready = getattr(self._chat, "ready", None)  # what the first one's read brought
+            self._tell([first, *ready()] if ready is not None else [first], out)
+        while not out and not self._ended:
+            chat_events = await self._next_read()
+            if not chat_events:
+                self._ended = True
+                break
+            self._tell(chat_events, out)
+        if not out and self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
+        return out
+
+    async def _next_read(self) -> list[bytes]:
+        batch = getattr(self._chat, "batch", None)
+        if batch is not None:
+            events: list[bytes] = await batch()
+            return events
+        try:
+            return [await anext(self._chat)]
+        except StopAsyncIteration:
+            return []
+
+    def _tell(self, chat_events: list[bytes], out: list[Relayed]) -> None:
+        teller = self._teller
+        for chunk in chat_events:
+            # `find`, not `in`: CPython 3.11 tries a bytes needle as an int first and
+            # raises and clears a TypeError each time.
+            if chunk.find(DONE) >= 0:
+                out += [(sse(event), event) for event in teller.finish(self._usage)]
+                self._ended = True
+                return
+            try:
+                payload = event_payload(chunk, self._where)
+            except FareboxError as exc:  # not an object: what came before it goes first
+                self._failed, self._ended = exc, True
+                return
+            if payload is not None:
+                if isinstance(payload.get("usage"), dict):
+                    self._usage = usage_from_openai(payload["usage"])
+                out += [(sse(event), event) for event in teller.feed(payload)]
+
+    async def aclose(self) -> None:
+        """Tell nothing more (the upstream stream itself is closed by the relay)."""
+        self._ended = True
+        self._pending = []
 
 
 class ResponsesRelay(EventRelay):
@@ -80,7 +136,7 @@ class ResponsesRelay(EventRelay):
     def __init__(
         self,
         ctx: ResponsesContext,
-        events: AsyncIterator[Relayed],
+        events: Source,
         stream: UpstreamStream,
         services: Services,
         on_done: Done,

@@ -12,7 +12,7 @@ import pytest
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.messages_stream_translate import StreamTranslator
 from gateway.pipeline.messages_translate import to_chat, to_message
-from gateway.pipeline.messages_translate_call import translated_events
+from gateway.pipeline.messages_translate_call import TranslatedEvents
 
 SCHEMA = {"type": "object", "required": ["b"], "properties": {"b": {}, "a": {}}}
 
@@ -210,8 +210,10 @@ def test_a_chat_stream_becomes_anthropic_events_with_usage_at_both_ends() -> Non
     ]
     out: list[bytes] = []
     for chunk in chunks:
-        out += translator.feed(chunk)
-    events = _events(out + translator.finish())
+        for event, told in translator.feed(chunk):
+            assert orjson.loads(event.split(b"data: ", 1)[1]) == told  # the object it holds
+            out.append(event)
+    events = _events(out + [event for event, _ in translator.finish()])
     kinds = [e["type"] for e in events]
     assert kinds == [
         "message_start",
@@ -244,7 +246,7 @@ async def _chat_events(*datas: bytes) -> AsyncIterator[bytes]:
 
 async def _translated(*datas: bytes) -> list[dict[str, Any]]:
     translator = StreamTranslator("chat", input_estimate=3)
-    return _events([e async for e in translated_events(_chat_events(*datas), translator)])
+    return _events([e async for e in TranslatedEvents(_chat_events(*datas), translator)])
 
 
 def test_the_stream_glue_ends_at_done_and_turns_an_in_band_error_into_an_error_event() -> None:
@@ -259,6 +261,61 @@ def test_the_stream_glue_ends_at_done_and_turns_an_in_band_error_into_an_error_e
     }
     cut = asyncio.run(_translated(chunk))  # no [DONE]: no message_stop, the relay says so
     assert "message_stop" not in [e["type"] for e in cut]
+
+
+class _Reads:
+    """A chat event source read by read (`batch`, as `SseEvents`): one list per read."""
+
+    def __init__(self, *reads: list[bytes]) -> None:
+        self.reads = list(reads)
+
+    async def batch(self) -> list[bytes]:
+        return self.reads.pop(0) if self.reads else []
+
+    def __aiter__(self) -> _Reads:  # pragma: no cover - the batches are read
+        return self
+
+    async def __anext__(self) -> bytes:  # pragma: no cover - the batches are read
+        raise StopAsyncIteration
+
+
+def test_a_read_of_chat_events_is_told_at_once_with_each_events_object() -> None:
+    def chat(data: bytes) -> bytes:
+        return b"data: " + data + b"\n\n"
+
+    first = chat(orjson.dumps({"id": "c", "choices": [{"delta": {"content": "a"}}]}))
+    second = chat(orjson.dumps({"choices": [{"delta": {"content": "b"}, "finish_reason": "stop"}]}))
+
+    async def run() -> tuple[bytes, list[Any], list[Any], list[Any]]:
+        events = TranslatedEvents(
+            _Reads([first, b": keep-alive\n\n"], [second, chat(b"[DONE]")]),
+            StreamTranslator("chat", input_estimate=3),
+        )
+        taken = await anext(events)  # as `first_event` takes it
+        events.requeue_taken()  # and the relay gets it back, with its object
+        return (
+            taken,
+            await events.relayed_batch(),
+            await events.relayed_batch(),
+            await events.relayed_batch(),
+        )
+
+    taken, one, two, end = asyncio.run(run())
+    assert [told["type"] for _, told in one] == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+    ]
+    assert one[0][0] == taken
+    assert [told["type"] for _, told in two] == [
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    for event, told in one + two:  # each object is what its bytes hold: nothing to parse back
+        assert orjson.loads(event.split(b"data: ", 1)[1]) == told
+    assert end == []  # after [DONE]
 
 
 def test_a_mid_conversation_system_message_stays_where_it_stands() -> None:
