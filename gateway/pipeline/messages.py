@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from functools import partial
 from typing import Any
 
 from starlette.responses import Response
@@ -41,7 +42,7 @@ from gateway.pipeline.event_relay import prepend
 from gateway.pipeline.finish import book_after, finish
 from gateway.pipeline.identify import caller_id, identify
 from gateway.pipeline.messages_meter import MessagesMeter
-from gateway.pipeline.messages_prefix import check_messages_prefix
+from gateway.pipeline.messages_prefix import start_messages_prefix
 from gateway.pipeline.messages_relay import MessagesRelay, MessagesRelayResponse
 from gateway.pipeline.messages_request import MessagesContext, parse_count, parse_messages
 from gateway.pipeline.messages_translate_call import (
@@ -55,6 +56,7 @@ from gateway.pipeline.offload import on_loop, patch_size, sized
 from gateway.pipeline.plan import plan_now, plan_task
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
+from gateway.pipeline.prefix_pending import PendingPrefix
 from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.pipeline.tier_report import tier_headers
 from gateway.rawjson import patch_object
@@ -100,14 +102,21 @@ async def handle_messages(ctx: MessagesContext, services: Services) -> Response:
         _check_native(ctx.alias, ctx.route)
     assert ctx.alias is not None
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
-    ctx.prefix = await check_messages_prefix(ctx, services.prefix_checker, services.state, rule)
+    # Forwarded to Anthropic on a route that only observes, the check's CPU part runs
+    # while the upstream reads the request (`start_messages_prefix`).
+    pending = await start_messages_prefix(ctx, services.prefix_checker, services.state, rule)
     limits = quota.limits_of(ctx, services)  # most requests have none: nothing to await
     if limits:
-        await quota.hold(ctx, services, limits)
-    send = _stream if ctx.stream else _complete
+        try:
+            await quota.hold(ctx, services, limits, pending.settle)  # refused: not sent, nor booked
+        except BaseException:
+            pending.run_now()  # the error's reply carries the prefix headers, as before
+            raise
+    send = partial(_stream if ctx.stream else _complete, pending=pending)
     try:
-        return await call_with_recovery(ctx, services, decision, base_edits, send)  # type: ignore[arg-type]
+        return await call_with_recovery(ctx, services, decision, base_edits, send)
     except BaseException:
+        pending.run_now()
         with Shield():
             await quota.close(ctx, services)
         raise
@@ -234,8 +243,8 @@ def _headers(ctx: MessagesContext, upstream: dict[str, str]) -> dict[str, str]:
     return safe_headers(headers | ctx.response_headers)
 
 
-async def _complete(ctx: MessagesContext, services: Services) -> Response:
-    if ctx.translated:
+async def _complete(ctx: MessagesContext, services: Services, pending: PendingPrefix) -> Response:
+    if ctx.translated:  # its check ran before the call: `pending` holds none
         return await complete_translated(
             ctx, services, lambda upstream: _headers(ctx, upstream) | cost_headers(ctx)
         )
@@ -246,14 +255,25 @@ async def _complete(ctx: MessagesContext, services: Services) -> Response:
         call = await sized(size, _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     meter = MessagesMeter()
+    pending.while_waiting_for(call, adapter)
     ctx.timings.upstream_sent = time.perf_counter()
     try:
         reply = await adapter.complete(call)
     except asyncio.CancelledError:
+        pending.run_now()  # the paid call's row has the check's outcome
         with Shield():
             await finish(ctx, meter.meter, services, cancelled=True)
         raise
+    except BaseException:
+        pending.run_now()  # the failure's row and a retry have the check's outcome
+        raise
     meter.observe_message(reply.payload)
+    try:
+        pending.settle()  # ran while the upstream worked, or now; its error is raised here
+    except BaseException:
+        with Shield():
+            await finish(ctx, meter.meter, services)  # the paid call is booked all the same
+        raise
 
     def whole() -> Response:
         headers = _headers(ctx, reply.headers) | cost_headers(ctx)
@@ -263,9 +283,9 @@ async def _complete(ctx: MessagesContext, services: Services) -> Response:
     return await book_after(ctx, meter.meter, services, whole)
 
 
-async def _stream(ctx: MessagesContext, services: Services) -> Response:
+async def _stream(ctx: MessagesContext, services: Services, pending: PendingPrefix) -> Response:
     """Open the upstream stream and wait for its first event before answering."""
-    if ctx.translated:
+    if ctx.translated:  # its check ran before the call: `pending` holds none
         translated, upstream = await open_translated(ctx, services)
         return MessagesRelayResponse(translated, headers=_headers(ctx, upstream))
     size = patch_size(len(ctx.raw_body))
@@ -274,8 +294,20 @@ async def _stream(ctx: MessagesContext, services: Services) -> Response:
     else:
         call = await sized(size, _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
+    pending.while_waiting_for(call, adapter)
     ctx.timings.upstream_sent = time.perf_counter()
-    stream = await adapter.open_stream(call)
+    try:
+        stream = await adapter.open_stream(call)
+    except BaseException:
+        pending.run_now()  # the failure's row and a retry have the check's outcome
+        raise
+    try:
+        pending.settle()  # the reply's headers carry the check's
+    except BaseException:
+        await stream.aclose()
+        with Shield():
+            await finish(ctx, MessagesMeter().meter, services)  # booked all the same
+        raise
     events = stream.events()
     first = await first_event(stream, events, call)
     relay = MessagesRelay(ctx, prepend(first, events), stream, services)

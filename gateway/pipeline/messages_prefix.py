@@ -15,11 +15,14 @@ to an OpenAI-wire route, the body is the chat body sent, and every action applie
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from functools import partial
 from typing import Any
 
 from gateway.pipeline.messages_request import MessagesContext
-from gateway.pipeline.prefix import PrefixOutcome
-from gateway.pipeline.wire_prefix import check_wire_prefix
+from gateway.pipeline.offload import on_loop
+from gateway.pipeline.prefix import PrefixOutcome, history_keys
+from gateway.pipeline.prefix_pending import OBSERVING, PendingPrefix
+from gateway.pipeline.wire_prefix import check_wire_prefix, observe_wire
 from gateway.prefix.cache_rules import CacheRule
 from gateway.prefix.checker import PrefixChecker
 from gateway.state import SharedState
@@ -45,3 +48,26 @@ def check_messages_prefix(
     The check itself, to await: no coroutine of its own around it."""
     view = None if ctx.translated else chat_view  # translated: ctx.body is the chat body
     return check_wire_prefix(ctx, checker, state, rule, view)
+
+
+async def start_messages_prefix(
+    ctx: MessagesContext, checker: PrefixChecker, state: SharedState, rule: CacheRule
+) -> PendingPrefix:
+    """`check_messages_prefix`, its CPU part left pending where it changes nothing sent: a
+    body forwarded to Anthropic as the client wrote it, on a route that only observes, small
+    enough for the loop (`prefix_pending`: it runs while the upstream reads the request).
+    Else, translated or strict or megabytes, it runs now, as before."""
+    route = ctx.route
+    if (
+        ctx.translated
+        or route is None
+        or not OBSERVING.issuperset(route.prefix)
+        or not on_loop(len(ctx.raw_body))
+    ):
+        ctx.prefix = await check_messages_prefix(ctx, checker, state, rule)
+        return PendingPrefix(ctx, None)
+    keys = history_keys(ctx)
+    raw_history = await state.prefix_history(keys)  # a shared store's round trip: before the call
+    return PendingPrefix(
+        ctx, partial(observe_wire, ctx, checker, rule, raw_history, keys, chat_view)
+    )

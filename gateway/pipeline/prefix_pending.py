@@ -33,8 +33,7 @@ from gateway.prefix.cache_rules import CacheRule
 from gateway.prefix.checker import PrefixChecker
 from gateway.prefix.message_reuse import MIN_BYTES
 from gateway.state import SharedState
-from gateway.upstream.base import Upstream, UpstreamCall
-from gateway.upstream.openai_compat import OpenAICompatUpstream
+from gateway.upstream.base import HANDS_OVER, UpstreamCall
 
 OBSERVING = frozenset({"observe"})
 """Route actions that change nothing sent: a check with only these may wait."""
@@ -62,12 +61,13 @@ class PendingPrefix:
         except Exception as error:  # raised where the pipeline settles (`settle`)
             self._error = error
 
-    def while_waiting_for(self, call: UpstreamCall, adapter: Upstream) -> None:
+    def while_waiting_for(self, call: UpstreamCall, adapter: object) -> None:
         """Leave the check to the transport, between the request's write and the reply's
-        wait, where the adapter hands it over (OpenAI-compatible); else run it now."""
+        wait, where the adapter hands it over (`HANDS_OVER`: OpenAI-compatible, Anthropic's
+        Messages); else run it now."""
         if self._check is None:
             return
-        if isinstance(adapter, OpenAICompatUpstream):
+        if getattr(adapter, HANDS_OVER, False):
             call.while_waiting = self.run_now
         else:
             self.settle()

@@ -57,7 +57,7 @@ async def check_wire_prefix(
         return await check_prefix(ctx, checker, state, rule)
     keys = history_keys(ctx)
     raw_history = await state.prefix_history(keys)
-    return await sized(len(ctx.raw_body), _observe, ctx, checker, rule, raw_history, keys, view)
+    return await sized(len(ctx.raw_body), observe_wire, ctx, checker, rule, raw_history, keys, view)
 
 
 def translated_fields(ctx: RequestContext) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def translated_fields(ctx: RequestContext) -> dict[str, Any]:
     return fields
 
 
-def _observe(
+def observe_wire(
     ctx: RequestContext,
     checker: PrefixChecker,
     rule: CacheRule,
@@ -80,6 +80,8 @@ def _observe(
     keys: list[str],
     view: View,
 ) -> PrefixOutcome:
+    """The check of a forwarded body, shown to the checker through `view`, against the
+    history already read; `strict` refuses it here."""
     assert ctx.route is not None
     started = time.perf_counter()
     history = records_of(raw_history)  # the stored dicts' records, rebuilt once each

@@ -81,6 +81,8 @@ def json_object(body: bytes, where: str) -> dict[str, Any]:
 class AnthropicMessagesUpstream:
     """Sends Messages API calls to `{base_url}/v1/messages[/count_tokens]`."""
 
+    hands_over_while_waiting = True  # base.HANDS_OVER: `while_waiting` reaches h1
+
     def __init__(self, client: HttpClient):
         self._client = client
 
@@ -91,7 +93,8 @@ class AnthropicMessagesUpstream:
             headers["accept-encoding"] = "identity"
         body = sized_body(call.body, headers)
         url = messages_url(call.base_url, path)
-        return HttpRequest(url, body, headers, call_timeout(call), (call.api_key,))
+        timeout = call_timeout(call)
+        return HttpRequest(url, body, headers, timeout, (call.api_key,), call.while_waiting)
 
     async def complete(self, call: UpstreamCall, path: str = MESSAGES) -> UpstreamReply:
         """A whole reply (a message, or a token count), checked to be a JSON object."""

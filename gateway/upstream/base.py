@@ -87,6 +87,11 @@ class UpstreamStream(Protocol):
     async def aclose(self) -> None: ...
 
 
+HANDS_OVER = "hands_over_while_waiting"
+"""An adapter with this class attribute set passes `UpstreamCall.while_waiting` to the
+transport, which runs it between the request's write and the wait for the reply."""
+
+
 class Upstream(Protocol):
     """An adapter for one wire format."""
 

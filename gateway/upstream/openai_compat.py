@@ -79,6 +79,8 @@ def _headers(call: UpstreamCall) -> dict[str, str]:
 class OpenAICompatUpstream:
     """Sends chat completions to `{base_url}/chat/completions`."""
 
+    hands_over_while_waiting = True  # base.HANDS_OVER: `while_waiting` reaches h1
+
     def __init__(self, client: HttpClient):
         self._client = client
 

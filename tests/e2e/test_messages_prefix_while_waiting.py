@@ -1,0 +1,116 @@
+"""A Messages request forwarded to Anthropic is prefix-checked while the upstream works.
+
+The client's bytes go upstream as written, so on a route that only observes the check
+changes nothing sent: it runs once the request is written (h1's `while_waiting`), and the
+reply's headers, whole or streamed, and the ledger row are what they were when it ran
+before the call. A route with an action (`anthropic_cache_control`) or a translated one
+still checks before sending.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from gateway.pipeline import messages_prefix, wire_prefix
+from tests.conftest import SimControl
+from tests.e2e.conftest import ANTHROPIC_KEY, Gateway
+
+GUIDE = "You are the billing agent. Follow the runbook exactly. " * 200  # over 1,024 tokens
+SYSTEM = [{"type": "text", "text": GUIDE, "cache_control": {"type": "ephemeral"}}]
+TURNS = [{"role": "user", "content": "Check invoice 7."}]
+
+
+def _upstream_had_it(sim: SimControl, before: int) -> bool:
+    """Whether the simulator logs a request past `before` within a second (the gateway's
+    loop is held meanwhile: only a request already written can reach it)."""
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        if len(httpx.get(f"{sim.url}/sim/requests", timeout=5).json()) > before:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _watch_checks(
+    monkeypatch: pytest.MonkeyPatch, sim: SimControl, before: int
+) -> list[tuple[str, bool]]:
+    """Each check run, deferred or not, and whether the upstream had the request then."""
+    runs: list[tuple[str, bool]] = []
+
+    def watched(kind: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def check(*args: Any, **kwargs: Any) -> Any:
+            runs.append((kind, _upstream_had_it(sim, before)))
+            return real(*args, **kwargs)
+
+        return check
+
+    monkeypatch.setattr(wire_prefix, "observe_wire", watched("before", wire_prefix.observe_wire))
+    monkeypatch.setattr(
+        messages_prefix, "observe_wire", watched("while", messages_prefix.observe_wire)
+    )
+    return runs
+
+
+def _claude(gateway: Gateway) -> anthropic.Anthropic:
+    base = gateway.base_url.removesuffix("/v1")
+    return anthropic.Anthropic(base_url=base, api_key=ANTHROPIC_KEY, max_retries=0)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_forwarded_request_is_checked_once_the_upstream_has_it(
+    gateway: Gateway, sim: SimControl, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    client = _claude(gateway)
+    args: Any = {"model": "claude", "max_tokens": 16, "system": SYSTEM, "messages": TURNS}
+    client.messages.create(**args)
+    before = len(sim.requests())
+    sim.fault(delay_s=1.5)  # the simulator holds its reply past the check's wait
+    runs = _watch_checks(monkeypatch, sim, before)
+    raw = client.messages.with_raw_response.create(**args, stream=stream)
+    headers = raw.headers
+    if stream:
+        assert [event.type for event in raw.parse()][-1] == "message_stop"
+    assert runs == [("while", True)]
+    assert headers["x-farebox-prefix"] == "stable"  # the first call's prefix, seen again
+    assert int(headers["x-farebox-expected-cached-tokens"]) > 1024
+    booked = gateway.last(2)
+    assert booked.prefix is not None and booked.prefix.verdict is not None
+
+
+def test_a_route_with_an_action_still_checks_before_sending(
+    gateway: Gateway, sim: SimControl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = len(sim.requests())
+    runs = _watch_checks(monkeypatch, sim, before)
+    reply = _claude(gateway).messages.with_raw_response.create(
+        model="claude-cached",
+        max_tokens=16,
+        system=GUIDE,
+        messages=TURNS,  # type: ignore[arg-type]
+    )
+    assert runs == [("before", False)]
+    assert reply.headers["x-farebox-prefix"]
+
+
+def test_a_translated_request_still_checks_before_sending(
+    gateway: Gateway, sim: SimControl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """To an OpenAI-wire route the body sent is the translated one, which the route's
+    actions may rewrite: checked (on the chat path's own code) before it goes."""
+    before = len(sim.requests())
+    runs = _watch_checks(monkeypatch, sim, before)
+    reply = _claude(gateway).messages.with_raw_response.create(
+        model="chat",
+        max_tokens=16,
+        system=GUIDE,
+        messages=TURNS,  # type: ignore[arg-type]
+    )
+    assert runs == []  # neither wire check: the chat path's, before the call
+    assert reply.headers["x-farebox-prefix"]
+    assert gateway.last().prefix is not None
