@@ -56,7 +56,7 @@ from gateway.pipeline.offload import on_loop, patch_size, sized
 from gateway.pipeline.plan import plan_now, plan_task
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
-from gateway.pipeline.prefix_pending import PendingPrefix
+from gateway.pipeline.prefix_pending import PendingPrefix, sent_with
 from gateway.pipeline.respond import cost_headers, with_cost
 from gateway.pipeline.tier_report import tier_headers
 from gateway.rawjson import patch_object
@@ -244,9 +244,9 @@ def _headers(ctx: MessagesContext, upstream: dict[str, str]) -> dict[str, str]:
 
 
 async def _complete(ctx: MessagesContext, services: Services, pending: PendingPrefix) -> Response:
-    if ctx.translated:  # its check ran before the call: `pending` holds none
+    if ctx.translated:
         return await complete_translated(
-            ctx, services, lambda upstream: _headers(ctx, upstream) | cost_headers(ctx)
+            ctx, services, pending, lambda upstream: _headers(ctx, upstream) | cost_headers(ctx)
         )
     size = patch_size(len(ctx.raw_body))
     if on_loop(size):  # the usual body: built here, no coroutine for `sized`
@@ -255,17 +255,12 @@ async def _complete(ctx: MessagesContext, services: Services, pending: PendingPr
         call = await sized(size, _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     meter = MessagesMeter()
-    pending.while_waiting_for(call, adapter)
     ctx.timings.upstream_sent = time.perf_counter()
     try:
-        reply = await adapter.complete(call)
-    except asyncio.CancelledError:
-        pending.run_now()  # the paid call's row has the check's outcome
+        reply = await sent_with(pending, call, adapter, adapter.complete)
+    except asyncio.CancelledError:  # the check ran (`sent_with`): the row has its outcome
         with Shield():
             await finish(ctx, meter.meter, services, cancelled=True)
-        raise
-    except BaseException:
-        pending.run_now()  # the failure's row and a retry have the check's outcome
         raise
     meter.observe_message(reply.payload)
     try:
@@ -285,8 +280,8 @@ async def _complete(ctx: MessagesContext, services: Services, pending: PendingPr
 
 async def _stream(ctx: MessagesContext, services: Services, pending: PendingPrefix) -> Response:
     """Open the upstream stream and wait for its first event before answering."""
-    if ctx.translated:  # its check ran before the call: `pending` holds none
-        translated, upstream = await open_translated(ctx, services)
+    if ctx.translated:
+        translated, upstream = await open_translated(ctx, services, pending)
         return MessagesRelayResponse(translated, headers=_headers(ctx, upstream))
     size = patch_size(len(ctx.raw_body))
     if on_loop(size):  # the usual body: built here, no coroutine for `sized`
@@ -294,13 +289,8 @@ async def _stream(ctx: MessagesContext, services: Services, pending: PendingPref
     else:
         call = await sized(size, _build_call, ctx, services)
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
-    pending.while_waiting_for(call, adapter)
     ctx.timings.upstream_sent = time.perf_counter()
-    try:
-        stream = await adapter.open_stream(call)
-    except BaseException:
-        pending.run_now()  # the failure's row and a retry have the check's outcome
-        raise
+    stream = await sent_with(pending, call, adapter, adapter.open_stream)
     try:
         pending.settle()  # the reply's headers carry the check's
     except BaseException:

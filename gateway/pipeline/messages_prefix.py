@@ -21,7 +21,7 @@ from typing import Any
 from gateway.pipeline.messages_request import MessagesContext
 from gateway.pipeline.offload import on_loop
 from gateway.pipeline.prefix import PrefixOutcome, history_keys
-from gateway.pipeline.prefix_pending import OBSERVING, PendingPrefix
+from gateway.pipeline.prefix_pending import OBSERVING, PendingPrefix, start_prefix_check
 from gateway.pipeline.wire_prefix import check_wire_prefix, observe_wire
 from gateway.prefix.cache_rules import CacheRule
 from gateway.prefix.checker import PrefixChecker
@@ -53,17 +53,15 @@ def check_messages_prefix(
 async def start_messages_prefix(
     ctx: MessagesContext, checker: PrefixChecker, state: SharedState, rule: CacheRule
 ) -> PendingPrefix:
-    """`check_messages_prefix`, its CPU part left pending where it changes nothing sent: a
-    body forwarded to Anthropic as the client wrote it, on a route that only observes, small
-    enough for the loop (`prefix_pending`: it runs while the upstream reads the request).
-    Else, translated or strict or megabytes, it runs now, as before."""
+    """`check_messages_prefix`, its CPU part left pending where it changes nothing sent
+    (`prefix_pending`: it runs while the upstream reads the request). Translated, the body
+    is the chat body sent: chat's rule (`start_prefix_check`). Forwarded to Anthropic as the
+    client wrote it: on a route that only observes, a body small enough for the loop. Else,
+    strict or megabytes, it runs now, as before."""
+    if ctx.translated:
+        return await start_prefix_check(ctx, checker, state, rule, parsed=False)
     route = ctx.route
-    if (
-        ctx.translated
-        or route is None
-        or not OBSERVING.issuperset(route.prefix)
-        or not on_loop(len(ctx.raw_body))
-    ):
+    if route is None or not OBSERVING.issuperset(route.prefix) or not on_loop(len(ctx.raw_body)):
         ctx.prefix = await check_messages_prefix(ctx, checker, state, rule)
         return PendingPrefix(ctx, None)
     keys = history_keys(ctx)

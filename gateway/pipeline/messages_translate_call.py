@@ -33,6 +33,7 @@ from gateway.pipeline.messages_relay import MessagesRelay
 from gateway.pipeline.messages_request import MessagesContext
 from gateway.pipeline.messages_stream_translate import StreamTranslator, error_event
 from gateway.pipeline.messages_translate import to_chat, to_message
+from gateway.pipeline.prefix_pending import PendingPrefix, sent_with
 from gateway.pipeline.quota import input_tokens
 from gateway.pipeline.respond import with_cost
 from gateway.pipeline.thinking_cap import CappedStream, thinking_cap_for
@@ -85,16 +86,21 @@ def build_chat_call(ctx: MessagesContext, services: Services) -> UpstreamCall:
 
 
 async def complete_translated(
-    ctx: MessagesContext, services: Services, headers: Callable[[dict[str, str]], dict[str, str]]
+    ctx: MessagesContext,
+    services: Services,
+    pending: PendingPrefix,
+    headers: Callable[[dict[str, str]], dict[str, str]],
 ) -> Response:
     """A whole reply, as an Anthropic message, whose booking runs after its last byte;
-    `headers` makes its headers from the upstream's, once it is priced (`messages._headers`)."""
+    `headers` makes its headers from the upstream's, once it is priced (`messages._headers`).
+    `pending`: the prefix check, run while the upstream reads the request where it may."""
     call = build_chat_call(ctx, services)
+    adapter = services.upstreams.adapter(call.route)
     meter = MessagesMeter()
     ctx.timings.upstream_sent = time.perf_counter()
     try:
-        reply = await services.upstreams.adapter(call.route).complete(call)
-    except asyncio.CancelledError:
+        reply = await sent_with(pending, call, adapter, adapter.complete)
+    except asyncio.CancelledError:  # the check ran (`sent_with`): the row has its outcome
         with Shield():
             await finish(ctx, meter.meter, services, cancelled=True)
         raise
@@ -102,6 +108,12 @@ async def complete_translated(
     message = to_message(reply.payload, ctx.alias, _stops(ctx))
     meter.reasoning_tokens = _reasoning(reply.payload.get("usage"))
     meter.observe_message(message)
+    try:
+        pending.settle()  # ran while the upstream worked, or now; its error is raised here
+    except BaseException:
+        with Shield():
+            await finish(ctx, meter.meter, services)  # the paid call is booked all the same
+        raise
 
     def whole() -> Response:
         body = with_cost(message, orjson.dumps(message), ctx)
@@ -111,14 +123,23 @@ async def complete_translated(
 
 
 async def open_translated(
-    ctx: MessagesContext, services: Services
+    ctx: MessagesContext, services: Services, pending: PendingPrefix
 ) -> tuple[MessagesRelay, dict[str, str]]:
-    """The upstream's chat stream as Anthropic events, relayed and metered as a native one."""
+    """The upstream's chat stream as Anthropic events, relayed and metered as a native one.
+    `pending`: the prefix check, run while the upstream reads the request where it may."""
     call = build_chat_call(ctx, services)
     assert ctx.alias is not None
     translator = StreamTranslator(ctx.alias, input_tokens(ctx), _stops(ctx))
+    adapter = services.upstreams.adapter(call.route)
     ctx.timings.upstream_sent = time.perf_counter()
-    stream: UpstreamStream = await services.upstreams.adapter(call.route).open_stream(call)
+    stream: UpstreamStream = await sent_with(pending, call, adapter, adapter.open_stream)
+    try:
+        pending.settle()  # the reply's headers carry the check's
+    except BaseException:
+        await stream.aclose()
+        with Shield():
+            await finish(ctx, MessagesMeter().meter, services)  # booked all the same
+        raise
     cap = thinking_cap_for(ctx, call, services)
     if cap is not None:
         stream = CappedStream(stream, cap)

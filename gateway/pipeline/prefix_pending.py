@@ -17,8 +17,9 @@ in a worker thread (megabytes not seen before) still runs there, before the call
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import TypeVar
 
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.offload import OFF_LOOP_BYTES, sized
@@ -35,6 +36,7 @@ from gateway.prefix.message_reuse import MIN_BYTES
 from gateway.state import SharedState
 from gateway.upstream.base import HANDS_OVER, UpstreamCall
 
+T = TypeVar("T")
 OBSERVING = frozenset({"observe"})
 """Route actions that change nothing sent: a check with only these may wait."""
 
@@ -86,22 +88,44 @@ class PendingPrefix:
 
 
 async def start_prefix_check(
-    ctx: RequestContext, checker: PrefixChecker, state: SharedState, rule: CacheRule
+    ctx: RequestContext,
+    checker: PrefixChecker,
+    state: SharedState,
+    rule: CacheRule,
+    *,
+    parsed: bool = True,
 ) -> PendingPrefix:
-    """`check_prefix(..., parsed=True)` for a chat request, its CPU part left pending where
-    it may run in the upstream's shadow (`can_wait`); else run now, as before."""
+    """`check_prefix(..., parsed=parsed)`, its CPU part left pending where it may run in the
+    upstream's shadow (`can_wait`); else run now, as before. `parsed`: the body checked is
+    the client's own, as parsed (chat), not one translated from another wire (Messages)."""
     if not can_wait(ctx):
-        ctx.prefix = await check_prefix(ctx, checker, state, rule, parsed=True)
+        ctx.prefix = await check_prefix(ctx, checker, state, rule, parsed=parsed)
         return PendingPrefix(ctx, None)
     keys = history_keys(ctx)
     raw_history = await state.prefix_history(keys)  # a Redis round trip: before the call
-    check = partial(_check, ctx, checker, rule, raw_history, keys, True)
+    check = partial(_check, ctx, checker, rule, raw_history, keys, parsed)
     if len(ctx.raw_body) >= MIN_BYTES:  # small bodies: on the loop whatever the task
-        size = check_weight(ctx, checker, keys, True)
+        size = check_weight(ctx, checker, keys, parsed)
         if size is not None and size > OFF_LOOP_BYTES:  # beside the loop, as `check_prefix`
             ctx.prefix = await sized(size, check)
             return PendingPrefix(ctx, None)
     return PendingPrefix(ctx, check)
+
+
+async def sent_with(
+    pending: PendingPrefix,
+    call: UpstreamCall,
+    adapter: object,
+    send: Callable[[UpstreamCall], Awaitable[T]],
+) -> T:
+    """`send(call)` with the pending check left to run in the upstream's shadow; a failed
+    or cut call runs it all the same (the failure's row and a retry have its outcome)."""
+    pending.while_waiting_for(call, adapter)
+    try:
+        return await send(call)
+    except BaseException:
+        pending.run_now()
+        raise
 
 
 def can_wait(ctx: RequestContext) -> bool:

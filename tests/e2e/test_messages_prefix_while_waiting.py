@@ -1,10 +1,11 @@
-"""A Messages request forwarded to Anthropic is prefix-checked while the upstream works.
+"""A Messages request is prefix-checked while the upstream works, where that changes
+nothing sent.
 
-The client's bytes go upstream as written, so on a route that only observes the check
-changes nothing sent: it runs once the request is written (h1's `while_waiting`), and the
-reply's headers, whole or streamed, and the ledger row are what they were when it ran
-before the call. A route with an action (`anthropic_cache_control`) or a translated one
-still checks before sending.
+Forwarded to Anthropic, the client's bytes go upstream as written; translated to chat,
+the chat body is sent as the stages built it. On a route that only observes, the check
+runs once the request is written (h1's `while_waiting`), and the reply's headers, whole
+or streamed, and the ledger row are what they were when it ran before the call. A route
+with an action (`anthropic_cache_control`, `strict`) still checks before sending.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import anthropic
 import httpx
 import pytest
 
-from gateway.pipeline import messages_prefix, wire_prefix
+from gateway.pipeline import messages_prefix, prefix, prefix_pending, wire_prefix
 from tests.conftest import SimControl
 from tests.e2e.conftest import ANTHROPIC_KEY, Gateway
 
@@ -98,19 +99,56 @@ def test_a_route_with_an_action_still_checks_before_sending(
     assert reply.headers["x-farebox-prefix"]
 
 
-def test_a_translated_request_still_checks_before_sending(
+def _watch_chat_checks(
+    monkeypatch: pytest.MonkeyPatch, sim: SimControl, before: int
+) -> list[tuple[str, bool]]:
+    """`_watch_checks` for a translated request: the chat path's own check."""
+    runs: list[tuple[str, bool]] = []
+
+    def watched(kind: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def check(*args: Any, **kwargs: Any) -> Any:
+            runs.append((kind, _upstream_had_it(sim, before)))
+            return real(*args, **kwargs)
+
+        return check
+
+    monkeypatch.setattr(prefix, "_check", watched("before", prefix._check))
+    monkeypatch.setattr(prefix_pending, "_check", watched("while", prefix_pending._check))
+    return runs
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_translated_request_is_checked_once_the_upstream_has_it(
+    gateway: Gateway, sim: SimControl, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    """To an OpenAI-wire route that only observes, the chat body sent is checked (on the
+    chat path's own code) while the upstream reads it."""
+    client = _claude(gateway)
+    args: Any = {"model": "chat", "max_tokens": 16, "system": GUIDE, "messages": TURNS}
+    client.messages.create(**args)
+    before = len(sim.requests())
+    sim.fault(delay_s=1.5)  # the simulator holds its reply past the check's wait
+    runs = _watch_chat_checks(monkeypatch, sim, before)
+    raw = client.messages.with_raw_response.create(**args, stream=stream)
+    if stream:
+        assert [event.type for event in raw.parse()][-1] == "message_stop"
+    assert runs == [("while", True)]
+    assert raw.headers["x-farebox-prefix"] == "stable"
+    assert gateway.last(2).prefix is not None
+
+
+def test_a_translated_strict_route_still_refuses_before_sending(
     gateway: Gateway, sim: SimControl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """To an OpenAI-wire route the body sent is the translated one, which the route's
-    actions may rewrite: checked (on the chat path's own code) before it goes."""
     before = len(sim.requests())
-    runs = _watch_checks(monkeypatch, sim, before)
-    reply = _claude(gateway).messages.with_raw_response.create(
-        model="chat",
-        max_tokens=16,
-        system=GUIDE,
-        messages=TURNS,  # type: ignore[arg-type]
-    )
-    assert runs == []  # neither wire check: the chat path's, before the call
-    assert reply.headers["x-farebox-prefix"]
-    assert gateway.last().prefix is not None
+    runs = _watch_chat_checks(monkeypatch, sim, before)
+    volatile = f"Request id 5f0c6a1e-8b9d-4c3e-a2f1-0d9e8c7b6a54. {GUIDE}"
+    with pytest.raises(anthropic.BadRequestError):
+        _claude(gateway).messages.create(
+            model="strict-chat",
+            max_tokens=16,
+            system=volatile,
+            messages=TURNS,  # type: ignore[arg-type]
+        )
+    assert runs == [("before", False)]
+    assert len(sim.requests()) == before
