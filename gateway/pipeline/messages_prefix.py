@@ -15,14 +15,12 @@ to an OpenAI-wire route, the body is the chat body sent, and every action applie
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from functools import partial
 from typing import Any
 
 from gateway.pipeline.messages_request import MessagesContext
-from gateway.pipeline.offload import on_loop
-from gateway.pipeline.prefix import PrefixOutcome, history_keys
-from gateway.pipeline.prefix_pending import OBSERVING, PendingPrefix, start_prefix_check
-from gateway.pipeline.wire_prefix import check_wire_prefix, observe_wire
+from gateway.pipeline.prefix import PrefixOutcome
+from gateway.pipeline.prefix_pending import PendingPrefix
+from gateway.pipeline.wire_prefix import check_wire_prefix, start_wire_prefix
 from gateway.prefix.cache_rules import CacheRule
 from gateway.prefix.checker import PrefixChecker
 from gateway.state import SharedState
@@ -50,22 +48,10 @@ def check_messages_prefix(
     return check_wire_prefix(ctx, checker, state, rule, view)
 
 
-async def start_messages_prefix(
+def start_messages_prefix(
     ctx: MessagesContext, checker: PrefixChecker, state: SharedState, rule: CacheRule
-) -> PendingPrefix:
+) -> Awaitable[PendingPrefix]:
     """`check_messages_prefix`, its CPU part left pending where it changes nothing sent
-    (`prefix_pending`: it runs while the upstream reads the request). Translated, the body
-    is the chat body sent: chat's rule (`start_prefix_check`). Forwarded to Anthropic as the
-    client wrote it: on a route that only observes, a body small enough for the loop. Else,
-    strict or megabytes, it runs now, as before."""
-    if ctx.translated:
-        return await start_prefix_check(ctx, checker, state, rule, parsed=False)
-    route = ctx.route
-    if route is None or not OBSERVING.issuperset(route.prefix) or not on_loop(len(ctx.raw_body)):
-        ctx.prefix = await check_messages_prefix(ctx, checker, state, rule)
-        return PendingPrefix(ctx, None)
-    keys = history_keys(ctx)
-    raw_history = await state.prefix_history(keys)  # a shared store's round trip: before the call
-    return PendingPrefix(
-        ctx, partial(observe_wire, ctx, checker, rule, raw_history, keys, chat_view)
-    )
+    (`wire_prefix.start_wire_prefix`): the check itself, to await."""
+    view = None if ctx.translated else chat_view  # translated: ctx.body is the chat body
+    return start_wire_prefix(ctx, checker, state, rule, view)

@@ -42,10 +42,11 @@ from gateway.pipeline.offload import on_loop, patch_size, sized
 from gateway.pipeline.plan import plan_now, plan_task
 from gateway.pipeline.policy import capabilities
 from gateway.pipeline.prefix import rule_for_route
+from gateway.pipeline.prefix_pending import PendingPrefix, sent_with
 from gateway.pipeline.respond import cost_headers, cost_object, with_cost
 from gateway.pipeline.responses_cap import capped_native
 from gateway.pipeline.responses_meter import ResponsesMeter
-from gateway.pipeline.responses_prefix import check_responses_prefix
+from gateway.pipeline.responses_prefix import start_responses_prefix
 from gateway.pipeline.responses_relay import (
     Relayed,
     ResponsesRelay,
@@ -112,17 +113,24 @@ async def handle_responses(ctx: ResponsesContext, services: Services) -> Respons
     decision = plan_now(ctx, services) or await plan_task(ctx, services)
     assert ctx.alias is not None
     rule = rule_for_route(ctx, capabilities(services.prices, services.config, ctx.alias))
-    ctx.prefix = await check_responses_prefix(
+    # Where it changes nothing sent, the check's CPU part runs while the upstream reads the
+    # request (`start_responses_prefix`).
+    pending = await start_responses_prefix(
         ctx, services.prefix_checker, services.state, rule, native_route(ctx)
     )
     limits = quota.limits_of(ctx, services)  # most requests have none: nothing to await
     if limits:
-        await quota.hold(ctx, services, limits)
-    sender = _Sender(store)
+        try:
+            await quota.hold(ctx, services, limits, pending.settle)  # refused: not sent, nor booked
+        except BaseException:
+            pending.run_now()  # the error's reply carries the prefix headers, as before
+            raise
+    sender = _Sender(store, pending)
     send = sender.stream if ctx.stream else sender.complete
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)  # type: ignore[arg-type]
     except BaseException:
+        pending.run_now()
         with Shield():
             await quota.close(ctx, services)
         raise
@@ -229,8 +237,9 @@ def _headers(ctx: ResponsesContext) -> dict[str, str]:
 class _Sender:
     """One attempt, whole or streamed; keeps what it served for the chain."""
 
-    def __init__(self, store: ResponseStore) -> None:
+    def __init__(self, store: ResponseStore, pending: PendingPrefix) -> None:
         self._store = store
+        self._pending = pending  # the prefix check, run in the upstream's shadow where it may
 
     async def keep(self, ctx: ResponsesContext, response: dict[str, Any]) -> None:
         """Keep a finished response for previous_response_id (unless `store: false`)."""
@@ -268,10 +277,11 @@ class _Sender:
             else services.upstreams.adapter(call.route)
         )
         meter = ResponsesMeter()
+        pending = self._pending
         ctx.timings.upstream_sent = time.perf_counter()
         try:
-            reply = await adapter.complete(call)
-        except asyncio.CancelledError:
+            reply = await sent_with(pending, call, adapter, adapter.complete)
+        except asyncio.CancelledError:  # the check ran (`sent_with`): the row has its outcome
             with Shield():
                 await finish(ctx, meter.meter, services, cancelled=True)
             raise
@@ -291,6 +301,12 @@ class _Sender:
                 sent, reply.payload, chat_meter.usage or Usage(), new_id("resp")
             )
             body = orjson.dumps(response)
+        try:
+            pending.settle()  # ran while the upstream worked, or now; its error is raised here
+        except BaseException:
+            with Shield():
+                await finish(ctx, meter.meter, services)  # the paid call is booked all the same
+            raise
 
         def kept() -> Awaitable[None]:  # before the reply: a next call may name it at once
             return self.keep(ctx, response)
@@ -316,7 +332,14 @@ class _Sender:
             else services.upstreams.adapter(call.route)
         )
         ctx.timings.upstream_sent = time.perf_counter()
-        stream = await adapter.open_stream(call)
+        stream = await sent_with(self._pending, call, adapter, adapter.open_stream)
+        try:
+            self._pending.settle()  # the reply's headers carry the check's
+        except BaseException:
+            await stream.aclose()
+            with Shield():
+                await finish(ctx, ResponsesMeter().meter, services)  # booked all the same
+            raise
         cap = None if native else thinking_cap_for(ctx, call, services)
         if cap is not None:  # cut on the chat stream, before it is told as Responses events
             stream = CappedStream(stream, cap)

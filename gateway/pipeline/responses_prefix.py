@@ -20,8 +20,9 @@ from collections.abc import Awaitable
 from typing import Any
 
 from gateway.pipeline.prefix import PrefixOutcome
+from gateway.pipeline.prefix_pending import PendingPrefix
 from gateway.pipeline.responses_request import ResponsesContext
-from gateway.pipeline.wire_prefix import check_wire_prefix
+from gateway.pipeline.wire_prefix import View, check_wire_prefix, start_wire_prefix
 from gateway.prefix.cache_rules import CacheRule
 from gateway.prefix.checker import PrefixChecker
 from gateway.state import SharedState
@@ -41,9 +42,27 @@ def check_responses_prefix(
     """Check the prompt the upstream will receive; refuse it where the route is strict.
 
     The check itself, to await: no coroutine of its own around it."""
+    return check_wire_prefix(ctx, checker, state, rule, _view(ctx, native))
+
+
+def start_responses_prefix(
+    ctx: ResponsesContext,
+    checker: PrefixChecker,
+    state: SharedState,
+    rule: CacheRule,
+    native: bool,
+) -> Awaitable[PendingPrefix]:
+    """`check_responses_prefix`, its CPU part left pending where it changes nothing sent
+    (`wire_prefix.start_wire_prefix`): the check itself, to await."""
+    return start_wire_prefix(ctx, checker, state, rule, _view(ctx, native))
+
+
+def _view(ctx: ResponsesContext, native: bool) -> View | None:
+    """The checker's view of a body forwarded as the client wrote it; None: translated,
+    the body the stages see is the chat body sent."""
     if native:
-        return check_wire_prefix(ctx, checker, state, rule, _as_viewed)
+        return _as_viewed
     key = ctx.native.get("prompt_cache_key")
     if isinstance(key, str) and key:  # the client's own key wins over a sticky one
         ctx.body["prompt_cache_key"] = key
-    return check_wire_prefix(ctx, checker, state, rule, None)
+    return None

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.offload import sized
+from gateway.pipeline.offload import on_loop, sized
 from gateway.pipeline.prefix import (
     PrefixOutcome,
     check_prefix,
@@ -32,6 +33,7 @@ from gateway.pipeline.prefix import (
     prefix_headers,
     records_of,
 )
+from gateway.pipeline.prefix_pending import OBSERVING, PendingPrefix, start_prefix_check
 from gateway.prefix.cache_rules import CacheRule
 from gateway.prefix.cacheability import uncacheable
 from gateway.prefix.checker import PrefixChecker
@@ -58,6 +60,29 @@ async def check_wire_prefix(
     keys = history_keys(ctx)
     raw_history = await state.prefix_history(keys)
     return await sized(len(ctx.raw_body), observe_wire, ctx, checker, rule, raw_history, keys, view)
+
+
+async def start_wire_prefix(
+    ctx: RequestContext,
+    checker: PrefixChecker,
+    state: SharedState,
+    rule: CacheRule,
+    view: View | None,
+) -> PendingPrefix:
+    """`check_wire_prefix`, its CPU part left pending where it changes nothing sent
+    (`prefix_pending`: it runs while the upstream reads the request). `view` None, the body
+    is the chat body sent: chat's rule (`start_prefix_check`). Forwarded in the client's own
+    wire: on a route that only observes, a body small enough for the loop. Else, strict or
+    megabytes, it runs now, as before."""
+    if view is None:
+        return await start_prefix_check(ctx, checker, state, rule, parsed=False)
+    route = ctx.route
+    if route is None or not OBSERVING.issuperset(route.prefix) or not on_loop(len(ctx.raw_body)):
+        ctx.prefix = await check_wire_prefix(ctx, checker, state, rule, view)
+        return PendingPrefix(ctx, None)
+    keys = history_keys(ctx)
+    raw_history = await state.prefix_history(keys)  # a shared store's round trip: before the call
+    return PendingPrefix(ctx, partial(observe_wire, ctx, checker, rule, raw_history, keys, view))
 
 
 def translated_fields(ctx: RequestContext) -> dict[str, Any]:

@@ -32,6 +32,8 @@ EMBEDDINGS = "/embeddings"
 class OpenAIPathUpstream:
     """Sends calls to one path under an OpenAI-compatible route's base URL."""
 
+    hands_over_while_waiting = True  # base.HANDS_OVER: `while_waiting` reaches h1
+
     def __init__(self, client: HttpClient, path: str):
         self._client = client
         self._path = path
@@ -45,7 +47,8 @@ class OpenAIPathUpstream:
             headers["authorization"] = f"Bearer {call.api_key}"
         body = sized_body(call.body, headers)
         url = call.base_url.rstrip("/") + self._path
-        return HttpRequest(url, body, headers, call_timeout(call), (call.api_key,))
+        timeout = call_timeout(call)
+        return HttpRequest(url, body, headers, timeout, (call.api_key,), call.while_waiting)
 
     async def complete(self, call: UpstreamCall) -> UpstreamReply:
         """A whole reply, checked to be a JSON object."""
