@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse
 
-from gateway.errors import MAX_MESSAGE_CHARS, FareboxError, send_error
+from gateway.errors import MAX_MESSAGE_CHARS, FareboxError, send_closing, send_error
 
 MESSAGES_PATH = "/v1/messages"
 
@@ -86,12 +86,4 @@ async def send_path_error(
     if not is_messages_path(path):
         await send_error(send, error, extra_headers)
         return
-    body = anthropic_error_bytes(error)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-        *extra_headers,
-    ]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_closing(send, error.status_code, anthropic_error_bytes(error), extra_headers)

@@ -268,14 +268,23 @@ async def send_error(
     Inside the app, `RequestIdMiddleware` adds `x-request-id`; a caller outside it (the
     connection cap) passes the header in `extra_headers`.
     """
-    body = error_bytes(error)
+    await send_closing(send, error.status_code, error_bytes(error), extra_headers)
+
+
+async def send_closing(
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+    status: int,
+    body: bytes,
+    extra_headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> None:
+    """Answer `status` with the JSON `body` on a raw ASGI `send`, and close the connection."""
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
         *extra_headers,
     ]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -229,6 +229,19 @@ def prepend(first: bytes, rest: AsyncIterator[bytes]) -> Prepended:
     return Prepended(first, rest)
 
 
+async def next_read(events: AsyncIterator[bytes]) -> list[bytes]:
+    """The events of `events`' next read (`SseEvents.batch`; one from any other source);
+    [] at the end. For the translating sources, which tell a read's events at once."""
+    batch = getattr(events, "batch", None)
+    if batch is not None:
+        read: list[bytes] = await batch()
+        return read
+    try:
+        return [await anext(events)]
+    except StopAsyncIteration:
+        return []
+
+
 def event_payload(event: bytes, where: str) -> dict[str, Any] | None:
     """An event's data as an object; None without data; a protocol error for anything else."""
     data = event_data(event)

@@ -15,11 +15,13 @@ from gateway.pipeline import quota
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.prefix import judge, remember
+from gateway.pipeline.prefix_pending import PendingPrefix
 from gateway.pipeline.price import price_usage, settle_tier, usage_of
 from gateway.pipeline.record import BookedCost, booked_cost, ledger_record, observe_metrics
 from gateway.pricing import PricingError
 from gateway.pricing.money import ZERO  # `Decimal(0)` built once: ~0.3 us a call
 from gateway.services import Services
+from gateway.upstream.base import UpstreamStream
 
 
 def settle(ctx: RequestContext, meter: Meter, error: FareboxError | None, cancelled: bool) -> None:
@@ -171,6 +173,26 @@ async def book_after(
         raise
     response.background = booking
     return response
+
+
+async def settle_or_book(
+    pending: PendingPrefix,
+    ctx: RequestContext,
+    meter: Meter,
+    services: Services,
+    stream: UpstreamStream | None = None,
+) -> None:
+    """`pending.settle()` once the upstream answered (the reply's headers carry the check's);
+    when the check raises, the paid call is booked all the same (its `stream` closed first),
+    then the error goes on."""
+    try:
+        pending.settle()
+    except BaseException:
+        if stream is not None:
+            await stream.aclose()
+        with Shield():
+            await finish(ctx, meter, services)
+        raise
 
 
 class Booking(BackgroundTask):

@@ -39,8 +39,9 @@ from gateway.pipeline.chat import first_event, json_response, route_timeouts
 from gateway.pipeline.context import BodyEdits
 from gateway.pipeline.entitle import check_model, entitle
 from gateway.pipeline.event_relay import prepend
-from gateway.pipeline.finish import book_after, finish
+from gateway.pipeline.finish import book_after, finish, settle_or_book
 from gateway.pipeline.identify import caller_id, identify
+from gateway.pipeline.measure import Meter
 from gateway.pipeline.messages_meter import MessagesMeter
 from gateway.pipeline.messages_prefix import start_messages_prefix
 from gateway.pipeline.messages_relay import MessagesRelay, MessagesRelayResponse
@@ -263,12 +264,7 @@ async def _complete(ctx: MessagesContext, services: Services, pending: PendingPr
             await finish(ctx, meter.meter, services, cancelled=True)
         raise
     meter.observe_message(reply.payload)
-    try:
-        pending.settle()  # ran while the upstream worked, or now; its error is raised here
-    except BaseException:
-        with Shield():
-            await finish(ctx, meter.meter, services)  # the paid call is booked all the same
-        raise
+    await settle_or_book(pending, ctx, meter.meter, services)
 
     def whole() -> Response:
         headers = _headers(ctx, reply.headers) | cost_headers(ctx)
@@ -291,13 +287,7 @@ async def _stream(ctx: MessagesContext, services: Services, pending: PendingPref
     adapter = AnthropicMessagesUpstream(services.upstreams.http)
     ctx.timings.upstream_sent = time.perf_counter()
     stream = await sent_with(pending, call, adapter, adapter.open_stream)
-    try:
-        pending.settle()  # the reply's headers carry the check's
-    except BaseException:
-        await stream.aclose()
-        with Shield():
-            await finish(ctx, MessagesMeter().meter, services)  # booked all the same
-        raise
+    await settle_or_book(pending, ctx, Meter(), services, stream)
     events = stream.events()
     first = await first_event(stream, events, call)
     relay = MessagesRelay(ctx, prepend(first, events), stream, services)

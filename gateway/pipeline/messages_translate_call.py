@@ -26,8 +26,9 @@ from gateway.drain import Shield
 from gateway.errors import InvalidRequestError
 from gateway.otel.propagation import upstream_headers as upstream_trace_headers
 from gateway.pipeline.chat import first_event, json_response, route_timeouts
-from gateway.pipeline.event_relay import Relayed
-from gateway.pipeline.finish import book_after, finish
+from gateway.pipeline.event_relay import Relayed, next_read
+from gateway.pipeline.finish import book_after, finish, settle_or_book
+from gateway.pipeline.measure import Meter
 from gateway.pipeline.messages_meter import MessagesMeter
 from gateway.pipeline.messages_relay import MessagesRelay
 from gateway.pipeline.messages_request import MessagesContext
@@ -108,12 +109,7 @@ async def complete_translated(
     message = to_message(reply.payload, ctx.alias, _stops(ctx))
     meter.reasoning_tokens = _reasoning(reply.payload.get("usage"))
     meter.observe_message(message)
-    try:
-        pending.settle()  # ran while the upstream worked, or now; its error is raised here
-    except BaseException:
-        with Shield():
-            await finish(ctx, meter.meter, services)  # the paid call is booked all the same
-        raise
+    await settle_or_book(pending, ctx, meter.meter, services)
 
     def whole() -> Response:
         body = with_cost(message, orjson.dumps(message), ctx)
@@ -133,13 +129,7 @@ async def open_translated(
     adapter = services.upstreams.adapter(call.route)
     ctx.timings.upstream_sent = time.perf_counter()
     stream: UpstreamStream = await sent_with(pending, call, adapter, adapter.open_stream)
-    try:
-        pending.settle()  # the reply's headers carry the check's
-    except BaseException:
-        await stream.aclose()
-        with Shield():
-            await finish(ctx, MessagesMeter().meter, services)  # booked all the same
-        raise
+    await settle_or_book(pending, ctx, Meter(), services, stream)
     cap = thinking_cap_for(ctx, call, services)
     if cap is not None:
         stream = CappedStream(stream, cap)
@@ -200,7 +190,7 @@ class TranslatedEvents:
             pending, self._pending = self._pending, []
             return pending
         while not self._ended:
-            chat_events = await self._next_read()
+            chat_events = await next_read(self._chat)
             if not chat_events:  # the chat stream ended before [DONE]: the relay says so
                 self._ended = True
                 return []
@@ -212,16 +202,6 @@ class TranslatedEvents:
             if out:
                 return out
         return []
-
-    async def _next_read(self) -> list[bytes]:
-        batch = getattr(self._chat, "batch", None)
-        if batch is not None:
-            events: list[bytes] = await batch()
-            return events
-        try:
-            return [await anext(self._chat)]
-        except StopAsyncIteration:
-            return []
 
     def _tell(self, event: bytes, out: list[Relayed]) -> None:
         data = event_data(event)

@@ -35,7 +35,7 @@ from gateway.pipeline.attempts import call_with_recovery
 from gateway.pipeline.chat import first_event, json_response, route_timeouts
 from gateway.pipeline.entitle import entitle, may_use
 from gateway.pipeline.event_relay import Source, event_payload, prepend
-from gateway.pipeline.finish import book_after, finish
+from gateway.pipeline.finish import book_after, finish, settle_or_book
 from gateway.pipeline.identify import identify
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.offload import on_loop, patch_size, sized
@@ -301,12 +301,7 @@ class _Sender:
                 sent, reply.payload, chat_meter.usage or Usage(), new_id("resp")
             )
             body = orjson.dumps(response)
-        try:
-            pending.settle()  # ran while the upstream worked, or now; its error is raised here
-        except BaseException:
-            with Shield():
-                await finish(ctx, meter.meter, services)  # the paid call is booked all the same
-            raise
+        await settle_or_book(pending, ctx, meter.meter, services)
 
         def kept() -> Awaitable[None]:  # before the reply: a next call may name it at once
             return self.keep(ctx, response)
@@ -333,13 +328,7 @@ class _Sender:
         )
         ctx.timings.upstream_sent = time.perf_counter()
         stream = await sent_with(self._pending, call, adapter, adapter.open_stream)
-        try:
-            self._pending.settle()  # the reply's headers carry the check's
-        except BaseException:
-            await stream.aclose()
-            with Shield():
-                await finish(ctx, ResponsesMeter().meter, services)  # booked all the same
-            raise
+        await settle_or_book(self._pending, ctx, Meter(), services, stream)
         cap = None if native else thinking_cap_for(ctx, call, services)
         if cap is not None:  # cut on the chat stream, before it is told as Responses events
             stream = CappedStream(stream, cap)

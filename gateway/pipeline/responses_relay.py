@@ -23,6 +23,7 @@ from gateway.pipeline.event_relay import (
     Relayed,
     Source,
     event_payload,
+    next_read,
 )
 from gateway.pipeline.measure import Meter
 from gateway.pipeline.responses_meter import ENDS, ResponsesMeter
@@ -82,7 +83,7 @@ class TranslatedResponses:
             ready = getattr(self._chat, "ready", None)  # what the first one's read brought
             self._tell([first, *ready()] if ready is not None else [first], out)
         while not out and not self._ended:
-            chat_events = await self._next_read()
+            chat_events = await next_read(self._chat)
             if not chat_events:
                 self._ended = True
                 break
@@ -91,16 +92,6 @@ class TranslatedResponses:
             failed, self._failed = self._failed, None
             raise failed
         return out
-
-    async def _next_read(self) -> list[bytes]:
-        batch = getattr(self._chat, "batch", None)
-        if batch is not None:
-            events: list[bytes] = await batch()
-            return events
-        try:
-            return [await anext(self._chat)]
-        except StopAsyncIteration:
-            return []
 
     def _tell(self, chat_events: list[bytes], out: list[Relayed]) -> None:
         teller = self._teller

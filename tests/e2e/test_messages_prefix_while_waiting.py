@@ -10,32 +10,20 @@ with an action (`anthropic_cache_control`, `strict`) still checks before sending
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import anthropic
-import httpx
 import pytest
 
 from gateway.pipeline import prefix, prefix_pending, wire_prefix
 from tests.conftest import SimControl
 from tests.e2e.conftest import ANTHROPIC_KEY, Gateway
+from tests.e2e.upstream_seen import upstream_had_it
 
 GUIDE = "You are the billing agent. Follow the runbook exactly. " * 200  # over 1,024 tokens
 SYSTEM = [{"type": "text", "text": GUIDE, "cache_control": {"type": "ephemeral"}}]
 TURNS = [{"role": "user", "content": "Check invoice 7."}]
-
-
-def _upstream_had_it(sim: SimControl, before: int) -> bool:
-    """Whether the simulator logs a request past `before` within a second (the gateway's
-    loop is held meanwhile: only a request already written can reach it)."""
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        if len(httpx.get(f"{sim.url}/sim/requests", timeout=5).json()) > before:
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def _watch_checks(monkeypatch: pytest.MonkeyPatch, sim: SimControl, before: int) -> list[bool]:
@@ -44,7 +32,7 @@ def _watch_checks(monkeypatch: pytest.MonkeyPatch, sim: SimControl, before: int)
     real = wire_prefix.observe_wire
 
     def check(*args: Any, **kwargs: Any) -> Any:
-        runs.append(_upstream_had_it(sim, before))
+        runs.append(upstream_had_it(sim, before))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(wire_prefix, "observe_wire", check)
@@ -100,7 +88,7 @@ def _watch_chat_checks(
 
     def watched(kind: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def check(*args: Any, **kwargs: Any) -> Any:
-            runs.append((kind, _upstream_had_it(sim, before)))
+            runs.append((kind, upstream_had_it(sim, before)))
             return real(*args, **kwargs)
 
         return check

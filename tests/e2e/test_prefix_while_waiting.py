@@ -24,6 +24,7 @@ from gateway.ledger.models import RequestRow
 from gateway.pipeline import prefix, prefix_pending
 from tests.conftest import SimControl
 from tests.e2e.conftest import Gateway, GatewayFactory
+from tests.e2e.upstream_seen import upstream_had_it
 from tests.redis_service import require_redis
 
 GUIDE = "You are the billing agent. Follow the runbook exactly. " * 60
@@ -32,17 +33,6 @@ MESSAGES = [{"role": "system", "content": GUIDE}, {"role": "user", "content": "C
 VOLATILE_HEADERS = {"x-request-id", "date", "x-farebox-upstream-ms", "server-timing"}
 VOLATILE_COLUMNS = {"id", "request_id", "created_at", "task_id", "ttft_ms", "ttfat_ms"}
 VOLATILE_COLUMNS |= {"duration_ms", "decode_tps", "caller"}  # each run its own caller
-
-
-def _upstream_had_it(sim: SimControl, before: int) -> bool:
-    """Whether the simulator logs a request past `before` within a second (the gateway's
-    loop is held meanwhile: only a request already written can reach it)."""
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        if len(httpx.get(f"{sim.url}/sim/requests", timeout=5).json()) > before:
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def _watch_checks(
@@ -54,7 +44,7 @@ def _watch_checks(
 
     def watched(kind: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def check(*args: Any, **kwargs: Any) -> Any:
-            runs.append((kind, before is not None and _upstream_had_it(sim, before)))
+            runs.append((kind, before is not None and upstream_had_it(sim, before)))
             return real(*args, **kwargs)
 
         return check
@@ -284,7 +274,7 @@ def test_a_task_s_large_steps_check_once_the_upstream_has_them(
 
     def watched(kind: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def check(*args: Any, **kwargs: Any) -> Any:  # the sim logs requests in order
-            runs.append((kind, _upstream_had_it(sim, before=len(runs))))
+            runs.append((kind, upstream_had_it(sim, before=len(runs))))
             return real(*args, **kwargs)
 
         return check

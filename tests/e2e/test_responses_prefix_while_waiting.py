@@ -6,18 +6,17 @@ when the check ran before the call; a strict route still refuses before sending.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from gateway.pipeline import prefix, prefix_pending, wire_prefix
 from tests.conftest import SimControl
 from tests.e2e.conftest import Gateway, GatewayFactory
+from tests.e2e.upstream_seen import upstream_had_it
 
 GUIDE = "You are the billing agent. Follow the runbook exactly. " * 200
 CONFIG = """
@@ -39,24 +38,13 @@ def gateway(make_gateway: GatewayFactory, sim: SimControl, tmp_path: Path) -> Ga
     return make_gateway(config=config)
 
 
-def _upstream_had_it(sim: SimControl, before: int) -> bool:
-    """Whether the simulator logs a request past `before` within a second (the gateway's
-    loop is held meanwhile: only a request already written can reach it)."""
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        if len(httpx.get(f"{sim.url}/sim/requests", timeout=5).json()) > before:
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def _watch(monkeypatch: pytest.MonkeyPatch, sim: SimControl, before: int) -> list[bool]:
     """Each check run (forwarded or translated): whether the upstream had the request."""
     runs: list[bool] = []
 
     def watched(real: Callable[..., Any]) -> Callable[..., Any]:
         def check(*args: Any, **kwargs: Any) -> Any:
-            runs.append(_upstream_had_it(sim, before))
+            runs.append(upstream_had_it(sim, before))
             return real(*args, **kwargs)
 
         return check

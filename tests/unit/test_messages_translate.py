@@ -13,6 +13,7 @@ from gateway.errors import InvalidRequestError
 from gateway.pipeline.messages_stream_translate import StreamTranslator
 from gateway.pipeline.messages_translate import to_chat, to_message
 from gateway.pipeline.messages_translate_call import TranslatedEvents
+from tests.chat_reads import Reads
 
 SCHEMA = {"type": "object", "required": ["b"], "properties": {"b": {}, "a": {}}}
 
@@ -263,22 +264,6 @@ def test_the_stream_glue_ends_at_done_and_turns_an_in_band_error_into_an_error_e
     assert "message_stop" not in [e["type"] for e in cut]
 
 
-class _Reads:
-    """A chat event source read by read (`batch`, as `SseEvents`): one list per read."""
-
-    def __init__(self, *reads: list[bytes]) -> None:
-        self.reads = list(reads)
-
-    async def batch(self) -> list[bytes]:
-        return self.reads.pop(0) if self.reads else []
-
-    def __aiter__(self) -> _Reads:  # pragma: no cover - the batches are read
-        return self
-
-    async def __anext__(self) -> bytes:  # pragma: no cover - the batches are read
-        raise StopAsyncIteration
-
-
 def test_a_read_of_chat_events_is_told_at_once_with_each_events_object() -> None:
     def chat(data: bytes) -> bytes:
         return b"data: " + data + b"\n\n"
@@ -288,7 +273,7 @@ def test_a_read_of_chat_events_is_told_at_once_with_each_events_object() -> None
 
     async def run() -> tuple[bytes, list[Any], list[Any], list[Any]]:
         events = TranslatedEvents(
-            _Reads([first, b": keep-alive\n\n"], [second, chat(b"[DONE]")]),
+            Reads([first, b": keep-alive\n\n"], [second, chat(b"[DONE]")]),
             StreamTranslator("chat", input_estimate=3),
         )
         taken = await anext(events)  # as `first_event` takes it

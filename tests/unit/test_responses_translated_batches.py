@@ -14,25 +14,7 @@ from gateway.errors import UpstreamProtocolError
 from gateway.pipeline.event_relay import Relayed
 from gateway.pipeline.responses_relay import TranslatedResponses
 from gateway.upstream.responses_stream import ChatToResponses
-
-
-class _Reads:
-    """A chat event source read by read (`batch` and `ready`, as `SseEvents`)."""
-
-    def __init__(self, *reads: list[bytes]) -> None:
-        self.reads = list(reads)
-
-    def ready(self) -> list[bytes]:
-        return []
-
-    async def batch(self) -> list[bytes]:
-        return self.reads.pop(0) if self.reads else []
-
-    def __aiter__(self) -> _Reads:  # pragma: no cover - the batches are read
-        return self
-
-    async def __anext__(self) -> bytes:  # pragma: no cover - the batches are read
-        raise StopAsyncIteration
+from tests.chat_reads import Reads
 
 
 def _chat(payload: dict[str, Any] | bytes) -> bytes:
@@ -47,7 +29,7 @@ USAGE = _chat({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens":
 
 def _translated(*reads: list[bytes]) -> TranslatedResponses:
     teller = ChatToResponses({"model": "chat"}, "resp_1", 0)
-    return TranslatedResponses(FIRST, _Reads(*reads), teller, "chat")
+    return TranslatedResponses(FIRST, Reads(*reads), teller, "chat")
 
 
 async def _all(events: TranslatedResponses) -> list[list[Relayed]]:
