@@ -119,6 +119,7 @@ bench: $(VENV)/.installed-test $(VENV)/.bytecode services $(LITELLM_VENV)/.insta
 	$(BIN)/python bench/gateway_overshoot.py
 	$(BIN)/python bench/key_check.py
 	$(BIN)/python bench/hotpath.py --quick --profile
+	$(BIN)/python bench/api_c1.py -n 1000 --pairs 1
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
