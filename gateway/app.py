@@ -121,7 +121,9 @@ def create_app(
     include_routers(app, defer=defer_routes)  # first: the innermost middleware, if any
     _install_error_handlers(app)
     app.add_middleware(JsonBodyMiddleware)  # every body is JSON, content-type or not
-    endpoint = chat.ChatEndpoint()  # the chat lane's; the guard and auth below wrap it
+    # The fronts call the guard's `read` and the auth's `admit` below, never these as
+    # ASGI apps; called as apps, they would serve chat (`ChatEndpoint`).
+    endpoint = chat.ChatEndpoint()
     guard = BodyGuard(
         endpoint,
         prompt_limit=settings.max_body_bytes,
