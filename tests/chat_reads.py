@@ -1,16 +1,13 @@
-"""A chat event source read by read, as `SseEvents` gives them (`batch`, `ready`)."""
+"""A chat event source read by read, as `SseEvents` gives them (`batch`)."""
 
 from __future__ import annotations
 
 
 class Reads:
-    """One list of SSE events per upstream read; `ready` has nothing read ahead."""
+    """One list of SSE events per upstream read."""
 
     def __init__(self, *reads: list[bytes]) -> None:
         self.reads = list(reads)
-
-    def ready(self) -> list[bytes]:
-        return []
 
     async def batch(self) -> list[bytes]:
         return self.reads.pop(0) if self.reads else []

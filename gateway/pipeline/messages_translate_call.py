@@ -152,7 +152,7 @@ class TranslatedEvents:
     `meter` is told the chat usage's reasoning count before `message_delta` reports it.
     """
 
-    __slots__ = ("_chat", "_ended", "_meter", "_pending", "_taken", "_translator")
+    __slots__ = ("_chat", "_ended", "_meter", "_pending", "_taken", "_translator", "_unread")
 
     def __init__(
         self,
@@ -164,6 +164,7 @@ class TranslatedEvents:
         self._translator = translator
         self._meter = meter
         self._pending: list[Relayed] = []
+        self._unread: list[bytes] = []  # chat events read, not told yet
         self._taken: Relayed | None = None
         self._ended = False
 
@@ -171,10 +172,19 @@ class TranslatedEvents:
         return self
 
     async def __anext__(self) -> bytes:
-        if not self._pending:
-            self._pending = await self.relayed_batch()
-            if not self._pending:
-                raise StopAsyncIteration
+        """The next event's bytes, telling no more chat events than it takes: the first
+        event goes out before the rest of its read is translated."""
+        while not self._pending:
+            if not self._unread:
+                if self._ended:
+                    raise StopAsyncIteration
+                self._unread = await next_read(self._chat)
+                if not self._unread:
+                    self._ended = True
+                    raise StopAsyncIteration
+            self._tell(self._unread.pop(0), self._pending)
+            if self._ended:
+                self._unread = []
         self._taken = self._pending.pop(0)
         return self._taken[0]
 
@@ -185,12 +195,13 @@ class TranslatedEvents:
             self._taken = None
 
     async def relayed_batch(self) -> list[Relayed]:
-        """The Anthropic events of the next upstream read; [] at the end (or a cut)."""
+        """The Anthropic events told and not taken, else those of the next upstream read;
+        [] at the end (or a cut)."""
         if self._pending:
             pending, self._pending = self._pending, []
             return pending
         while not self._ended:
-            chat_events = await next_read(self._chat)
+            chat_events, self._unread = self._unread or await next_read(self._chat), []
             if not chat_events:  # the chat stream ended before [DONE]: the relay says so
                 self._ended = True
                 return []

@@ -78,10 +78,9 @@ class TranslatedResponses:
         if self._failed is not None:
             failed, self._failed = self._failed, None
             raise failed
-        if self._first is not None:
+        if self._first is not None:  # alone: it goes out before the rest of its read
             first, self._first = self._first, None
-            ready = getattr(self._chat, "ready", None)  # what the first one's read brought
-            self._tell([first, *ready()] if ready is not None else [first], out)
+            self._tell([first], out)
         while not out and not self._ended:
             chat_events = await next_read(self._chat)
             if not chat_events:

@@ -303,6 +303,30 @@ def test_a_read_of_chat_events_is_told_at_once_with_each_events_object() -> None
     assert end == []  # after [DONE]
 
 
+def test_the_first_event_goes_out_before_the_rest_of_its_read_is_translated() -> None:
+    """`first_event` takes one event: only the first chat event of the read is told for
+    it; the rest of that read is told at once with the relay's next batch."""
+
+    def chat(text: str) -> bytes:
+        return b"data: " + orjson.dumps({"choices": [{"delta": {"content": text}}]}) + b"\n\n"
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        events = TranslatedEvents(
+            Reads([chat("a"), chat("b"), chat("c")]), StreamTranslator("chat", input_estimate=3)
+        )
+        await anext(events)
+        events.requeue_taken()
+        return await events.relayed_batch(), await events.relayed_batch()
+
+    first, rest = asyncio.run(run())
+    assert [told["type"] for _, told in first] == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+    ]
+    assert [told["delta"]["text"] for _, told in rest] == ["b", "c"]
+
+
 def test_a_mid_conversation_system_message_stays_where_it_stands() -> None:
     turns: Any = [
         {"role": "user", "content": "hi"},
