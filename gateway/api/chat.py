@@ -66,7 +66,7 @@ async def forward(scope: Scope, raw: bytes, services: Services) -> Response:
     except Exception:
         await _release(ctx)
         raise
-    release_after(response, len(raw), lambda: _release(ctx))
+    release_after(response, len(raw), _release, ctx)
     return response
 
 

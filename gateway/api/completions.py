@@ -47,7 +47,7 @@ async def respond(scope: Scope, raw: bytes, services: Services, kind: Kind) -> R
         kind=kind,
     )
     response = await handle_completions(ctx, services)
-    release_after(response, len(raw), lambda: _release(ctx))
+    release_after(response, len(raw), _release, ctx)
     return response
 
 

@@ -58,7 +58,7 @@ async def respond(scope: Scope, raw: bytes, services: Services, handle: Handler)
         log.exception("unhandled error on %s (%s)", scope["path"], request_id)
         internal = FareboxError("internal gateway error; see the gateway log")
         return anthropic_error_response(internal, request_id)
-    release_after(response, len(raw), lambda: _release(ctx))
+    release_after(response, len(raw), _release, ctx)
     return response
 
 

@@ -3,29 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from gateway.pipeline.offload import RELEASE_BYTES
 
-Free = Callable[[], Awaitable[None]]
+Free = Callable[[Any], Awaitable[None]]
 
 
-def release_after(response: Response, size: int, free: Free) -> None:
-    """Run `free` after `response`'s last byte and its own background (a whole reply's
+def release_after(response: Response, size: int, free: Free, ctx: Any) -> None:
+    """Run `free(ctx)` after `response`'s last byte and its own background (a whole reply's
     booking), for a body over `RELEASE_BYTES`. A smaller body's parse is freed with the
-    request, where `release` would leave it anyway: no task per request for nothing."""
+    request, where `release` would leave it anyway: no task (nor closure) for nothing."""
     if size > RELEASE_BYTES:
-        response.background = _Release(free, response.background)
+        response.background = _Release(free, ctx, response.background)
 
 
 class _Release(BackgroundTask):
-    """`BackgroundTask(free)` without Starlette's check that `free` is async, after the
-    response's own background when it has one."""
+    """`BackgroundTask(free, ctx)` without Starlette's check that `free` is async, after
+    the response's own background when it has one."""
 
-    def __init__(self, free: Free, before: BackgroundTask | None) -> None:
-        self.free = free  # no super().__init__: see above
+    def __init__(self, free: Free, ctx: Any, before: BackgroundTask | None) -> None:
+        self.free, self.ctx = free, ctx  # no super().__init__: see above
         self.before = before
 
     async def __call__(self) -> None:
@@ -33,4 +34,4 @@ class _Release(BackgroundTask):
             if self.before is not None:
                 await self.before()
         finally:
-            await self.free()
+            await self.free(self.ctx)

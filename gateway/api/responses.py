@@ -43,7 +43,7 @@ async def respond(scope: Scope, raw: bytes, services: Services) -> Response:
         principal=principal_of(scope),
     )
     response = await handle_responses(ctx, services)
-    release_after(response, len(raw), lambda: _release(ctx))
+    release_after(response, len(raw), _release, ctx)
     return response
 
 

@@ -65,12 +65,8 @@ async def handle_chat(ctx: RequestContext, services: Services) -> Response:
     # On a route that only observes, the check's CPU part runs while the upstream works.
     pending = await start_prefix_check(ctx, services.prefix_checker, services.state, rule)
     limits = quota.limits_of(ctx, services)  # most requests have none: nothing to await
-    if limits:
-        try:
-            await quota.hold(ctx, services, limits, pending.settle)  # refused: not sent, nor booked
-        except BaseException:
-            pending.run_now()  # the error's reply carries the prefix headers, as before
-            raise
+    if limits:  # the check settles first: a refusal's reply carries its headers
+        await quota.hold(ctx, services, limits, pending.settle)  # refused: not sent, nor booked
     send = partial(_stream if ctx.stream else _complete, pending=pending)
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)

@@ -107,12 +107,8 @@ async def handle_messages(ctx: MessagesContext, services: Services) -> Response:
     # while the upstream reads the request (`start_messages_prefix`).
     pending = await start_messages_prefix(ctx, services.prefix_checker, services.state, rule)
     limits = quota.limits_of(ctx, services)  # most requests have none: nothing to await
-    if limits:
-        try:
-            await quota.hold(ctx, services, limits, pending.settle)  # refused: not sent, nor booked
-        except BaseException:
-            pending.run_now()  # the error's reply carries the prefix headers, as before
-            raise
+    if limits:  # the check settles first: a refusal's reply carries its headers
+        await quota.hold(ctx, services, limits, pending.settle)  # refused: not sent, nor booked
     send = partial(_stream if ctx.stream else _complete, pending=pending)
     try:
         return await call_with_recovery(ctx, services, decision, base_edits, send)

@@ -195,7 +195,8 @@ async def hold(
     scopes: tuple[ScopeLimits, ...],
     prefix_ready: Callable[[], None] | None = None,
 ) -> None:
-    """`reserve` for the `scopes` that apply (`limits_of`, not empty)."""
+    """`reserve` for the `scopes` that apply (`limits_of`, not empty). `prefix_ready` runs
+    first, before anything can fail or be cut: the check has run however the hold ends."""
     if prefix_ready is not None:
         prefix_ready()
     worst = worst_case(ctx, services)

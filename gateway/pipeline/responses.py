@@ -119,12 +119,8 @@ async def handle_responses(ctx: ResponsesContext, services: Services) -> Respons
         ctx, services.prefix_checker, services.state, rule, native_route(ctx)
     )
     limits = quota.limits_of(ctx, services)  # most requests have none: nothing to await
-    if limits:
-        try:
-            await quota.hold(ctx, services, limits, pending.settle)  # refused: not sent, nor booked
-        except BaseException:
-            pending.run_now()  # the error's reply carries the prefix headers, as before
-            raise
+    if limits:  # the check settles first: a refusal's reply carries its headers
+        await quota.hold(ctx, services, limits, pending.settle)  # refused: not sent, nor booked
     sender = _Sender(store, pending)
     send = sender.stream if ctx.stream else sender.complete
     try:
