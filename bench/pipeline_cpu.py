@@ -162,6 +162,10 @@ def _measure(
         except subprocess.TimeoutExpired:  # a drain still waiting on a stream
             proc.kill()
             proc.wait()
+        if cg_dir is not None and args.keep_callgrind:  # for callgrind_annotate
+            Path(args.keep_callgrind).mkdir(parents=True, exist_ok=True)
+            for dump in cg_dir.glob("cg.*"):
+                shutil.move(dump, Path(args.keep_callgrind) / f"{name}.{dump.name}")
         if cg_dir is not None:
             shutil.rmtree(cg_dir, ignore_errors=True)
 
@@ -179,6 +183,7 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=60)
     parser.add_argument("--profile")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--keep-callgrind", help="with --callgrind: keep the dumps here")
     parser.add_argument("--only", choices=("farebox", "minproxy"))
     parser.add_argument("--src", help="run the gateway from this checkout instead")
     parser.add_argument("--direct", action="store_true", help="also load the mock directly")

@@ -131,8 +131,8 @@ def _upgrade(connection: Connection, config: Config, revision: str) -> None:
 async def migrate(url: str | URL | None = None, revision: str = "head") -> None:
     """Apply the ledger's Alembic migrations to the database at `url` (default: head).
 
-    A new SQLite ledger is copied from the template an earlier migration kept, when there
-    is one (gateway/ledger/template.py), and kept as that template when there is not.
+    A new SQLite ledger at head is built from the migrations' schema script instead
+    (gateway/ledger/template.py); a `revision` named, even head's, runs the migrations.
     """
     path = _sqlite_path(url) if revision == "head" else None
     head = head_revision() if path is not None else ""  # read once: it scans every migration
@@ -149,8 +149,6 @@ async def migrate(url: str | URL | None = None, revision: str = "head") -> None:
             await connection.run_sync(_upgrade, alembic_config(url), revision)
     finally:
         await engine.dispose()
-    if fresh is not None:
-        template.keep(fresh, head)
 
 
 def _sqlite_path(url: str | URL | None) -> Path | None:

@@ -1,16 +1,17 @@
-"""A new SQLite ledger copied from one the migrations built before, instead of migrated again.
+"""A new SQLite ledger created from the migrations' schema, kept in the package, not migrated.
 
 Bringing an empty SQLite file to the newest schema runs Alembic: its imports and the nine
-migrations cost ~0.3 s of CPU before the first request (docs/performance.md, start-up fifth
-pass), every time a gateway starts on a ledger that does not exist yet. After such a
-migration the empty ledger is kept, through SQLite's backup API, in the per-user cache
-(`$XDG_CACHE_HOME/farebox`, else `~/.cache/farebox`), named by the schema's head revision
-and the SQLite library's version; the next new ledger is a copy of it (~1-2 ms). The copy
-is the migrations' own output, byte for byte in its schema (tests/ledger/
-test_ledger_template.py compares `sqlite_master` with a migrated file's), and it holds no
-rows but Alembic's version row. Any failure (no home, a read-only cache, a damaged
-template) leaves the migrations to do it, as before; `FAREBOX_LEDGER_TEMPLATE=0` turns
-the cache off.
+migrations cost ~0.3-0.6 s of CPU before the first request (docs/performance.md, start-up
+fifth pass and the 2026-12-03 start-up note), on every new ledger. The schema they build
+is kept beside them instead, as the SQL that SQLite recorded for each table and index
+(`sqlite_schema.sql`, headed by the revision it is at, written by
+`python -m gateway.ledger.write_schema` from a migrated file); a new ledger is that script run
+into a scratch file and linked into place (~2 ms, no Alembic, no cache folder: the first
+start on a new machine or in a new container is as quick as any). tests/ledger/
+test_ledger_template.py checks that the script is at the migrations' head and that what
+it builds is what they build, table for table and index for index. A script behind head
+(a migration added without writing it again), or any failure, leaves the migrations to
+do it, as before; `FAREBOX_LEDGER_TEMPLATE=0` turns the script off.
 """
 
 from __future__ import annotations
@@ -21,28 +22,27 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
+SCHEMA = Path(__file__).with_name("sqlite_schema.sql")
+_HEAD_MARK = "-- head: "
+_WRITTEN_BY = "Written by `python -m gateway.ledger.write_schema`"
 _OFF = {"0", "false", "no", "off"}
 
 
-def cache_dir() -> Path | None:
-    """Where templates are kept, or None when this user has no cache folder."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    if base:
-        return Path(base) / "farebox"
-    try:
-        return Path.home() / ".cache" / "farebox"
-    except RuntimeError:  # no HOME and no passwd entry
-        return None
-
-
-def template_path(head: str) -> Path | None:
-    """The template for schema `head` with this SQLite library, or None when it is off."""
+def schema_script(head: str) -> str | None:
+    """The schema script when it is at `head` and turned on, else None."""
     if os.environ.get("FAREBOX_LEDGER_TEMPLATE", "1").strip().lower() in _OFF:
         return None
-    folder = cache_dir()
-    if folder is None:
+    try:
+        script = SCHEMA.read_text(encoding="utf-8")
+    except OSError:
         return None
-    return folder / f"ledger-{head}-sqlite{sqlite3.sqlite_version}.db"
+    return script if script_head(script) == head else None
+
+
+def script_head(script: str) -> str | None:
+    """The revision a schema script says it is at (its first line), or None."""
+    first = script.split("\n", 1)[0]
+    return first[len(_HEAD_MARK) :].strip() if first.startswith(_HEAD_MARK) else None
 
 
 def is_new(path: Path) -> bool:
@@ -51,19 +51,21 @@ def is_new(path: Path) -> bool:
 
 
 def copy_into(path: Path, head: str) -> bool:
-    """Create the ledger at `path` from the template for `head`; False when it cannot.
+    """Create the ledger at `path` from the schema script at `head`; False when it cannot.
 
-    The copy is written beside `path` and linked into place, so a ledger another process
+    The ledger is built beside `path` and linked into place, so a ledger another process
     created in the meantime is never overwritten (the link fails and the migrations run,
     finding it at head or bringing it there).
     """
-    template = template_path(head)
-    if template is None or not template.is_file():
+    script = schema_script(head)
+    if script is None:
         return False
     scratch = path.with_name(f".{path.name}.{os.getpid()}.template")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _backup(_read_only(template), scratch)
+        with contextlib.suppress(OSError):
+            scratch.unlink()  # a crashed start's leftover of the same pid
+        _run_script(script, scratch)
         if recorded_version(scratch) != head:
             return False
         os.link(scratch, path)
@@ -75,38 +77,31 @@ def copy_into(path: Path, head: str) -> bool:
             scratch.unlink()
 
 
-def keep(path: Path, head: str) -> None:
-    """Keep the ledger just migrated at `path` (still empty) as the template for `head`."""
-    template = template_path(head)
-    if template is None or template.exists():
-        return
-    scratch = template.with_name(f".{template.name}.{os.getpid()}")
+def _run_script(script: str, target: Path) -> None:
+    """Run `script` into the new file `target`, in one transaction, with a rollback journal
+    (the engine turns WAL on at its first connection, as for any new file)."""
+    connection = sqlite3.connect(target, isolation_level=None)
     try:
-        template.parent.mkdir(parents=True, exist_ok=True)
-        _backup(_read_only(path), scratch)
-        if recorded_version(scratch) == head:
-            os.replace(scratch, template)
-    except (OSError, sqlite3.Error):
-        pass  # no template: the next new ledger is migrated, as this one was
+        connection.executescript(f"BEGIN;\n{script}\nCOMMIT;")
     finally:
-        with contextlib.suppress(OSError):
-            scratch.unlink()
+        connection.close()
 
 
-def _backup(source_uri: str, target: Path) -> None:
-    """Copy the database at `source_uri` into a new file `target` (SQLite's backup API)."""
-    source = sqlite3.connect(source_uri, uri=True)
+def dump_schema(path: Path, head: str) -> str:
+    """The schema script of the migrated ledger at `path`: what SQLite recorded for each
+    table, index and trigger, in the order they were made, and the Alembic row."""
+    connection = sqlite3.connect(_read_only(path), uri=True)
     try:
-        destination = sqlite3.connect(target)
-        try:
-            source.backup(destination)
-            # A rollback journal in the file, whatever the source used: the engine turns
-            # WAL on at its first connection, and the file then stands alone.
-            destination.execute("PRAGMA journal_mode=DELETE")
-        finally:
-            destination.close()
+        rows = connection.execute(
+            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+        ).fetchall()
     finally:
-        source.close()
+        connection.close()
+    lines = [f"{_HEAD_MARK}{head}", f"-- {_WRITTEN_BY}: do not edit."]
+    lines += [f"{sql};" for (sql,) in rows]
+    lines.append(f"INSERT INTO alembic_version (version_num) VALUES ('{head}');")
+    return "\n".join(lines) + "\n"
 
 
 def recorded_version(path: Path) -> str | None:
