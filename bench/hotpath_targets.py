@@ -54,6 +54,25 @@ rules:
     max_tokens: {{default: 1024}}
 """
 
+CLAUDE_MODEL, CLAUDE_UPSTREAM = "bench-claude", "claude-mock"
+ANTHROPIC_KEY_ENV = "FAREBOX_BENCH_ANTHROPIC_KEY"
+NATIVE_ROUTE = """\
+  {model}: {{provider: anthropic, model: {upstream}, base_url: "{base}", api_key_env: {key}}}
+"""
+
+
+def with_native_route(config: str, base: str) -> str:
+    """`config` (FAREBOX_CONFIG) plus a `provider: anthropic` route to bench/hotpath_mock.py's
+    Messages API at `base` (http://host:port): /v1/messages forwarded natively, as Claude
+    Code's requests usually are. The gateway then loads litellm too (for chat requests to
+    that route), in the background: wait for /readyz before measuring."""
+    route = NATIVE_ROUTE.format(
+        model=CLAUDE_MODEL, upstream=CLAUDE_UPSTREAM, base=base, key=ANTHROPIC_KEY_ENV
+    )
+    price = f"  {CLAUDE_MODEL}: {{input: 3, output: 15}}\n"
+    return config.replace("\nprices:\n", f"\n{route}prices:\n{price}", 1)
+
+
 LITELLM_CONFIG = """\
 # bench/hotpath.py: LiteLLM's best case, one model on the mock, no database, no callbacks.
 model_list:

@@ -1,11 +1,14 @@
 """Instructions a chat request costs in-process: to its first body message, and after it.
 
 Run: `python bench/stream_instructions.py [--src DIR] [--pairs 3] [-n 200] [--warm 150]
-[--whole] [--config hot] [--api chat|messages|responses|completions] [--keep]`.
+[--whole] [--config hot] [--api chat|messages|messages-native|responses|completions]
+[--keep]`.
 
 `--api` sends the same small request in another API's wire (`PATHS`, `_body`): with
 `--config hot` /v1/messages and /v1/responses reach the mock translated to chat
 completions; /v1/completions needs an upstream /v1/completions, which the mock lacks.
+`--api messages-native` sends the Messages request to a `provider: anthropic` route on
+bench/hotpath_mock.py's Messages API (forwarded natively, Claude Code's usual path).
 
 For the TTFT at concurrency 1, what counts is the work on the loop before a stream's
 first event is sent; whole-process counts (`bench/pipeline_cpu.py --callgrind`) mix it
@@ -41,6 +44,7 @@ runs this with it).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ctypes
 import json
 import os
@@ -81,6 +85,7 @@ PATHS = {
     "messages": "/v1/messages",
     "responses": "/v1/responses",
     "completions": "/v1/completions",
+    "messages-native": "/v1/messages",
 }
 """Each `--api`'s path. The mock serves chat completions only: the hot config's route is
 OpenAI-wire, so /v1/messages and /v1/responses reach it translated to chat; /v1/completions
@@ -90,8 +95,9 @@ goes to the upstream's own /v1/completions, which the mock answers with a 404.""
 def _body(i: int, stream: bool, api: str = "chat") -> bytes:
     """perf-floor's loadgen request, or the same small request in `api`'s wire."""
     prompt = f"Say hello (request {i})."
-    body: dict[str, Any] = {"model": "bench-gpt"}
-    if api == "messages":  # as the Anthropic SDK sends it (no Claude Code session header)
+    body: dict[str, Any] = {"model": "bench-claude" if api == "messages-native" else "bench-gpt"}
+    if api in ("messages", "messages-native"):  # as the Anthropic SDK sends it (no Claude
+        # Code session header)
         body |= {"max_tokens": 64, "messages": [{"role": "user", "content": prompt}]}
     elif api == "responses":  # as the OpenAI SDK sends it: `store` left to its default
         body |= {"input": prompt, "max_output_tokens": 64}
@@ -113,7 +119,7 @@ def _scope_for(state: dict[str, Any], body: bytes, api: str) -> dict[str, Any]:
     scope = _scope(state, body)
     path = PATHS[api]
     scope["path"], scope["raw_path"] = path, path.encode()
-    if api == "messages":
+    if api in ("messages", "messages-native"):
         scope["headers"] = [*scope["headers"], (b"anthropic-version", b"2023-06-01")]
     return scope
 
@@ -158,7 +164,7 @@ async def _one(
 
 
 async def _child(args: argparse.Namespace, port: int) -> None:
-    from hotpath_targets import FAREBOX_CONFIG
+    from hotpath_targets import ANTHROPIC_KEY_ENV, FAREBOX_CONFIG, with_native_route
     from pipeline_inproc import PLAIN
 
     from gateway.app import create_app
@@ -168,6 +174,9 @@ async def _child(args: argparse.Namespace, port: int) -> None:
     config = data / "config.yaml"
     base = f"http://127.0.0.1:{port}/v1"
     hot = FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
+    if args.api == "messages-native":  # its route added to the hot config
+        hot = with_native_route(hot, base.removesuffix("/v1"))
+        os.environ[ANTHROPIC_KEY_ENV] = "sk-ant-bench"
     config.write_text(hot if args.config == "hot" else PLAIN.format(port=port))
     quiet: dict[str, Any] = (
         {"ledger_flush_interval": 1000.0, "keys_refresh_s": 3600.0} if args.quiet_timers else {}
@@ -180,6 +189,8 @@ async def _child(args: argparse.Namespace, port: int) -> None:
         watch = getattr(app.state, "loop_watch", None)
         if args.quiet_timers and watch is not None:
             await watch.__aexit__(None, None, None)  # its 200 Hz timer stops
+        while state["services"].upstreams.warming:  # litellm loading beside the loop
+            await asyncio.sleep(0.05)
         for i in range(args.warm):
             await _one(app, state, _body(i, stream, args.api), window, args.api)
         for name in WINDOWS:
@@ -265,8 +276,12 @@ def main() -> None:
         uvloop.run(_child(args, args.port))
         return
     port = _free_port()
-    mock_command = [sys.executable, str(args.floor / "mock_upstream.py"), "--port", str(port)]
-    mock = subprocess.Popen(["taskset", "-c", "0", *mock_command], stdout=subprocess.DEVNULL)
+    mock_command = [sys.executable, str(ROOT / "bench" / "hotpath_mock.py"), "--port", str(port)]
+    mock = subprocess.Popen(
+        ["taskset", "-c", "0", *mock_command],
+        stdout=subprocess.DEVNULL,
+        env=os.environ | {"FAREBOX_PERF_FLOOR": str(args.floor)},
+    )
     try:
         library = _markers(Path(tempfile.mkdtemp(prefix="cg-markers-")))
         trees = [ROOT] + ([Path(args.src)] if args.src else [])

@@ -246,6 +246,56 @@ def _read_openai(usage: dict[str, Any]) -> Usage:
 
 def usage_from_anthropic(usage: dict[str, Any], reasoning_tokens: int = 0) -> Usage:
     """Read an Anthropic Messages usage object, where input excludes cache reads and writes."""
+    plain = _plain_anthropic(usage, reasoning_tokens)
+    return plain if plain is not None else _read_anthropic(usage, reasoning_tokens)
+
+
+def _count_or_zero(value: Any, limit: int) -> int | None:
+    """`_count_within`, an absent count (None) read as 0."""
+    return 0 if value is None else _count_within(value, limit)
+
+
+def _plain_anthropic(usage: dict[str, Any], reasoning_tokens: int) -> Usage | None:
+    """`_read_anthropic(usage, reasoning_tokens)` for the usual object, else None: every
+    count a plain in-range integer (or absent), the TTL split (`cache_creation`) an object
+    of such counts or absent, their sum and the reasoning within bounds: nothing to fix.
+
+    What Anthropic sends on every reply and in every `message_start` / `message_delta`
+    (merged), read without the reader's general case.
+    """
+    limit = MAX_TOKENS_PER_CALL
+    given = _count_within(usage.get("input_tokens"), limit)
+    output = _count_within(usage.get("output_tokens"), limit)
+    read = _count_or_zero(usage.get("cache_read_input_tokens"), limit)
+    creation = usage.get("cache_creation")
+    writes_1h: int | None = 0
+    if creation:  # the split, as the reader takes it: a non-empty object
+        if type(creation) is not dict:
+            return None
+        writes = _count_or_zero(creation.get("ephemeral_5m_input_tokens"), limit)
+        writes_1h = _count_or_zero(creation.get("ephemeral_1h_input_tokens"), limit)
+    elif creation is None or type(creation) is dict:
+        writes = _count_or_zero(usage.get("cache_creation_input_tokens"), limit)
+    else:
+        return None  # an empty list or string: suspect to the reader
+    if given is None or output is None or read is None or writes is None or writes_1h is None:
+        return None
+    prompt = given + read + writes + writes_1h
+    reasoning = _count_within(reasoning_tokens, output)
+    if prompt > limit or reasoning is None:
+        return None  # clamped by the reader
+    return _PLAIN_USAGE(
+        prompt_tokens=prompt,
+        cached_tokens=read,
+        cache_write_tokens=writes,
+        cache_write_1h_tokens=writes_1h,
+        completion_tokens=output,
+        reasoning_tokens=reasoning,
+    )
+
+
+def _read_anthropic(usage: dict[str, Any], reasoning_tokens: int = 0) -> Usage:
+    """`usage_from_anthropic`, every case: the reader's checks, clamps and suspicion."""
     count = _Reader()
     read = count(usage.get("cache_read_input_tokens"))
     creation = count.details(usage, "cache_creation")

@@ -25,6 +25,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from gateway.compact_patch import patch_rendered
 from gateway.config import GatewayConfig, ModelRoute
 from gateway.drain import Shield
 from gateway.errors import (
@@ -219,8 +220,9 @@ def _build_call(ctx: MessagesContext, services: Services) -> UpstreamCall:
     _check_native(ctx.alias, ctx.route)  # a fallback may have moved the request
     edits = native_edits(ctx.edits, ctx.body)
     body = ctx.raw_body
-    if edits:
-        body = patch_object(body, edits.set_fields, edits.remove, trusted=True)  # parsed
+    if edits:  # the usual small body re-rendered or spliced natively, as chat's
+        fast = patch_rendered(body, ctx.body, edits.set_fields, edits.remove)
+        body = fast or patch_object(body, edits.set_fields, edits.remove, trusted=True)
     parsed = {k: v for k, v in ctx.body.items() if k not in edits.remove} | edits.set_fields
     call = services.upstreams.build_call(ctx.alias, ctx.route, body, parsed, ctx.stream)
     call.timeouts = route_timeouts(ctx, services)

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from gateway.anthropic_errors import anthropic_stream_error_event
+from gateway.compact_patch import patch_spans
 from gateway.errors import FareboxError
 from gateway.pipeline.event_relay import (
     EventRelay,
@@ -84,8 +85,10 @@ class MessagesRelay(EventRelay):
         priced, data = self.priced(usage), event_data(event)
         if priced is None or data is None:
             return event
-        try:
-            return with_data(event, patch_object(data, {"usage": priced}, trusted=True))
+        fields = {"usage": priced}
+        try:  # the usual small data spliced natively where it finds `usage`
+            patched = patch_spans(data, fields) or patch_object(data, fields, trusted=True)
+            return with_data(event, patched)
         except RawJsonError:  # parsed, yet not patchable: it goes out as it came
             return event
 

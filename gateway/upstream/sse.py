@@ -12,6 +12,7 @@ from gateway.errors import UpstreamProtocolError
 
 DONE = b"[DONE]"
 CR = ord("\r")
+_LF = ord("\n")
 """`CR not in chunk`: an int needle is one `memchr`, where `b"\r" in chunk` on CPython
 3.11 first tries the needle as an int and raises and clears a TypeError (0.3 against
 0.06 us here)."""
@@ -151,6 +152,23 @@ def event_data(event: bytes) -> bytes | None:
         line[5:].removeprefix(b" ") for line in event.splitlines() if line.startswith(b"data:")
     ]
     return b"\n".join(parts) if parts else None
+
+
+def simple_data(event: bytes) -> bytes | None:
+    """`event_data(event)` for the two shapes nearly every event has, as a slice: one
+    `data: ` line, or Anthropic's `event: NAME` line and one `data: ` line, then the blank
+    line, no CR anywhere. Anything else is None: read it with `event_data`.
+
+    An Anthropic stream is a few events and one such `content_block_delta` per token;
+    `event_data` splits each into lines and joins their data (~1.5 µs a small event).
+    """
+    if event[-2:] != b"\n\n" or CR in event:  # an int needle: one memchr (see replies)
+        return None
+    start = event.find(_LF) + 1 if event[:7] == b"event: " else 0
+    end = len(event) - 2
+    if event[start : start + 6] != b"data: " or event.find(_LF, start) != end:
+        return None
+    return event[start + 6 : end]
 
 
 def event_json(event: bytes) -> dict[str, Any] | None:

@@ -13,7 +13,9 @@ from gateway.usage import (
     MAX_REPORTED_CHARS,
     MAX_TOKENS_PER_CALL,
     Usage,
+    _plain_anthropic,
     _plain_openai,
+    _read_anthropic,
     _read_openai,
     usage_from_openai,
 )
@@ -142,3 +144,65 @@ def test_the_usual_usage_objects_take_the_short_path() -> None:
     )
     assert _plain_openai({**openai, "prompt_tokens": 5}) is None  # cached over prompt: clamped
     assert _plain_openai({**openai, "cache_read_input_tokens": 3}) is None
+
+
+plain_anthropic_counts = st.one_of(st.integers(min_value=0, max_value=40), st.none(), counts)
+anthropic_usage_objects = st.fixed_dictionaries(
+    {
+        "input_tokens": st.one_of(st.integers(min_value=0, max_value=40), counts),
+        "output_tokens": st.one_of(st.integers(min_value=0, max_value=40), counts),
+    },
+    optional={
+        "cache_read_input_tokens": plain_anthropic_counts,
+        "cache_creation_input_tokens": plain_anthropic_counts,
+        "cache_creation": st.one_of(
+            st.none(),
+            counts,
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "ephemeral_5m_input_tokens": plain_anthropic_counts,
+                    "ephemeral_1h_input_tokens": plain_anthropic_counts,
+                },
+            ),
+        ),
+        "service_tier": st.sampled_from(["standard", "priority", "batch"]),
+    },
+)
+
+
+@FAST
+@given(anthropic_usage_objects, st.one_of(st.integers(min_value=0, max_value=50), counts))
+def test_the_usual_anthropic_usage_is_read_as_the_general_reader_reads_it(
+    raw: dict[str, Any], reasoning: Any
+) -> None:
+    plain = _plain_anthropic(raw, reasoning)
+    if plain is not None:  # the short path answers only where it gives the reader's usage
+        assert plain == _read_anthropic(raw, reasoning)
+        assert type(plain) is Usage and not plain.suspect
+
+
+def test_the_usual_anthropic_usage_objects_take_the_short_path() -> None:
+    reply = {
+        "input_tokens": 12,
+        "cache_creation_input_tokens": 100,
+        "cache_read_input_tokens": 2000,
+        "cache_creation": {"ephemeral_5m_input_tokens": 60, "ephemeral_1h_input_tokens": 40},
+        "output_tokens": 30,
+        "service_tier": "standard",
+    }
+    assert _plain_anthropic(reply, 10) == Usage(
+        prompt_tokens=2112,
+        cached_tokens=2000,
+        cache_write_tokens=60,
+        cache_write_1h_tokens=40,
+        completion_tokens=30,
+        reasoning_tokens=10,
+    )
+    older = {"input_tokens": 12, "output_tokens": 3, "cache_creation_input_tokens": 5}
+    assert _plain_anthropic(older, 0) == Usage(
+        prompt_tokens=17, cache_write_tokens=5, completion_tokens=3
+    )
+    assert _plain_anthropic({**older, "output_tokens": 2.0}, 0) is None  # a float: the reader's
+    assert _plain_anthropic(older, 4) is None  # reasoning over output: clamped
+    assert _plain_anthropic({**older, "cache_creation": [1]}, 0) is None  # suspect
