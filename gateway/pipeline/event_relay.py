@@ -105,6 +105,11 @@ class EventRelay(BookedStream):
         error: FareboxError | None = None
         cancelled = False
         out: list[bytes] = []  # relayed, not sent yet: all that one read brought goes at once
+        # Alone (concurrency 1), the first token goes out before the rest of its read is
+        # metered (as the chat relay's `_opening`): a fast upstream sends a short stream in
+        # one read. With other calls in flight, one write per read is cheaper.
+        opening = self._alone()
+        meter = self.pipeline_meter
         try:
             slice_end = time.perf_counter() + LOOP_SLICE_S
             while relayed := await self._take():
@@ -122,6 +127,10 @@ class EventRelay(BookedStream):
                         sent, out = b"".join(out), []
                         yield sent
                         return
+                    if opening and meter.first_token is not None:
+                        opening = False
+                        sent, out = b"".join(out), []
+                        yield sent
                 if out:
                     sent, out = (out[0] if len(out) == 1 else b"".join(out)), []
                     yield sent
@@ -148,6 +157,11 @@ class EventRelay(BookedStream):
             # what was already spent must still run to the end.
             self.settling = True
             await self._settle_shielded(error, cancelled)
+
+    def _alone(self) -> bool:
+        """Whether this stream's call is the only upstream call in flight."""
+        alone = getattr(self._stream, "alone", None)
+        return alone is not None and bool(alone())
 
     async def _take(self) -> list[Relayed]:
         """The events of the next read (one event from a plain iterator); [] at the end."""

@@ -3,66 +3,34 @@ what Anthropic refuses: a bench of the native Messages path measures a real exch
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import anthropic
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-FLOOR = os.environ.get("FAREBOX_PERF_FLOOR") or str(ROOT.parent / "shared" / "perf-floor")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.anthropic_mock import answered, running_mock
 
 
 @pytest.fixture(scope="module")
 def mock() -> Iterator[str]:
-    port = _free_port()
-    command = [sys.executable, str(ROOT / "bench" / "hotpath_mock.py"), "--port", str(port)]
-    proc = subprocess.Popen(
-        command, env=os.environ | {"FAREBOX_PERF_FLOOR": FLOOR}, stdout=subprocess.DEVNULL
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"{base}/health", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.05)
+    with running_mock() as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def _client(base: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=base, api_key="sk-ant-bench", max_retries=0)
 
 
-def _answered(base: str) -> int:
-    return int(httpx.get(f"{base}/bench/connections", timeout=5).json()["messages"])
-
-
 def test_a_whole_reply_is_an_sdk_message(mock: str) -> None:
-    before = _answered(mock)
-    message = _client(mock).messages.create(
-        model="claude-mock",
-        max_tokens=64,
-        system="Be brief.",
-        messages=[{"role": "user", "content": "Say hello to the whole world."}],
-    )
+    before = answered(mock)
+    with _client(mock) as client:  # closed: no socket left to the collector
+        message = client.messages.create(
+            model="claude-mock",
+            max_tokens=64,
+            system="Be brief.",
+            messages=[{"role": "user", "content": "Say hello to the whole world."}],
+        )
     assert message.type == "message" and message.model == "claude-mock"
     assert message.stop_reason == "end_turn"
     assert [block.type for block in message.content] == ["text"]
@@ -70,14 +38,16 @@ def test_a_whole_reply_is_an_sdk_message(mock: str) -> None:
     assert message.usage.output_tokens == 16
     assert message.usage.input_tokens == (len("Say hello to the whole world.") + 9) // 4
     assert message.usage.cache_read_input_tokens == 0
-    assert _answered(mock) == before + 1
+    assert answered(mock) == before + 1
 
 
 def test_a_stream_is_read_by_the_sdk_to_its_final_message(mock: str) -> None:
-    client = _client(mock)
-    with client.messages.stream(
-        model="claude-mock", max_tokens=64, messages=[{"role": "user", "content": "Hi there"}]
-    ) as stream:
+    with (
+        _client(mock) as client,
+        client.messages.stream(
+            model="claude-mock", max_tokens=64, messages=[{"role": "user", "content": "Hi there"}]
+        ) as stream,
+    ):
         kinds = [event.type for event in stream]
         final = stream.get_final_message()
     assert kinds[:2] == ["message_start", "content_block_start"]
@@ -99,13 +69,13 @@ def test_a_stream_is_read_by_the_sdk_to_its_final_message(mock: str) -> None:
     ],
 )
 def test_what_anthropic_refuses_is_refused_in_its_error_shape(mock: str, body: object) -> None:
-    before = _answered(mock)
+    before = answered(mock)
     reply = httpx.post(f"{mock}/v1/messages", json=body, timeout=5)
     assert reply.status_code == 400
     error = reply.json()
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert error["error"]["message"]
-    assert _answered(mock) == before  # a refusal is not an answered request
+    assert answered(mock) == before  # a refusal is not an answered request
 
 
 def test_a_body_that_is_not_json_is_refused(mock: str) -> None:
