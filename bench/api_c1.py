@@ -29,7 +29,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ from hotpath_targets import (
     CLAUDE_MODEL,
     CLAUDE_UPSTREAM,
     FAREBOX_CONFIG,
+    popen_mock,
     with_native_route,
 )
 from pipeline_cpu import _free_port, _wait_port
@@ -193,11 +193,7 @@ def main() -> None:
     if unknown:
         parser.error(f"--api: {sorted(unknown)} (the mock serves chat completions and messages)")
     mock_port = _free_port()
-    mock_cmd = [sys.executable, str(ROOT / "bench" / "hotpath_mock.py"), "--port", str(mock_port)]
-    mock_env = os.environ | {"FAREBOX_PERF_FLOOR": str(args.floor)}
-    mock = subprocess.Popen(
-        ["taskset", "-c", "0", *mock_cmd], stdout=subprocess.DEVNULL, env=mock_env
-    )
+    mock = popen_mock(mock_port, args.floor)
     os.sched_setaffinity(0, {0})  # the client beside the mock, off the gateway's core
     config = _config(mock_port, NATIVE in args.api)
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 import urllib.parse
@@ -108,6 +109,17 @@ class Target:
 
 def chat_url(port: int) -> str:
     return f"http://127.0.0.1:{port}/v1/chat/completions"
+
+
+def popen_mock(port: int, floor: Path, core: str = "0") -> subprocess.Popen[bytes]:
+    """bench/hotpath_mock.py on `port`, pinned to `core`, its output dropped (a bench that
+    keeps no workdir; `start_mock` logs and waits)."""
+    command = [sys.executable, str(ROOT / "bench" / "hotpath_mock.py"), "--port", str(port)]
+    return subprocess.Popen(
+        ["taskset", "-c", core, *command],
+        stdout=subprocess.DEVNULL,
+        env=os.environ | {"FAREBOX_PERF_FLOOR": str(floor)},
+    )
 
 
 def start_mock(python: str, floor: Path, workdir: Path, core: str) -> tuple[Proc, str]:

@@ -276,12 +276,9 @@ def main() -> None:
         uvloop.run(_child(args, args.port))
         return
     port = _free_port()
-    mock_command = [sys.executable, str(ROOT / "bench" / "hotpath_mock.py"), "--port", str(port)]
-    mock = subprocess.Popen(
-        ["taskset", "-c", "0", *mock_command],
-        stdout=subprocess.DEVNULL,
-        env=os.environ | {"FAREBOX_PERF_FLOOR": str(args.floor)},
-    )
+    from hotpath_targets import popen_mock
+
+    mock = popen_mock(port, args.floor)
     try:
         library = _markers(Path(tempfile.mkdtemp(prefix="cg-markers-")))
         trees = [ROOT] + ([Path(args.src)] if args.src else [])

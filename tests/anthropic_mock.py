@@ -4,7 +4,6 @@ Messages API (bench/mock_messages.py), which writes a whole stream in one write.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,20 +13,16 @@ from pathlib import Path
 
 import httpx
 
+from tests.servers import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR = os.environ.get("FAREBOX_PERF_FLOOR") or str(ROOT.parent / "shared" / "perf-floor")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
 def running_mock() -> Iterator[str]:
     """The mock's base URL (http://127.0.0.1:PORT) while it runs."""
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, str(ROOT / "bench" / "hotpath_mock.py"), "--port", str(port)]
     proc = subprocess.Popen(
         command, env=os.environ | {"FAREBOX_PERF_FLOOR": FLOOR}, stdout=subprocess.DEVNULL

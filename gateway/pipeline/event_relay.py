@@ -31,7 +31,7 @@ from gateway.pipeline.relay import LOOP_SLICE_S
 from gateway.pipeline.respond import cost_object
 from gateway.services import Services
 from gateway.upstream.base import UpstreamStream
-from gateway.upstream.sse import event_data, simple_data
+from gateway.upstream.sse import event_data
 
 log = logging.getLogger("farebox.relay")
 Relayed = tuple[bytes, dict[str, Any] | None]
@@ -258,9 +258,7 @@ async def next_read(events: AsyncIterator[bytes]) -> list[bytes]:
 
 def event_payload(event: bytes, where: str) -> dict[str, Any] | None:
     """An event's data as an object; None without data; a protocol error for anything else."""
-    data = simple_data(event)
-    if data is None:
-        data = event_data(event)
+    data = event_data(event)
     if data is None or not data.strip():
         return None
     try:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.upstream.replies import line_data
-from gateway.upstream.sse import event_data, simple_data
+from gateway.upstream.sse import event_data, joined_data, simple_data
 
 
 @pytest.mark.parametrize("data", [b'{"a":1}', b"[DONE]", b"", b"x y"])
@@ -42,7 +42,7 @@ def test_a_named_or_plain_one_line_event_gives_what_event_data_gives(
     data: bytes, name: bytes | None
 ) -> None:
     event = (b"event: " + name + b"\n" if name is not None else b"") + b"data: " + data + b"\n\n"
-    assert simple_data(event) == data == event_data(event)
+    assert simple_data(event) == data == joined_data(event) == event_data(event)
 
 
 @pytest.mark.parametrize(
@@ -71,4 +71,4 @@ def test_simple_data_never_disagrees_with_event_data(data: bytes, name: bytes | 
         b"event: " + (name or b"") + b"\ndata: " + data + b"\n\n",
     ):
         simple = simple_data(event)
-        assert simple is None or simple == event_data(event)
+        assert simple is None or simple == joined_data(event)
