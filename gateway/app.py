@@ -24,6 +24,7 @@ from gateway.api.routers import include_routers
 from gateway.audit import AuditLog
 from gateway.auth.middleware import AuthMiddleware
 from gateway.body_guard import BodyGuard
+from gateway.busy_poll import BusyPoll
 from gateway.config import GatewayConfig, load_config
 from gateway.drain import InFlight, InFlightMiddleware
 from gateway.embedded_sim import start_embedded_sim
@@ -108,6 +109,9 @@ def create_app(
             share_the_lock()  # a worker thread lets the loop run within 1 ms, not 5
             watch = LoopWatch(services.metrics.loop_lag.observe)
             app.state.loop_watch = await stack.enter_async_context(watch)  # and for benches
+            if settings.busy_poll_us:
+                poll = BusyPoll(settings.busy_poll_us / 1e6, app.state.in_flight.requests)
+                app.state.busy_poll = await stack.enter_async_context(poll)
             reloader = ConfigReloader(services, source, settings.reload_poll_s)
             await _watch(stack, reloader)
             if settings.metrics_port is not None:  # for a Prometheus that cannot send a key

@@ -25,6 +25,8 @@ import uvicorn
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
 
+from gateway import busy_poll
+from gateway.busy_poll import BusyPoll
 from gateway.drain import BACKSTOP_S, TASK_KEY
 from gateway.errors import (
     BadHttpError,
@@ -94,14 +96,22 @@ class HeadWithBody:
     written at once; `close` writes a held head first.
     """
 
-    __slots__ = ("_held", "_loop", "_transport")
+    __slots__ = ("_held", "_loop", "_poll", "_transport")
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        poll: BusyPoll | None = None,
+    ) -> None:
         self._transport = transport
         self._loop = loop
         self._held: bytes | None = None
+        self._poll = poll  # told of each write (`gateway.busy_poll`)
 
     def write(self, data: bytes) -> None:
+        if self._poll is not None:
+            self._poll.wrote()
         held = self._held
         if held is not None:
             self._held = None
@@ -246,7 +256,8 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # its flow control keeps the transport itself
-        self.transport = cast(asyncio.Transport, HeadWithBody(transport, self.loop))
+        self._poll = busy_poll.current()
+        self.transport = cast(asyncio.Transport, HeadWithBody(transport, self.loop, self._poll))
         self._guard_connection()
         self._lanes = self._lanes_of_app()
 
@@ -266,6 +277,8 @@ class FareboxHttpToolsProtocol(_Guard, HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._poll is not None:
+            self._poll.read()
         self._idle_deadline = None  # not idle: uvicorn's keep-alive timeout is off
         try:
             self.parser.feed_data(data)

@@ -184,6 +184,13 @@ class Settings(BaseSettings):
         description="The SQLite ledger (farebox.db) and the spool; default: "
         "$XDG_DATA_HOME/farebox, else ~/.local/share/farebox.",
     )
+    busy_poll_us: int = Field(
+        default=300,
+        ge=0,
+        le=10_000,
+        description="Keep the loop awake this long after its I/O while waits are short and "
+        "at most one request is in flight (gateway/busy_poll.py); 0: always sleep.",
+    )
     log_level: str = "info"
     timeouts: Timeouts = Field(default_factory=Timeouts)
 

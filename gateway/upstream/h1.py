@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
+from gateway import busy_poll
+from gateway.busy_poll import BusyPoll
 from gateway.upstream import aio
 from gateway.upstream.h1_connect import Key, Origin, open_connection, origin, tls_context
 from gateway.upstream.h1_connect import serves as serves  # http_stream asks h1
@@ -182,6 +184,7 @@ class Connection(asyncio.Protocol):
         "key",
         "loop",
         "lost",
+        "poll",
         "reusable",
         "status",
         "transport",
@@ -215,6 +218,7 @@ class Connection(asyncio.Protocol):
         self._drain: asyncio.Future[None] | None = None
         self._paused = False
         self.lost = False
+        self.poll: BusyPoll | None = None
         self.busy = True  # a request is on it (False while idle in the pool)
         self.idle_since = 0.0
         self._reset()
@@ -236,8 +240,11 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.loop = asyncio.get_running_loop()
+        self.poll = busy_poll.current()  # told of each read and write
 
     def data_received(self, data: bytes) -> None:
+        if self.poll is not None:
+            self.poll.read()
         if not self.busy:  # bytes on an idle connection: no reply is due, never reuse it
             self.close()
             return
@@ -383,6 +390,8 @@ class Connection(asyncio.Protocol):
         """Write a request whose body is in hand (`send` without a coroutine)."""
         transport = self.transport
         assert transport is not None
+        if self.poll is not None:
+            self.poll.wrote()
         transport.write(head + body if len(body) < 16384 else head)
         if len(body) >= 16384:
             transport.write(body)
@@ -393,6 +402,8 @@ class Connection(asyncio.Protocol):
             return
         transport = self.transport
         assert transport is not None
+        if self.poll is not None:
+            self.poll.wrote()
         transport.write(head)
         async for piece in body:
             if self.lost:
