@@ -188,8 +188,9 @@ class Settings(BaseSettings):
         default=300,
         ge=0,
         le=10_000,
-        description="Keep the loop awake this long after its I/O while waits are short and "
-        "at most one request is in flight (gateway/busy_poll.py); 0: always sleep.",
+        description="Keep the loop awake until it has been idle this long, while its client "
+        "and upstream answer quickly and few requests are in flight (gateway/busy_poll.py); "
+        "0: always sleep.",
     )
     log_level: str = "info"
     timeouts: Timeouts = Field(default_factory=Timeouts)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from gateway.app import create_app
-from gateway.busy_poll import BusyPoll
+from gateway.busy_poll import MAX_WINDOWS, BusyPoll
 from gateway.config import GatewayConfig
 from gateway.settings import Settings
 from tests.e2e.test_upstream_reuse import CountingUpstream
@@ -68,7 +68,7 @@ def test_quick_answers_one_at_a_time_keep_the_loop_awake_and_a_pause_ends_it(
         assert isinstance(poll, BusyPoll) and poll.window == WINDOW_US / 1e6
         _send(server.url, 60)
         assert poll.spins > 0  # the reads came within the window: the loop spun
-        time.sleep(3 * poll.window)  # no I/O for three windows
+        time.sleep((MAX_WINDOWS + 2) * poll.window)  # no I/O for longer than a spin lasts
         assert not poll._spinning  # idle: asleep again
         assert poll.score > 0.5
     finally:
