@@ -92,6 +92,8 @@ class BusyPoll:
         "_spin_wall",
         "_spinning",
         "_turn",
+        "backoffs",
+        "idle_s",
         "score",
         "spins",
         "window",
@@ -108,7 +110,11 @@ class BusyPoll:
         self._calm_until = 0.0  # no spin starts before (contention met)
         self._spinning = False
         self.score = 0.0
-        self.spins = 0  # spins started, for tests and benches
+        # Since start, for /metrics: spins started, the idle time they kept the loop awake
+        # (the CPU busy-polling burns), spins stopped for contention.
+        self.spins = 0
+        self.idle_s = 0.0
+        self.backoffs = 0
 
     def read(self) -> None:
         """Bytes came in: a hit if the loop was awake for them (spinning, or busy inside a
@@ -139,9 +145,11 @@ class BusyPoll:
         turn, self._turn = now - self._turn, now
         if turn <= QUIET_TURN_S:  # nothing else ran: the loop was idle
             self._quiet += turn
+            self.idle_s += turn
         elif turn >= LONG_TURN_S and self._contended(now):
             self._spinning = False
             self._calm_until = now + BACK_OFF_S
+            self.backoffs += 1
             return
         loop = self._loop
         if (

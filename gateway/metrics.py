@@ -258,6 +258,23 @@ class Metrics:
             buckets=LOOP_LAG_BUCKETS,
             registry=r,
         )
+        self.busy_poll_spins = Counter(
+            "farebox_busy_poll_spins",
+            "Times the event loop stayed awake after its I/O instead of sleeping "
+            "(FAREBOX_BUSY_POLL_US).",
+            registry=r,
+        )
+        self.busy_poll_idle = Counter(
+            "farebox_busy_poll_idle_seconds",
+            "Idle time the event loop spent awake polling: the CPU busy-polling burns.",
+            registry=r,
+        )
+        self.busy_poll_backoffs = Counter(
+            "farebox_busy_poll_backoffs",
+            "Busy-polls stopped because another task wanted the core (none for a second after).",
+            registry=r,
+        )
+        self._busy_poll_seen = (0, 0.0, 0)
         self.clamps = Counter(
             "farebox_policy_clamps",
             "Requests whose output cap or effort the policy lowered.",
@@ -378,6 +395,14 @@ class Metrics:
         if rejected > self._ledger_rejected_seen:
             self.ledger_rejected.inc(rejected - self._ledger_rejected_seen)
             self._ledger_rejected_seen = rejected
+
+    def observe_busy_poll(self, spins: int, idle_s: float, backoffs: int) -> None:
+        """Add what the busy-poller counted since the last scrape (its totals since start)."""
+        seen_spins, seen_idle, seen_backoffs = self._busy_poll_seen
+        self.busy_poll_spins.inc(max(spins - seen_spins, 0))
+        self.busy_poll_idle.inc(max(idle_s - seen_idle, 0.0))
+        self.busy_poll_backoffs.inc(max(backoffs - seen_backoffs, 0))
+        self._busy_poll_seen = (spins, idle_s, backoffs)
 
     def observe_breakers(self, states: Mapping[str, str]) -> None:
         """Copy each upstream's breaker state into the gauge, at scrape time."""

@@ -55,6 +55,13 @@ def _send(url: str, n: int) -> None:
             assert response.text.rstrip().endswith("data: [DONE]") if stream else response.json()
 
 
+def _metrics(url: str) -> dict[str, float]:
+    """The unlabelled samples of GET /metrics, by name."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    samples = (line.split(" ") for line in text.splitlines() if line and line[0] != "#")
+    return {fields[0]: float(fields[1]) for fields in samples if len(fields) == 2}
+
+
 def _poll(server: ServerThread) -> Any:
     return getattr(server.server.config.app.state, "busy_poll", None)
 
@@ -66,11 +73,18 @@ def test_quick_answers_one_at_a_time_keep_the_loop_awake_and_a_pause_ends_it(
     try:
         poll = _poll(server)
         assert isinstance(poll, BusyPoll) and poll.window == WINDOW_US / 1e6
+        started = time.perf_counter()
         _send(server.url, 60)
         assert poll.spins > 0  # the reads came within the window: the loop spun
         time.sleep((MAX_WINDOWS + 2) * poll.window)  # no I/O for longer than a spin lasts
         assert not poll._spinning  # idle: asleep again
         assert poll.score > 0.5
+        spins, idle = poll.spins, poll.idle_s
+        assert 0 <= idle < time.perf_counter() - started  # quiet turns: none on a loaded box
+        exposed = _metrics(server.url)
+        assert exposed["farebox_busy_poll_spins_total"] >= spins  # the scrape's own I/O too
+        assert exposed["farebox_busy_poll_idle_seconds_total"] >= idle
+        assert exposed["farebox_busy_poll_backoffs_total"] == poll.backoffs
     finally:
         server.stop()
 
@@ -80,5 +94,6 @@ def test_off_no_poller_and_every_request_served(upstream: CountingUpstream, tmp_
     try:
         assert _poll(server) is None
         _send(server.url, 10)
+        assert _metrics(server.url)["farebox_busy_poll_spins_total"] == 0
     finally:
         server.stop()

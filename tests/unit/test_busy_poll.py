@@ -90,6 +90,7 @@ async def test_a_spin_taken_off_its_core_stops_and_backs_off() -> None:
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         assert not poll._spinning
+        assert poll.backoffs == 1
         spins = poll.spins
         await _quick_reads(poll, 4)
         assert poll.spins == spins  # backing off
@@ -154,6 +155,19 @@ async def test_the_loop_turns_while_the_poller_spins_and_not_after() -> None:
         stopped = poll._turn
         await asyncio.sleep(0.03)
         assert poll._turn == stopped
+
+
+async def test_idle_time_counts_the_quiet_turns_of_a_spin(monkeypatch: MonkeyPatch) -> None:
+    """Every turn taken for quiet (the threshold raised past any turn): the idle time a spin
+    adds is its turns' time, never more than it ran."""
+    monkeypatch.setattr(busy_poll, "QUIET_TURN_S", 1.0)
+    monkeypatch.setattr(busy_poll, "CONTENDED_SHARE", 0.0)
+    async with BusyPoll(0.01, set()) as poll:
+        started = time.perf_counter()
+        await _quick_reads(poll, 12)
+        await asyncio.sleep(0.03)  # the spin ends once 10 ms of quiet turns have passed
+        assert not poll._spinning
+        assert 0.01 <= poll.idle_s < time.perf_counter() - started
 
 
 async def test_current_is_the_poller_of_this_threads_loop_while_it_serves() -> None:
