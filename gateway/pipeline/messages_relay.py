@@ -66,7 +66,10 @@ class MessagesRelay(EventRelay):
         self, event: bytes, payload: dict[str, Any] | None
     ) -> tuple[bytes, FareboxError | None]:
         """Meter one event; the upstream's own error event comes back as an error."""
-        payload = payload if payload is not None else event_payload(event, self._where)
+        if payload is None:
+            if self.meter.observe_delta_event(event):  # a token: read from its bytes
+                return event, None
+            payload = event_payload(event, self._where)
         if payload is None:
             return event, None  # a comment or keep-alive
         if payload.get("type") == "error":
