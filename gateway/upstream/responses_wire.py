@@ -24,9 +24,9 @@ output_tokens (reasoning_tokens a subset).
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
+from gateway.request_id import random_hex
 from gateway.usage import Usage
 
 PASSED = (
@@ -45,8 +45,10 @@ UNTRANSLATED_TOOLS = "only function tools can be translated to chat completions"
 
 
 def new_id(prefix: str) -> str:
-    """An id in OpenAI's style (`resp_...`, `msg_...`, `fc_...`, `rs_...`)."""
-    return f"{prefix}_{uuid.uuid4().hex}"
+    """An id in OpenAI's style (`resp_...`, `msg_...`, `fc_...`, `rs_...`): 128 random bits
+    from the OS's source, as 32 hex digits, drawn from the request ids' pool (`uuid4` made
+    a `getrandom` system call and a UUID object per id, two a translated reply)."""
+    return f"{prefix}_{random_hex()}"
 
 
 def input_items(value: Any) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ event order, ids and shapes: function calls with argument deltas, reasoning, tex
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -16,6 +17,7 @@ import pytest
 
 from gateway.pipeline.context import BodyEdits
 from gateway.pipeline.responses_request import native_edits, policy_view
+from gateway.upstream import responses_wire as wire
 from gateway.upstream.responses_stream import ChatToResponses, sse
 from gateway.upstream.responses_wire import chat_body, input_items, response_from_chat
 from gateway.usage import Usage
@@ -201,3 +203,11 @@ def test_every_event_and_response_validates_against_the_sdks_wire_types() -> Non
     response = Response.model_validate(whole)
     assert [item.type for item in response.output] == ["message", "function_call"]
     assert response.usage is not None and response.usage.total_tokens == 2
+
+
+def test_new_ids_are_openais_shape_and_never_repeat() -> None:
+    """`resp_` (or `msg_`, ...) and 32 hex digits of 128 random bits, as OpenAI's; drawn
+    from the request ids' pool, each value given out once, across its refills."""
+    ids = [wire.new_id(prefix) for prefix in ("resp", "msg") for _ in range(2_000)]
+    assert all(re.fullmatch(r"(resp|msg)_[0-9a-f]{32}", value) for value in ids)
+    assert len({value.split("_")[1] for value in ids}) == len(ids)
