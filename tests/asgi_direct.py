@@ -24,6 +24,20 @@ def receive_once(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
     return receive
 
 
+def body_collector(
+    messages: list[bytes],
+) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    """`send` that checks the reply is a 200 and keeps each non-empty body message."""
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200
+        elif message.get("body"):
+            messages.append(message["body"])
+
+    return send
+
+
 def post_scope(
     state: dict[str, Any] | None,
     path: str = "/v1/chat/completions",

@@ -13,7 +13,6 @@ import asyncio
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -23,7 +22,7 @@ from gateway.pipeline import event_relay
 from gateway.settings import Settings
 from gateway.upstream import http_stream
 from tests.anthropic_mock import answered, running_mock
-from tests.asgi_direct import JSON_HEADERS, post_scope, receive_once
+from tests.asgi_direct import JSON_HEADERS, body_collector, post_scope, receive_once
 
 CONFIG = """\
 models:
@@ -71,11 +70,7 @@ def _run(mock: str, tmp_path: Path) -> list[bytes]:
     headers = [*JSON_HEADERS, (b"anthropic-version", b"2023-06-01")]
     messages: list[bytes] = []
 
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            assert message["status"] == 200
-        elif message.get("body"):
-            messages.append(message["body"])
+    send = body_collector(messages)
 
     async def main() -> None:
         async with app.router.lifespan_context(app) as given:

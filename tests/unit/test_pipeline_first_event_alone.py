@@ -19,7 +19,7 @@ import pytest
 from gateway.app import create_app
 from gateway.settings import Settings
 from gateway.upstream import http_stream
-from tests.asgi_direct import post_scope, receive_once
+from tests.asgi_direct import body_collector, post_scope, receive_once
 from tests.e2e.test_relay_batches import CONFIG, EVENTS, USAGE_EVENT, Upstream
 
 
@@ -39,11 +39,7 @@ async def _bodies(app: Any, state: dict[str, Any], streams: int = 1) -> list[lis
     async def one() -> list[bytes]:
         messages: list[bytes] = []
 
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                assert message["status"] == 200
-            elif message.get("body"):
-                messages.append(message["body"])
+        send = body_collector(messages)
 
         await app(post_scope(state), receive_once(body), send)
         return messages
