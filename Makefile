@@ -30,9 +30,9 @@ $(BIN)/uv: | $(BIN)/python
 # its sources stay here): without it, and with PYTHONDONTWRITEBYTECODE set (as on some
 # machines), every `farebox serve` compiles ~1,000 modules before its first request
 # (bench/first_request.py: 2.4-2.8 s instead of 1.2). uv does not compile by default. The
-# .bytecode stamp also compiles a venv installed before this rule; compileall skips a
-# module whose .pyc is current, so after an install it takes about a second.
-SITE_PACKAGES = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# installs below compile the dependencies (uv sync --compile-bytecode, pip --compile); the
+# .bytecode stamp compiles gateway/, whose sources the editable install leaves here.
+# (Checking every site-packages module again took 6.5 s of a fresh clone's CI.)
 
 # Re-install only when the project's metadata, lock or C sources changed. No --quiet: the
 # first install downloads over 100 packages and says so as it goes.
@@ -46,7 +46,7 @@ endif
 	touch $@
 
 $(VENV)/.bytecode: $(VENV)/.installed $(wildcard gateway/*.py gateway/*/*.py)
-	$(BIN)/python -m compileall -q -j 0 "$(SITE_PACKAGES)" gateway
+	$(BIN)/python -m compileall -q -j 0 gateway
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml uv.lock $(VENV)/.installed
@@ -89,10 +89,16 @@ lint: $(VENV)/.installed-test
 
 # Four workers, each test file on one of them (files share their servers and fixtures);
 # the 25 slowest steps are listed at the end, to keep CI under its 10 minutes. Lint runs
-# beside `warm-tests` (mypy takes one core).
+# beside the tests, its output shown after theirs: mypy from a fresh clone takes ~30 s of
+# one core, which the tests (~1.6 of the 2 cores busy) mostly absorb. Either failing
+# fails `make test`.
 test: $(VENV)/.installed-test $(VENV)/.bytecode services chromium prometheus agent-clis
-	$(MAKE) --no-print-directory -j2 lint warm-tests
-	$(BIN)/pytest -q -n 4 --dist loadfile --durations=25
+	@$(MAKE) --no-print-directory lint > .lint.log 2>&1 & lint=$$!; \
+	$(MAKE) --no-print-directory warm-tests; \
+	$(BIN)/pytest -q -n 4 --dist loadfile --durations=25; tests=$$?; \
+	wait $$lint; linted=$$?; cat .lint.log; \
+	[ $$linted -eq 0 ] || echo "make test: lint failed (above)"; \
+	[ $$tests -eq 0 ] && [ $$linted -eq 0 ]
 
 # pytest rewrites each test module's asserts and caches the result in __pycache__: on a
 # fresh clone the four workers each rewrote all ~340 modules at once (~6 s of CPU each).

@@ -152,21 +152,28 @@ def config(sim_url: str) -> GatewayConfig:
 
 
 class GcPauses:
-    """The longest pause of the cyclic garbage collector, in any thread, since `take`."""
+    """The longest pause of the cyclic garbage collector, in any thread, since `take`.
+
+    `longest` is wall time (what the loop waited); `longest_cpu` the collecting thread's
+    CPU time (what the collection itself cost, which a busy machine does not inflate).
+    """
 
     def __init__(self) -> None:
-        self.longest = 0.0
-        self._started = 0.0
+        self.longest = self.longest_cpu = 0.0
+        self._started = self._started_cpu = 0.0
         gc.callbacks.append(self._observe)
 
     def _observe(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._started = time.perf_counter()
+            self._started, self._started_cpu = time.perf_counter(), time.thread_time()
         else:
             self.longest = max(self.longest, time.perf_counter() - self._started)
+            self.longest_cpu = max(self.longest_cpu, time.thread_time() - self._started_cpu)
 
-    def take(self) -> float:
-        longest, self.longest = self.longest, 0.0
+    def take(self) -> tuple[float, float]:
+        """The longest pause since the last call, wall and CPU time; start over."""
+        longest = (self.longest, self.longest_cpu)
+        self.longest = self.longest_cpu = 0.0
         return longest
 
 
@@ -183,6 +190,7 @@ class Stall:
     elapsed: float  # the request's wall time
     gc_pause: float = 0.0  # the longest garbage collection in the process meanwhile
     busy: float = 0.0  # the longest lag the process's own CPU explains
+    gc_cpu: float = 0.0  # the CPU time of the longest-running collection
 
     def row(self, name: str) -> str:
         """A Markdown table row."""
@@ -218,7 +226,8 @@ def send(
     busy = watch.longest_busy
     lag, cpu = watch.take_longest()
     status, elapsed = out.split()
-    return Stall(int(status), lag, cpu, float(elapsed), GC_PAUSES.take(), busy)
+    gc_pause, gc_cpu = GC_PAUSES.take()
+    return Stall(int(status), lag, cpu, float(elapsed), gc_pause, busy, gc_cpu)
 
 
 # The client runs in a child process: reading a 20 MB stream or writing 31 MiB in this

@@ -7,8 +7,10 @@ first chat and lint requests), a first call held the loop 32-37 ms (chat) and ~2
 - anyio imports its asyncio backend when the first cancel scope is entered (the in-flight
   middleware's, on every request): 13 modules, compiled from source where no bytecode
   cache is written.
-- FastAPI (0.16x) builds each route's dependency and validation state on the first match
-  that walks past it: the first request to a FastAPI route builds every route before it.
+- FastAPI (0.16x) builds an included router's route state (dependencies, validation) on
+  the first match that walks past it. The app now adds each router's routes themselves
+  (gateway.api.routers), built when declared, so the walk below finds nothing to build;
+  it stays, so that a route included another way could not make a first request pay.
 - The ledger writer's statements are compiled by SQLAlchemy on their first execution.
 
 `warm_up` does each once in the lifespan, before the server accepts connections. It

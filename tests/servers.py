@@ -21,9 +21,44 @@ from gateway.settings import Settings
 
 
 class _QuietServer(uvicorn.Server):
+    """uvicorn's server without its signal handlers, and stopped at once by `stop_now`.
+
+    uvicorn looks at `should_exit` every 0.1 s and sleeps 0.1 s more once it has asked its
+    connections to close; the suite stops hundreds of servers, each of which idled its
+    worker ~0.18 s that way. Here the wait for `should_exit` wakes on `stop_now`, and the
+    shutdown's pause is taken only while connections are still open.
+    """
+
+    stopping: asyncio.Event | None = None
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def main_loop(self) -> None:
+        self.stopping = asyncio.Event()
+        counter = 0
+        while not await self.on_tick(counter):  # the Date header, limits, should_exit
+            counter = (counter + 1) % 864_000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), 0.1)
+
+    def stop_now(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Ask it to exit (from any thread): the main loop wakes now, not at its next tick."""
+        self.should_exit = True
+        if self.stopping is not None:
+            loop.call_soon_threadsafe(self.stopping.set)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.server_state.connections:
+            await super().shutdown(sockets)  # asks them to close, pauses, waits for them
+            return
+        for server in self.servers:  # uvicorn's shutdown less its pause: nothing to close
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        if not self.force_exit:
+            await self.lifespan.shutdown()
 
 
 class ServerThread:
@@ -41,6 +76,7 @@ class ServerThread:
             config = server_config(app, settings, log_level="warning", **overrides)
             self.loop_factory = config.get_loop_factory()
         self.server = _QuietServer(config)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's, once it runs
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     @property
@@ -49,6 +85,7 @@ class ServerThread:
 
     def _run(self) -> None:
         with asyncio.Runner(loop_factory=self.loop_factory) as runner:
+            self.loop = runner.get_loop()
             runner.run(self.server.serve(sockets=[self.sock]))
 
     def start(self) -> ServerThread:
@@ -62,6 +99,9 @@ class ServerThread:
 
     def stop(self) -> None:
         self.server.should_exit = True
+        if self.loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the server is gone
+                self.server.stop_now(self.loop)
         self.thread.join(timeout=30)
 
 

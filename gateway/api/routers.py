@@ -2,13 +2,18 @@
 
 A fresh `farebox serve` imported every router's module before its port opened, and
 FastAPI built each route's dependency and validation state as it was declared, then
-again for the app when the warm-up routed past it. The reports, the explorer, the task,
-prefix and admin routes (`DEFERRED`) took 230-250 M of the serve imports' ~4,750 M
-instructions (callgrind) and 90-150 ms of CPU on this box, and a first chat request needs
-none of them. With `defer` they are imported and included just before the first request
-FastAPI routes (`IncludeDeferred`), which pays that once; the chat front, /v1/models,
-the probes and /metrics are included at once. Either way the app's routes end up in
-`ORDER`, so /openapi.json and the router's matching are the same.
+again for the app when the warm-up routed past it (`include_router` wraps a router and
+builds its routes' state anew for each app). The app now takes the routes themselves, so
+the second build is gone: the deferred routers' inclusion and first routing took 77-104
+ms of CPU, 56-70 now (their imports), and in an app built again in the same process (a
+reload, the tests' servers) 23-43 ms, 0.4-0.6 now (`bench/first_routed.py`).
+
+The reports, the explorer, the task, prefix and admin routes (`DEFERRED`) took 230-250 M
+of the serve imports' ~4,750 M instructions (callgrind) and 90-150 ms of CPU on this box,
+and a first chat request needs none of them. With `defer` they are imported and included
+just before the first request FastAPI routes (`IncludeDeferred`), which pays that once;
+the chat front, /v1/models, the probes and /metrics are included at once. Either way the
+app's routes end up in `ORDER`, so /openapi.json and the router's matching are the same.
 
 The other model routes (messages, responses, completions, embeddings) are deferred too:
 their modules and the pipelines and upstream wires behind them are 28 modules, 20-27 ms
@@ -97,9 +102,13 @@ class Routers:
         routes = self.app.router.routes
         for name in names:
             router: APIRouter = importlib.import_module(name).router
-            before = len(routes)
-            self.app.include_router(router)
-            self._entries[name] = list(routes[before:])
+            # Its routes themselves, not `include_router`: FastAPI (0.16x) wraps an included
+            # router and builds each route's dependency and validation state again for the
+            # app, though the route built it when declared. No router here has a prefix,
+            # tags or dependencies of the app's to add.
+            added = list(router.routes)
+            routes.extend(added)
+            self._entries[name] = added
 
 
 def include_routers(app: FastAPI, defer: bool = False) -> Routers:

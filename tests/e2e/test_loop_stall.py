@@ -4,10 +4,12 @@ The gateway runs in this process on a real port, the simulator in a child proces
 own parsing must not hold this interpreter); `bench/loop_stall.py` supplies the inputs.
 The issue's target is 20 ms of CPU on the loop; this shared 2-core box is held to 50 ms
 of the loop thread's own CPU, bodies at the 32 MiB limit included (they are parsed a
-slice at a time; it was 28 ms in one go before), and to 1 s of wall-clock lag (which a
-busy machine, and garbage collections other threads trigger, inflate: it was 683 ms for
-the number table, and seconds for a 31 MiB body, before). The measured numbers are
-printed (`pytest -s`) and named in any failure.
+slice at a time; it was 28 ms in one go before), and to 1 s of the loop's lag that the
+process's own CPU explains: another thread holding the interpreter lock, or a garbage
+collection, counts (it was 683 ms for the number table, and seconds for a 31 MiB body,
+before); a machine too busy to run the process does not (a slowed CI box once made the
+wall-clock lag 1.6 s with 28 ms of loop CPU). The measured numbers are printed
+(`pytest -s`) and named in any failure.
 """
 
 from __future__ import annotations
@@ -57,11 +59,12 @@ def test_adversarial_bodies_do_not_hold_the_loop(
 
 def _check(name: str, stall: Any, cpu_bound: float = CPU_BOUND_S) -> None:
     report = (
-        f"{name}: loop lag {stall.lag * 1000:.1f} ms, loop CPU {stall.cpu * 1000:.1f} ms, "
-        f"longest GC pause {stall.gc_pause * 1000:.0f} ms"
+        f"{name}: loop lag {stall.lag * 1000:.1f} ms (the process's CPU explains "
+        f"{stall.busy * 1000:.1f} ms), loop CPU {stall.cpu * 1000:.1f} ms, longest GC pause "
+        f"{stall.gc_pause * 1000:.0f} ms ({stall.gc_cpu * 1000:.0f} ms of CPU)"
     )
     print(f"\n{report}")
-    assert stall.cpu < cpu_bound and stall.lag < LAG_BOUND_S, report
+    assert stall.cpu < cpu_bound and stall.busy < LAG_BOUND_S, report
 
 
 def test_a_body_at_the_size_limit_does_not_hold_the_loop(served: tuple[str, str, Any]) -> None:
@@ -90,7 +93,7 @@ def test_the_gateways_own_steps_on_466000_messages_do_not_hold_the_loop(
     stall = bench.send(url, watch, body)
     _check("31 MiB in 466,000 short messages", stall)
     assert stall.status == 429
-    assert stall.gc_pause < 0.1  # wall time: room for this shared box's preemptions
+    assert stall.gc_cpu < 0.1  # the collection's own CPU, whatever the box's load
 
 
 def test_a_long_upstream_stream_does_not_hold_the_loop(served: tuple[str, str, Any]) -> None:
