@@ -19,7 +19,7 @@ def test_freeze_heap_moves_live_objects_out_of_collection() -> None:
         assert not any(id(item) in walked for item in kept)
         assert kept[-1] == [999]  # still alive and usable
     finally:
-        gc.unfreeze()
+        gc.freeze()  # as the worker's collection left it (tests/conftest.py)
 
 
 # The freeze's collection finalises whatever earlier tests in this worker left behind;
@@ -36,4 +36,4 @@ def test_gateway_freezes_its_heap_at_start(
         assert any("long-lived objects" in r.getMessage() for r in caplog.records)
         assert gc.get_freeze_count() > 0
     finally:
-        gc.unfreeze()  # later tests in this worker get a collector that sees everything
+        gc.freeze()  # as the worker's collection left it (tests/conftest.py)

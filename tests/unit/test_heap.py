@@ -25,7 +25,7 @@ def test_the_import_freeze_leaves_new_objects_to_the_collector() -> None:
         walked = {id(item) for item in gc.get_objects()}
         assert not any(id(item) in walked for item in after)
     finally:
-        gc.unfreeze()
+        gc.freeze()  # as the worker's collection left it (tests/conftest.py)
 
 
 def test_the_serving_process_runs_young_collections_less_often() -> None:
@@ -50,4 +50,4 @@ def test_the_serving_process_runs_young_collections_less_often() -> None:
     finally:
         gc.callbacks.remove(watch)
         gc.set_threshold(*threshold)
-        gc.unfreeze()
+        gc.freeze()  # as the worker's collection left it (tests/conftest.py)
