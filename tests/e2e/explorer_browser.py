@@ -40,6 +40,8 @@ FLAGS = (
     "--mute-audio",
 )
 READY = "document.body && document.body.dataset.ready"
+STARTS_S = (20.0, 60.0)
+"""How long each start may take to answer its first command (a second start waits longer)."""
 
 
 class BrowserError(RuntimeError):
@@ -50,7 +52,21 @@ class Browser:
     """A headless Chromium; `with Browser() as browser: browser.dom(url)`."""
 
     def __init__(self, timeout: float = 30) -> None:
+        # A start that does not answer is tried once more: once, in a loaded CI run, the
+        # first command after launch got no answer in 30 s (a start takes 0.3-0.9 s here).
+        for wait in STARTS_S:
+            self._launch()
+            self.timeout = wait
+            try:
+                self.call("Browser.getVersion")
+                break
+            except BrowserError:
+                self.close()
+                if wait == STARTS_S[-1]:
+                    raise
         self.timeout = timeout
+
+    def _launch(self) -> None:
         self._ids = itertools.count(1)
         self._buffer = b""
         self._profile = tempfile.mkdtemp(prefix="farebox-chromium-")
