@@ -29,25 +29,28 @@ class _QuietServer(uvicorn.Server):
     shutdown's pause is taken only while connections are still open.
     """
 
-    stopping: asyncio.Event | None = None
+    _stopping: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
 
     async def main_loop(self) -> None:
-        self.stopping = asyncio.Event()
+        stopping = asyncio.Event()
+        self._stopping = (asyncio.get_running_loop(), stopping)
         counter = 0
         while not await self.on_tick(counter):  # the Date header, limits, should_exit
             counter = (counter + 1) % 864_000
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), 0.1)
+                await asyncio.wait_for(stopping.wait(), 0.1)
 
-    def stop_now(self, loop: asyncio.AbstractEventLoop) -> None:
+    def stop_now(self) -> None:
         """Ask it to exit (from any thread): the main loop wakes now, not at its next tick."""
         self.should_exit = True
-        if self.stopping is not None:
-            loop.call_soon_threadsafe(self.stopping.set)
+        if self._stopping is not None:
+            loop, stopping = self._stopping
+            with contextlib.suppress(RuntimeError):  # the loop closed: the server is gone
+                loop.call_soon_threadsafe(stopping.set)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self.server_state.connections:
@@ -76,7 +79,6 @@ class ServerThread:
             config = server_config(app, settings, log_level="warning", **overrides)
             self.loop_factory = config.get_loop_factory()
         self.server = _QuietServer(config)
-        self.loop: asyncio.AbstractEventLoop | None = None  # the server's, once it runs
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     @property
@@ -85,7 +87,6 @@ class ServerThread:
 
     def _run(self) -> None:
         with asyncio.Runner(loop_factory=self.loop_factory) as runner:
-            self.loop = runner.get_loop()
             runner.run(self.server.serve(sockets=[self.sock]))
 
     def start(self) -> ServerThread:
@@ -98,10 +99,7 @@ class ServerThread:
         return self
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        if self.loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: the server is gone
-                self.server.stop_now(self.loop)
+        self.server.stop_now()
         self.thread.join(timeout=30)
 
 
