@@ -16,27 +16,33 @@ import asyncio
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.api.jsonable import jsonable
 from gateway.commands.report_remote import RemoteReadError, query, read_remote
 from gateway.commands.tables import Column, money, percent, print_table
-from gateway.ledger import SpendRow, TaskCostStats, spend, task_cost_stats
-from gateway.ledger.diagnosis import FAILURES, explain, missing_ledger
-from gateway.ledger.queries import TaskOutcomes, task_outcomes
-from gateway.ledger.reads import bounded_engine, ledger_down
+from gateway.ledger.read_rows import SpendRow, TaskCostStats, TaskOutcomes
 from gateway.ledger.records import ABANDONED, OPEN
-from gateway.ledger.scope import ReadScope
 from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from gateway.ledger.scope import ReadScope
+
+# The database's modules (SQLAlchemy) are imported by the path that opens it: `--url`,
+# `--help` and the other commands' start never need them (bench/cli_start.py).
 
 err = Console(stderr=True)
 
 
 def _read_failures() -> tuple[type[BaseException], ...]:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from gateway.ledger.diagnosis import FAILURES
+    from gateway.ledger.reads import ledger_down
+
     return (SQLAlchemyError, *ledger_down(), *FAILURES)
 
 
@@ -61,6 +67,9 @@ async def _read(
     include_abandoned: bool,
     scope: ReadScope,
 ) -> Report:
+    from gateway.ledger.queries import spend, task_cost_stats, task_outcomes
+    from gateway.ledger.reads import bounded_engine
+
     # The same time limits as the gateway's reads: a down database is an error, not a hang.
     engine = bounded_engine(
         settings.ledger_url(), settings.ledger_connect_timeout_s, settings.ledger_read_timeout_s
@@ -204,6 +213,8 @@ def report(
         tasks = {"status": status or [], "include_abandoned": include_abandoned}
         found = _from_gateway(url, api_key, params, tasks)
     else:
+        from gateway.ledger.scope import ReadScope  # its rows' filters: SQLAlchemy's tables
+
         scope = ReadScope(team=team, project=project)
         found = _from_database(
             database_url, group_by, since, until, status, include_abandoned, scope
@@ -230,6 +241,8 @@ def _from_database(
     include_abandoned: bool,
     scope: ReadScope,
 ) -> Report:
+    from gateway.ledger.diagnosis import explain, missing_ledger
+
     settings = Settings(database_url=database_url) if database_url else Settings()
     url = settings.ledger_url()
     setting = "--database-url" if database_url else "FAREBOX_DATABASE_URL"

@@ -14,8 +14,7 @@ from typing import Any, TypeVar, get_type_hints
 
 import httpx
 
-from gateway.ledger import SpendRow, TaskCostStats
-from gateway.ledger.queries import TaskOutcomes
+from gateway.ledger.read_rows import SpendRow, TaskCostStats, TaskOutcomes
 
 Row = TypeVar("Row")
 TIMEOUT_S = 30.0

@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from gateway.ledger import task_stats, windows
 from gateway.ledger.ranked import Ranked, ranked_stats
+from gateway.ledger.read_rows import SpendRow, TaskCostStats, TaskDetail, TaskOutcomes, TaskSummary
 from gateway.ledger.records import ABANDONED, COST_FIELDS, OPEN, TOKEN_FIELDS, RequestRecord
 from gateway.ledger.scope import EVERYTHING, ReadScope, request_rows, task_rows
 from gateway.ledger.store import REQUESTS, TASKS
@@ -52,93 +53,6 @@ TASK_GROUPS: dict[str, ColumnElement[Any]] = {"team": TASKS.c.team, "project": T
 SHARE_QUANTUM = Decimal("0.001")
 FINISHED = "finished"
 UNTASKED = "untasked"
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSummary:
-    """A task's aggregate row."""
-
-    task_id: str
-    team: str | None
-    project: str | None
-    status: str
-    started_at: datetime
-    last_activity_at: datetime
-    finished_at: datetime | None
-    request_count: int
-    prompt_tokens: int
-    cached_tokens: int
-    cache_write_tokens: int
-    cache_write_1h_tokens: int
-    completion_tokens: int
-    reasoning_tokens: int
-    cost_input: Decimal
-    cost_cached: Decimal
-    cost_cache_write: Decimal
-    cost_output: Decimal
-    cost_reasoning: Decimal
-    cost_total: Decimal
-    first_ttft_ms: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class TaskDetail:
-    """A task's aggregates and each of its upstream calls, oldest first."""
-
-    task: TaskSummary
-    requests: list[RequestRecord]
-
-
-@dataclass(frozen=True, slots=True)
-class SpendRow:
-    """Requests, tokens and cost of one group in a time window."""
-
-    group: str | None
-    request_count: int
-    prompt_tokens: int
-    cached_tokens: int
-    cache_write_tokens: int
-    cache_write_1h_tokens: int
-    completion_tokens: int
-    reasoning_tokens: int
-    cost_input: Decimal
-    cost_cached: Decimal
-    cost_cache_write: Decimal
-    cost_output: Decimal
-    cost_reasoning: Decimal
-    cost_total: Decimal
-
-
-@dataclass(frozen=True, slots=True)
-class TaskCostStats:
-    """Cost per task of one group; percentiles are nearest-rank, so exact.
-
-    `finished_tasks` counts the tasks the statistics cover: finished ones unless the
-    caller chose other statuses. Shares are fractions rounded to `SHARE_QUANTUM`.
-    """
-
-    group: str | None
-    finished_tasks: int
-    cost_total: Decimal
-    cost_p50: Decimal
-    cost_p95: Decimal
-    cost_max: Decimal
-    output_share: Decimal
-    reasoning_share: Decimal
-    cache_write_share: Decimal
-
-
-@dataclass(frozen=True, slots=True)
-class TaskOutcomes:
-    """How one group's work ended: finished tasks, abandoned tasks, untasked requests."""
-
-    group: str | None
-    finished_tasks: int
-    finished_cost: Decimal
-    abandoned_tasks: int
-    abandoned_cost: Decimal
-    untasked_requests: int
-    untasked_cost: Decimal
 
 
 async def _fetch(db: Database, statement: Select[Any]) -> Sequence[Row[Any]]:

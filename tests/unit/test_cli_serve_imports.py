@@ -1,21 +1,31 @@
-"""`farebox serve` imports no other command's modules; every other command line has them."""
+"""`farebox serve` imports no other command's modules; another named command imports only its
+own; `--help` and any command line that names no command (and a program importing the CLI
+to invoke it) has every command."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 PROBE = (
-    "import json, sys; sys.argv = ['farebox', *sys.argv[1:]]; import gateway.cli as cli; "
+    "import json, sys; program = sys.argv.pop(1); sys.argv = [program, *sys.argv[1:]]; "
+    "import gateway.cli as cli; "
     "names = [c.name or c.callback.__name__ for c in cli.app.registered_commands]; "
+    "names += [g.name for g in cli.app.registered_groups]; "
     "print(json.dumps([names, 'gateway.sim.command' in sys.modules]))"
 )
+EVERY = ["serve", "sim", "cost", "report", "lint", "audit", "policy", "keys"]  # commands, groups
 
 
-def _registered(*argv: str) -> tuple[list[str], bool]:
+def _registered(*argv: str, program: str = "farebox") -> tuple[list[str], bool]:
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", PROBE, program, *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     names, sim_loaded = json.loads(done.stdout)
     return names, sim_loaded
@@ -25,11 +35,38 @@ def test_serve_registers_only_itself_and_loads_no_simulator() -> None:
     assert _registered("serve", "--port", "0") == (["serve"], False)
 
 
-def test_any_other_command_line_registers_every_command() -> None:
-    for argv in (["--help"], ["sim", "--help"], ["report"], []):
+def test_a_named_command_registers_only_itself() -> None:
+    assert _registered("report", "--json") == (["serve", "report"], False)
+    assert _registered("keys", "list") == (["serve", "keys"], False)
+    assert _registered("sim", "--help") == (["serve", "sim"], True)
+    # `python -m gateway` is the same program
+    assert _registered("lint", program="/x/gateway/__main__.py") == (["serve", "lint"], False)
+
+
+def test_help_no_command_or_a_wrong_one_registers_every_command() -> None:
+    for argv in (["--help"], ["--version"], [], ["reprot"]):
         names, sim_loaded = _registered(*argv)
-        assert {"serve", "sim", "cost", "report", "lint", "audit"} <= set(names), argv
+        assert names == EVERY, argv
         assert sim_loaded
+
+
+def test_another_program_importing_the_cli_gets_every_command() -> None:
+    # pytest and scripts invoke `cli.app` themselves, whatever their own arguments say
+    for program in ("/usr/bin/pytest", "-c"):
+        assert _registered("report", program=program) == (EVERY, True)
+
+
+def test_a_mistyped_command_is_answered_with_the_list() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "reprot"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
+    )
+    assert done.returncode == 2 and "No such command 'reprot'" in done.stderr
+    assert "Did you mean 'report'?" in done.stderr
 
 
 def test_serve_help_still_answers() -> None:
