@@ -76,6 +76,7 @@ def measure(trees: list[Path], runs: int) -> dict[str, dict[str, dict[str, objec
         found.setdefault(line, {})[tree_name] = {
             "cpu_ms_median": round(statistics.median(times) * 1000, 1),
             "cpu_ms_min": round(min(times) * 1000, 1),
+            "cpu_ms_max": round(max(times) * 1000, 1),
             "sqlalchemy": loaded[key],
         }
     return found
@@ -92,12 +93,13 @@ def main() -> None:
     if args.json:
         print(json.dumps(found, indent=2))
         return
-    print(f"CPU per process, ms (median of {args.n}; min), and SQLAlchemy loaded:")
+    print(f"CPU per process, ms (median of {args.n}; min-max), and SQLAlchemy loaded:")
     for line, by_tree in found.items():
         print(f"farebox {line}")
         for tree, row in by_tree.items():
             mark = "sqlalchemy" if row["sqlalchemy"] else "-"
-            print(f"  {tree}: {row['cpu_ms_median']} ({row['cpu_ms_min']})  {mark}")
+            spread = f"{row['cpu_ms_min']}-{row['cpu_ms_max']}"
+            print(f"  {tree}: {row['cpu_ms_median']} ({spread})  {mark}")
 
 
 if __name__ == "__main__":
