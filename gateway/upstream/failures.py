@@ -6,6 +6,7 @@ found in an upstream's message is replaced before the error leaves this module.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,29 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
     return text
 
 
+def connect_failed(exc: BaseException, where: str) -> UpstreamUnreachableError:
+    """A connection that could not be opened, with the system's reason when one is known
+    ("connection refused": nothing listens there; "no route to host", "network is
+    unreachable", "cannot assign requested address": no local port left, ...)."""
+    reason = _system_reason(exc)
+    said = f"connection failed: {reason}" if reason else "connection failed"
+    return UpstreamUnreachableError(f"upstream {where} is unreachable ({said})")
+
+
+def _system_reason(exc: BaseException) -> str | None:
+    """The first system error number in `exc`, its `os_error` (aiohttp) or its causes
+    (httpx wraps httpcore's, which wraps the OSError), as the C library words it."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a few links at most: never loop on a cycle
+        if seen is None:
+            return None
+        found = getattr(seen, "os_error", None) or seen
+        if isinstance(found, OSError) and found.errno:
+            return os.strerror(found.errno).lower()
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def from_transport_error(exc: httpx.HTTPError, where: str) -> UpstreamError:
     """An httpx exception raised before or while reading a reply."""
     import httpx  # loaded already: `exc` is one of its exceptions
@@ -68,7 +92,7 @@ def from_transport_error(exc: httpx.HTTPError, where: str) -> UpstreamError:
         phase = "connecting" if isinstance(exc, httpx.ConnectTimeout) else "waiting for a reply"
         return UpstreamTimeoutError(f"upstream {where} timed out while {phase}")
     if isinstance(exc, httpx.ConnectError):
-        return UpstreamUnreachableError(f"upstream {where} is unreachable (connection failed)")
+        return connect_failed(exc, where)
     if isinstance(exc, httpx.DecodingError):
         return UpstreamProtocolError(
             f"upstream {where} sent a reply that cannot be decoded (its content-encoding)"
@@ -104,7 +128,7 @@ def _from_aiohttp(aiohttp: Any, exc: BaseException, where: str) -> UpstreamError
             f"upstream {where} is unreachable: the TLS handshake failed ({_tls_reason(exc)})"
         )
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return UpstreamUnreachableError(f"upstream {where} is unreachable (connection failed)")
+        return connect_failed(exc, where)
     if isinstance(exc, aiohttp.ClientPayloadError) and isinstance(
         exc.__cause__, aiohttp.http_exceptions.ContentEncodingError
     ):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+
 import aiohttp
+import httpx
+import pytest
 from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.http_exceptions import ContentEncodingError, TransferEncodingError
 
 from gateway.errors import UpstreamProtocolError, UpstreamTimeoutError, UpstreamUnreachableError
-from gateway.upstream.failures import from_client_error
+from gateway.upstream.failures import from_client_error, from_transport_error
 
 WHERE = "chat (10.0.0.1:8000)"
 
@@ -29,7 +33,12 @@ def test_timeouts_say_which_phase() -> None:
 def test_refused_connections_and_resets_are_unreachable() -> None:
     key = ConnectionKey("10.0.0.1", 8000, False, True, None, None, None)
     refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "refused"))
-    assert "connection failed" in from_client_error(refused, WHERE).message
+    assert from_client_error(refused, WHERE).message == (
+        f"upstream {WHERE} is unreachable (connection failed: connection refused)"
+    )
+    # happy eyeballs' "Multiple exceptions" carries no single number: no reason invented
+    several = aiohttp.ClientConnectorError(key, OSError("Multiple exceptions: [...]"))
+    assert from_client_error(several, WHERE).message.endswith("(connection failed)")
     for error in (
         aiohttp.ServerDisconnectedError(),
         aiohttp.ClientOSError(104, "reset"),
@@ -38,6 +47,17 @@ def test_refused_connections_and_resets_are_unreachable() -> None:
         mapped = from_client_error(error, WHERE)
         assert isinstance(mapped, UpstreamUnreachableError), error
         assert WHERE in mapped.message and "before a complete reply" in mapped.message
+
+
+def test_httpx_connect_errors_carry_the_systems_reason_too() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(httpx.ConnectError) as caught:
+        httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+    mapped = from_transport_error(caught.value, WHERE)
+    assert isinstance(mapped, UpstreamUnreachableError)
+    assert mapped.message.endswith("(connection failed: connection refused)")
 
 
 def test_a_body_that_does_not_decode_is_a_bad_reply() -> None:

@@ -203,7 +203,7 @@ async def test_a_silent_upstream_is_a_read_timeout_and_a_closed_port_unreachable
             await hs.whole_reply(client, request(server.url, read=0.2), WHERE, LIMITS)
         url = server.url
     await asyncio.sleep(0.05)
-    with pytest.raises(UpstreamUnreachableError, match="connection failed"):
+    with pytest.raises(UpstreamUnreachableError, match="connection failed: connection refused"):
         await hs.whole_reply(client, request(url), WHERE, LIMITS)
     await client.aclose()
 
