@@ -195,6 +195,8 @@ class Bench:
             self._failed(target, exc)
             return False
         passes[target.name].setdefault(scenario.key, []).append(run)
+        if target.watch is not None:  # between runs: its page-table walk measures nothing
+            target.watch.sample()
         print(
             f"[hotpath] {target.name} {scenario.key}: {run.rps} req/s p50 {run.p50_ms} ms "
             f"cpu {run.cpu_ms_per_request} ms/req opens {run.upstream_opens}",

@@ -12,8 +12,8 @@ whole and streamed, then 1 MB agent steps and 1 MB fresh prompts at c=1, on the 
 instant mock and its configuration (SQLite ledger; Redis state with `--workers 1` or more,
 in-process state with `--workers 0`: no --workers flag, as the bench's farebox-sqlite). Each
 reading waits until the gateway's CPU goes quiet (the ledger has written the phase's rows).
-Each cell also gives the process's peak RSS so far (VmHWM: what bench/hotpath.py's
-sampler can catch between its reads). `--src DIR` serves another checkout (e.g. a
+Each cell also gives the process's peak RSS so far (VmHWM, which bench/hotpath.py's
+Processes table reports). `--src DIR` serves another checkout (e.g. a
 `git worktree` of the commit before a change), `--env NAME=VALUE[,NAME=VALUE]` sets
 variables for the gateway (e.g. `MALLOC_ARENA_MAX=8`); both repeat, and `--this-too` adds
 this tree as it is, so A/B runs alternate in one job.
@@ -23,8 +23,8 @@ Loopback only, one to two minutes per run.
 farebox-sqlite process, on one process: the first request, the unmeasured c=64 pre-warm,
 then each scenario (small c=1 and c=64, whole and streamed, the 1 MB agent step and fresh
 prompt) for the mode's passes, each run bounded in time as there (so loadgen abandons the
-requests in flight at its end); it prints RSS after each run and the peak RSS sampled every
-0.1 s, as the bench's Processes table reads it. A full replay takes about a minute on a
+requests in flight at its end); it prints RSS after each run and the peak RSS so far (the
+kernel's VmHWM), as the bench's Processes table reads it. A full replay takes about a minute on a
 quiet box; `--seconds S` bounds each run by S instead (on a loaded box a 3 s run sends a
 fraction of the mode's requests). `--stats DIR` puts bench/memprobe on the gateway's path
 and writes what its memory is made of to DIR after each phase or run (glibc's heaps,

@@ -115,6 +115,17 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def peak_rss_kib(pid: int) -> int:
+    """VmHWM of one process, KiB: the largest RSS it had so far (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def shared_kib(pid: int) -> tuple[int, int]:
     """PSS (shared pages divided among their users) and USS (this process's own), KiB."""
     pss = uss = 0
@@ -145,27 +156,29 @@ def get_json(url: str, timeout: float = 5.0) -> dict[str, object]:
 
 @dataclass
 class RssWatch:
-    """The largest VmRSS of each process in a tree, sampled in a thread while it runs; and
-    the largest PSS and USS (from smaps_rollup), which count shared pages once."""
+    """The peak memory of each process in a tree, read without disturbing what is measured.
+
+    Peak RSS is the kernel's own (`VmHWM`: the largest resident set since the process
+    began), exact whenever it is read. PSS and USS come from smaps_rollup, which walks the
+    process's page tables under its memory-map lock: they are read only when `sample()` is
+    called, at moments nothing is measured (the bench calls it after each measured run, and
+    at the end). A thread that read both every 0.1 s during the runs added ~1 ms to the
+    c=1 p99 of every proxy measured, minproxy.py's as much as Farebox's (docs/performance.md,
+    "The bench's memory sampler").
+    """
 
     pid: int
-    interval_s: float = 0.1
     peak_kib: dict[int, int] = field(default_factory=dict)
     peak_pss_kib: dict[int, int] = field(default_factory=dict)
     peak_uss_kib: dict[int, int] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> RssWatch:
-        threading.Thread(target=self._run, daemon=True).start()
+        self.sample()
         return self
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.sample()
 
     def sample(self) -> None:
         for member in tree(self.pid):
-            kib = rss_kib(member)
+            kib = peak_rss_kib(member)
             self.peak_kib[member] = max(self.peak_kib.get(member, 0), kib)
             pss, uss = shared_kib(member)
             self.peak_pss_kib[member] = max(self.peak_pss_kib.get(member, 0), pss)
@@ -173,7 +186,6 @@ class RssWatch:
 
     def stop(self) -> None:
         self.sample()
-        self._stop.set()
 
     def per_process_mib(self) -> float:
         """The largest RSS any single process of the tree reached (a worker's, or the only)."""
