@@ -104,26 +104,25 @@ def box_busy_ticks() -> int:
     return sum(values[:8]) - values[3] - values[4]  # guest time is inside user already
 
 
-def rss_kib(pid: int) -> int:
-    """VmRSS of one process, KiB (0 once it is gone)."""
+def _status_kib(pid: int, name: str) -> int:
+    """One KiB field of /proc/PID/status (0 once the process is gone)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{name}:"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of one process, KiB (0 once it is gone)."""
+    return _status_kib(pid, "VmRSS")
 
 
 def peak_rss_kib(pid: int) -> int:
     """VmHWM of one process, KiB: the largest RSS it had so far (0 once it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return _status_kib(pid, "VmHWM")
 
 
 def shared_kib(pid: int) -> tuple[int, int]:
