@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hotpath_procs import GATEWAY_CORE, LOAD_CORE, shared_kib, tree
+from hotpath_procs import GATEWAY_CORE, LOAD_CORE, rss_kib, shared_kib, tree
 from hotpath_targets import MODEL, ROOT, start_farebox, start_minproxy, start_mock
 
 FLOOR = Path(os.environ.get("FAREBOX_PERF_FLOOR", ROOT.parent / "shared" / "perf-floor"))
@@ -37,7 +37,7 @@ def sampler(pids: list[int], interval_s: float = 0.1) -> None:
         time.sleep(interval_s)
         for pid in pids:
             for member in tree(pid):
-                Path(f"/proc/{member}/status").read_text()
+                rss_kib(member)
                 shared_kib(member)
 
 

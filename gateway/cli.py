@@ -7,6 +7,7 @@ from gateway import serve_imports as _serve_imports
 
 # isort: split
 import builtins
+import importlib
 import ipaddress
 import logging
 import os
@@ -291,58 +292,31 @@ def _preflight_steps(settings: Settings, config: GatewayConfig) -> bytes:
         return b""
 
 
-def _add_sim() -> None:
-    from gateway.sim.command import sim
-
-    app.command("sim", help="Run the bundled simulator (a stand-in for vLLM and Anthropic).")(sim)
-
-
-def _add_cost() -> None:
-    from gateway.commands.cost import cost
-
-    app.command("cost")(cost)
-
-
-def _add_report() -> None:
-    from gateway.commands.report import report
-
-    app.command("report")(report)
-
-
-def _add_lint() -> None:
-    from gateway.commands.lint import lint
-
-    app.command("lint")(lint)
-
-
-def _add_policy() -> None:
-    from gateway.commands.policy import app as policy_app
-
-    app.add_typer(policy_app, name="policy")
-
-
-def _add_keys() -> None:
-    from gateway.commands.keys import app as keys_app
-
-    app.add_typer(keys_app, name="keys")
-
-
-def _add_audit() -> None:
-    from gateway.commands.audit import audit
-
-    app.command("audit")(audit)
-
-
-# Every command but serve, in `farebox --help`'s order; each imports its own modules.
-COMMANDS: dict[str, Callable[[], None]] = {
-    "sim": _add_sim,
-    "cost": _add_cost,
-    "report": _add_report,
-    "lint": _add_lint,
-    "policy": _add_policy,
-    "keys": _add_keys,
-    "audit": _add_audit,
+# Every command but serve, in `farebox --help`'s order: where it is defined (a Typer app
+# is a group of subcommands) and its help when not its docstring. Each imports its own
+# modules when registered.
+COMMANDS: dict[str, tuple[str, str, str | None]] = {
+    "sim": (
+        "gateway.sim.command",
+        "sim",
+        "Run the bundled simulator (a stand-in for vLLM and Anthropic).",
+    ),
+    "cost": ("gateway.commands.cost", "cost", None),
+    "report": ("gateway.commands.report", "report", None),
+    "lint": ("gateway.commands.lint", "lint", None),
+    "policy": ("gateway.commands.policy", "app", None),
+    "keys": ("gateway.commands.keys", "app", None),
+    "audit": ("gateway.commands.audit", "audit", None),
 }
+
+
+def _add(name: str) -> None:
+    module, attribute, help_text = COMMANDS[name]
+    found = getattr(importlib.import_module(module), attribute)
+    if isinstance(found, typer.Typer):
+        app.add_typer(found, name=name)
+    else:
+        app.command(name, help=help_text)(found)
 
 
 def register_commands(argv: list[str]) -> None:
@@ -359,10 +333,10 @@ def register_commands(argv: list[str]) -> None:
     if named == "serve":  # the same test as gateway.serve_imports
         return
     if named in COMMANDS and _is_farebox(argv[0]):
-        COMMANDS[named]()
+        _add(named)
         return
-    for add in COMMANDS.values():
-        add()
+    for name in COMMANDS:
+        _add(name)
 
 
 def _is_farebox(program: str) -> bool:

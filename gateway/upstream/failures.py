@@ -61,7 +61,7 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
     return text
 
 
-def connect_failed(exc: BaseException, where: str) -> UpstreamUnreachableError:
+def _connect_failed(exc: BaseException, where: str) -> UpstreamUnreachableError:
     """A connection that could not be opened, with the system's reason when one is known
     ("connection refused": nothing listens there; "no route to host", "network is
     unreachable", "cannot assign requested address": no local port left, ...)."""
@@ -92,7 +92,7 @@ def from_transport_error(exc: httpx.HTTPError, where: str) -> UpstreamError:
         phase = "connecting" if isinstance(exc, httpx.ConnectTimeout) else "waiting for a reply"
         return UpstreamTimeoutError(f"upstream {where} timed out while {phase}")
     if isinstance(exc, httpx.ConnectError):
-        return connect_failed(exc, where)
+        return _connect_failed(exc, where)
     if isinstance(exc, httpx.DecodingError):
         return UpstreamProtocolError(
             f"upstream {where} sent a reply that cannot be decoded (its content-encoding)"
@@ -128,7 +128,7 @@ def _from_aiohttp(aiohttp: Any, exc: BaseException, where: str) -> UpstreamError
             f"upstream {where} is unreachable: the TLS handshake failed ({_tls_reason(exc)})"
         )
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return connect_failed(exc, where)
+        return _connect_failed(exc, where)
     if isinstance(exc, aiohttp.ClientPayloadError) and isinstance(
         exc.__cause__, aiohttp.http_exceptions.ContentEncodingError
     ):
