@@ -438,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in bench.seconds.items())
     ctx.notes.append(f"Wall time per target, start to stop: {spent}.")
     judged = goals(results)
-    args.results.write_text(markdown(ctx, results, judged, bench.profile))
+    docs = os.path.relpath(ROOT / "docs" / "performance.md", args.results.resolve().parent)
+    args.results.write_text(markdown(ctx, results, judged, bench.profile, docs))
     if args.json_out:
         args.json_out.write_text(json.dumps(report(ctx, results, judged, bench.profile), indent=1))
     print(args.results.read_text())

@@ -196,12 +196,19 @@ def _summary(goals: list[Goal]) -> str:
     return text + (f", {other} not measured.**" if other else ".**")
 
 
-def markdown(ctx: Context, results: Results, goals: list[Goal], profile: Profile | None) -> str:
+def markdown(
+    ctx: Context,
+    results: Results,
+    goals: list[Goal],
+    profile: Profile | None,
+    docs_link: str = "../docs/performance.md",
+) -> str:
+    """The results page; `docs_link`: docs/performance.md relative to where it is written."""
     lines = [
         "# Hot path: Farebox against a bare proxy and LiteLLM's proxy",
         "",
         f"Written by `{ctx.command}` ({ctx.mode} mode), {ctx.started}. "
-        "How to run and read it: [docs/performance.md](../docs/performance.md).",
+        f"How to run and read it: [docs/performance.md]({docs_link}).",
         "",
         "## Machine and versions",
         "",

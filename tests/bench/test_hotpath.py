@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,13 @@ def test_the_results_file_says_where_and_with_what_it_ran(tiny: tuple[dict[str, 
     assert "FAREBOX_DATABASE_URL=postgresql+asyncpg://" in report["launches"]["farebox-pg-redis"]
     assert len(report["loadgen"]) == 6 and all("taskset -c 0" in c for c in report["loadgen"])
     assert "bench-chat" in report["configs"]["farebox-sqlite.yaml"]
+
+
+def test_the_results_file_links_the_docs_from_where_it_was_written(
+    tiny: tuple[dict[str, Any], str],
+) -> None:
+    _, markdown = tiny
+    command = shlex.split(re.search(r"Written by `([^`]*)`", markdown)[1])
+    written = Path(command[command.index("--results") + 1])
+    link = re.search(r"\[docs/performance\.md\]\(([^)]*)\)", markdown)[1]
+    assert (written.parent / link).resolve() == BENCH.parents[1] / "docs" / "performance.md"
