@@ -53,3 +53,26 @@ def test_a_missed_latency_says_what_the_bare_proxy_added_in_the_same_run() -> No
     )
     (p99,) = [g for g in goals(results) if g.name == "1 MB agent step, added p99"]
     assert p99.verdict == "met" and p99.bound == ""  # a met row names no bound
+
+
+def _c64_cpu(gateway_cpu: float, floor_cpu: float) -> str:
+    results = Results()
+    for target, cpu in ((FB, gateway_cpu), ("minproxy", floor_cpu)):
+        run = Run(target, "sse-c64", completed=300, sent=300, rps=1000.0, loadavg_1m=1.0)
+        run.cpu_ms_per_request = cpu
+        results.runs.setdefault(target, {})[run.scenario] = run
+    (goal,) = [g for g in goals(results) if g.name == "CPU per request, c=64 sse"]
+    return f"{goal.verdict}: {goal.bound}"
+
+
+def test_a_missed_cpu_target_says_how_fast_the_box_ran_by_the_floors_cpu() -> None:
+    assert _c64_cpu(0.661, 0.330) == (
+        "missed by 0.061 ms: minproxy.py took 0.33 ms in the same run (2.00x of it; issue 12"
+        " set this target where it took 0.15-0.3 ms, so this box ran 1.10x slower than that"
+        " at least); run --profile"
+    )
+    assert _c64_cpu(0.62, 0.25).startswith(
+        "missed by 0.02 ms: minproxy.py took 0.25 ms in the same run (2.48x of it; issue 12"
+        " set this target where it took 0.15-0.3 ms); "
+    )
+    assert _c64_cpu(0.5, 0.25) == "met: "  # a met row names no bound
