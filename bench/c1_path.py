@@ -10,7 +10,8 @@ alias renamed to the mock's model, SQLite ledger; `--hotpath-config`: bench/hotp
 every feature on). Each round loads the mock directly
 (the baseline), then the gateway at concurrency 1 and prints, per tree:
 
-- added p50 / p99 (whole latency, or TTFT with `--stream`): the gateway's percentile
+- added p50 / p99 (whole latency, or TTFT with `--stream`: to the first content token,
+  loadgen's `ttft_content`): the gateway's percentile
   minus the direct one of the same round;
 - CPU ms per request (utime+stime of the process over the requests sent), and the same
   for the loop's thread and for the others (the ledger's database and spool threads);
@@ -204,7 +205,9 @@ def _loadgen(
 
 
 def _percentiles(run: dict[str, Any], stream: bool) -> dict[str, float]:
-    lat = run["ttft_data_ms"] if stream else run["lat_ms"]
+    # A stream's TTFT is to its first content token, as bench/hotpath.py judges it (until
+    # 2026-12-03 this took loadgen's first `data:` event: the role chunk, no content).
+    lat = run["ttft_content_ms"] if stream else run["lat_ms"]
     return {"p50": lat["p50"], "p99": lat["p99"]}
 
 

@@ -12,12 +12,14 @@ a system call costing ~0.6 µs on this box), and a request the OS preempted is l
 taking medians over the requests. Prints, per round, the median µs of each stage and of
 the spans `front` (the ASGI call to `handle_chat`), `to_upstream` (`handle_chat` to the
 upstream request written), `upstream_wait` (to its reply's first bytes), `reply_to_body`
-(to the response's first body bytes sent: a stream's first event), `after_body` (the rest
-of the response and the booking) and `stages_sum`; then the median of the rounds. The
-first round only warms the caches. Each wrapper adds two clock reads (~0.1 µs). `--wrap
-module.function` (or `module.Class.method`, repeatable; not a class that is checked with
-`isinstance`) clocks a stage's parts too, reported as `+name` and left out of `stages_sum`;
-wrap a name where its caller looks it up (`gateway.pipeline.chat.bill`).
+(to the response's first body bytes sent: a stream's first event), `reply_to_token` (to
+the first body bytes that carry a content token: a stream's time to first token),
+`after_body` (the rest of the response and the booking) and `stages_sum`; then the median
+of the rounds. The first round only warms the caches. Each wrapper adds two clock reads
+(~0.1 µs). `--wrap module.function` (or `module.Class.method`, repeatable; not a class
+that is checked with `isinstance`) clocks a stage's parts too, reported as `+name` and
+left out of `stages_sum`; wrap a name where its caller looks it up
+(`gateway.pipeline.chat.bill`).
 At c=1 each stage runs with the caches cold from the wait before it, so stages cost 2-4x
 what bench/pipeline_parts.py's loops of one stage say.
 """
@@ -29,6 +31,7 @@ import asyncio
 import functools
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -56,6 +59,9 @@ CHAT_STAGES = (
     "start_prefix_check",
     "_build_call",
 )
+FIRST_TOKEN = re.compile(rb'"content":"[^"]')
+"""A body message that carries a content token (a stream's first event is its role chunk,
+whose content is empty: loadgen's TTFT, and bench/hotpath.py's, is to the first token)."""
 clock = time.perf_counter  # thread_time is a system call here (~0.6 µs), this ~0.05
 
 
@@ -80,6 +86,8 @@ class Clocks:
         spent["to_upstream"] = marks["sent"] - marks["chat"]
         spent["upstream_wait"] = marks["reply"] - marks["sent"]
         spent["reply_to_body"] = marks["body"] - marks["reply"]
+        if "token" in marks:
+            spent["reply_to_token"] = marks["token"] - marks["reply"]
         spent["after_body"] = now - marks["body"]
         self.requests.append(spent)
         self.current, self.marks = {}, {}
@@ -189,6 +197,8 @@ async def _one(app: Any, state: dict[str, Any], body: bytes, clocks: Clocks, inp
             raise RuntimeError(f"the gateway answered {message['status']}, not 200")
         if message["type"] == "http.response.body" and message.get("body"):
             clocks.mark("body")
+            if FIRST_TOKEN.search(message["body"]):
+                clocks.mark("token")
 
     await app(inproc._scope(state, body), inproc._receive(body), send)
 

@@ -26,6 +26,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
+import orjson
+
 from gateway.errors import (
     FareboxError,
     UpstreamProtocolError,
@@ -48,6 +50,7 @@ from gateway.upstream.replies import (
     PlainEvent,
     error_in_chunk,
     line_data,
+    plain_content,
     read_chunk,
 )
 from gateway.upstream.sse import DONE, DONE_EVENT, event_data
@@ -77,6 +80,35 @@ def _plain_reader() -> PlainEvent | None:
     if PLAIN_EVENT is None or _PlainEvents is None:
         return PLAIN_EVENT
     return _PlainEvents().read
+
+
+OPENING_SCAN = 4
+"""How many of a read's first events `_through_first_token` looks at (a role chunk or two
+before the first token; a stream that opens otherwise sends its first event alone)."""
+
+
+def _through_first_token(events: list[bytes]) -> int:
+    """How many of `events` to send first: through the first that shows the client
+    something (a token, reasoning, a tool call, an end), past those that show nothing (the
+    role chunk that opens an OpenAI stream, its content empty): the time to first token
+    is to that event. 1 when none of the first `OPENING_SCAN` shows anything."""
+    for index, event in enumerate(events[:OPENING_SCAN]):
+        if not _shows_nothing(event):
+            return index + 1
+    return 1
+
+
+def _shows_nothing(event: bytes) -> bool:
+    """Whether `event` is a plain chunk whose content is empty (`plain_content` ""): the
+    role chunk. Only a stream alone in flight reads its first events twice this way."""
+    data = line_data(event)
+    if data is None or data[:1] != b"{":
+        return False
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return type(chunk) is dict and plain_content(chunk) == ""
 
 
 def _is_usage_only(chunk: dict[str, Any]) -> bool:
@@ -208,20 +240,23 @@ class Relay(BookedStream):
         """The first event, and the events its read brought with it.
 
         When this stream's call is the only one in flight (`alone`: concurrency 1), the
-        first event goes out on its own and the rest of the read is held for the next
-        batch: a fast upstream sends a short stream whole in one read, and the client's
-        first token would wait for all of it to be metered, its usage chunk priced. With
-        other calls in flight the loop is busy, and one write per read is cheaper.
+        events up to the client's first token (`_through_first_token`) go out on their
+        own and the rest of the read is held for the next batch: a fast upstream sends a
+        short stream whole in one read, and the first token would wait for all of it to
+        be metered, its usage chunk priced and the call billed. With other calls in
+        flight the loop is busy, and one write per read is cheaper.
         """
         first, self._first = self._first, None
         ready = getattr(self._events, "ready", None)
         rest: list[bytes] = ready() if ready is not None else []
         if first is None:
             return rest
+        events = [first, *rest]
         if rest and self._alone():
-            self._held = rest
-            return [first]
-        return [first, *rest]
+            opening = _through_first_token(events)
+            self._held = events[opening:]
+            return events[:opening]
+        return events
 
     def _alone(self) -> bool:
         alone = getattr(self._stream, "alone", None)

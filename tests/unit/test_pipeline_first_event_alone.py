@@ -1,9 +1,10 @@
-"""A stream's first event goes out on its own when its call is the only one in flight.
+"""A stream's first token goes out on its own when its call is the only one in flight.
 
 A real upstream on a real port (tests/e2e/test_relay_batches.py's) writes a whole stream
 in one write, so the relay gets every event in one read. Alone (concurrency 1) the client
-gets the first event as a message of its own, then the rest of the read; with other calls
-in flight the read goes out whole, as before. Either way the bytes are the same.
+gets the events through the first token (the role chunk, whose content is empty, and the
+first content chunk) as a message of their own, then the rest of the read; with other
+calls in flight the read goes out whole, as before. Either way the bytes are the same.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import orjson
 import pytest
 
 from gateway.app import create_app
+from gateway.pipeline import relay
 from gateway.settings import Settings
 from gateway.upstream import http_stream
 from tests.asgi_direct import body_collector, post_scope, receive_once
-from tests.e2e.test_relay_batches import CONFIG, EVENTS, USAGE_EVENT, Upstream
+from tests.e2e.test_relay_batches import CONFIG, EVENTS, TOKENS, USAGE_EVENT, Upstream
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +64,42 @@ def _run(upstream: Upstream, tmp_path: Path, streams: int) -> list[list[bytes]]:
 EXPECTED = b"".join(event for event in EVENTS if event != USAGE_EVENT)
 
 
-def test_alone_the_first_event_is_sent_before_the_rest(upstream: Upstream, tmp_path: Path) -> None:
+def test_alone_the_first_token_is_sent_before_the_rest(upstream: Upstream, tmp_path: Path) -> None:
     upstream.piece = 0
     [messages] = _run(upstream, tmp_path, streams=1)
-    assert messages[0] == EVENTS[0]
-    assert len(messages) == 2  # the first event, then the rest of the one read
+    assert messages[0] == EVENTS[0] + EVENTS[1]  # the role chunk and the first token
+    assert b'"content":""' in EVENTS[0] and b'"content":"' + TOKENS[0].encode() in EVENTS[1]
+    assert len(messages) == 2  # through the first token, then the rest of the one read
     assert b"".join(messages) == EXPECTED
+
+
+def _event(delta: dict[str, Any] | None, **more: Any) -> bytes:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": None}]
+    return b"data: " + orjson.dumps({"choices": choices, **more}) + b"\n\n"
+
+
+ROLE = _event({"role": "assistant", "content": ""})
+
+
+@pytest.mark.parametrize(
+    ("events", "first"),
+    [
+        ([ROLE, _event({"content": "Hi"}), _event({"content": "!"})], 2),
+        ([_event({"content": "Hi"}), _event({"content": "!"})], 1),  # no role chunk
+        ([ROLE, _event({"role": "assistant", "content": None}), _event({"content": "a"})], 3),
+        ([ROLE, _event({"reasoning_content": "hm"}), _event({"content": "a"})], 2),
+        ([ROLE, _event({"tool_calls": [{"index": 0, "id": "c"}]})], 2),
+        ([ROLE, _event(None, usage={"prompt_tokens": 1})], 2),
+        ([ROLE, b"data: [DONE]\n\n"], 2),
+        ([ROLE, b": keep-alive\n\n", _event({"content": "a"})], 2),  # not a chunk: shown
+        ([ROLE] * 5 + [_event({"content": "a"})], 1),  # past OPENING_SCAN: the first alone
+    ],
+)
+def test_the_opening_runs_through_the_first_event_that_shows_anything(
+    events: list[bytes], first: int
+) -> None:
+    assert relay.OPENING_SCAN == 4
+    assert relay._through_first_token(events) == first
 
 
 def test_with_other_calls_in_flight_the_read_goes_whole(

@@ -81,8 +81,9 @@ def test_alone_the_rest_of_the_read_ends_the_body_once_booked(
 ) -> None:
     upstream.piece = 0
     [sent] = _stream(upstream, tmp_path)
-    assert sent[0] == (EVENTS[0], True, 0)  # the first event at once, before the booking
-    assert sent[1:] == [(EXPECTED[len(EVENTS[0]) :], False, 1)]  # the rest, booked, and the end
+    opening = EVENTS[0] + EVENTS[1]  # the role chunk and the first token, before the booking
+    assert sent[0] == (opening, True, 0)
+    assert sent[1:] == [(EXPECTED[len(opening) :], False, 1)]  # the rest, booked, and the end
 
 
 def test_not_alone_the_whole_read_ends_the_body_once_booked(
