@@ -100,7 +100,11 @@ def _through_first_token(events: list[bytes]) -> int:
 
 def _shows_nothing(event: bytes) -> bool:
     """Whether `event` is a plain chunk whose content is empty (`plain_content` ""): the
-    role chunk. Only a stream alone in flight reads its first events twice this way."""
+    role chunk. Only a stream alone in flight reads its first events twice this way:
+    natively where built (0.5 µs for two events, 4.7 through orjson)."""
+    if PLAIN_EVENT is not None:
+        found = PLAIN_EVENT(event)  # None: not a plain chunk (its Python path reads it)
+        return found is not None and not found[0]
     data = line_data(event)
     if data is None or data[:1] != b"{":
         return False

@@ -95,9 +95,12 @@ ROLE = _event({"role": "assistant", "content": ""})
         ([ROLE] * 5 + [_event({"content": "a"})], 1),  # past OPENING_SCAN: the first alone
     ],
 )
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
 def test_the_opening_runs_through_the_first_event_that_shows_anything(
-    events: list[bytes], first: int
+    events: list[bytes], first: int, native: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if not native:  # a build without the C reader: the orjson path
+        monkeypatch.setattr(relay, "PLAIN_EVENT", None)
     assert relay.OPENING_SCAN == 4
     assert relay._through_first_token(events) == first
 
