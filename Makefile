@@ -16,7 +16,7 @@ UV_VERSION ?= 0.13.9
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 INSTALL_TOOL := $(if $(filter pip,$(INSTALLER)),$(BIN)/python,$(BIN)/uv)
 
-.PHONY: run test check lint typecheck unit bench fuzz services clean chromium prometheus agent-clis screenshots warm-tests
+.PHONY: run test check lint typecheck unit bench fuzz services clean chromium prometheus agent-clis load-tools screenshots warm-tests
 
 $(BIN)/python:
 	@echo "farebox: creating the virtual environment $(VENV) with $(PYTHON)"
@@ -74,6 +74,11 @@ chromium:
 prometheus:
 	@bash .ci/prometheus
 
+# Debian's wrk and nginx-light, the load tools in C of bench/hotpath.py's workers comparison
+# (.ci/load-tools; fails if it cannot), for it and tests/bench/test_native_load.py.
+load-tools:
+	@bash .ci/load-tools
+
 # Codex and Claude Code from npm, pinned, into .cache/npm (.ci/agent-clis; ~20 s the first
 # time; fails under CI=true if it cannot), for tests/e2e/test_agent_clis.py.
 agent-clis:
@@ -92,7 +97,7 @@ lint: $(VENV)/.installed-test
 # beside the tests, its output shown after theirs: mypy from a fresh clone takes ~30 s of
 # one core, which the tests (~1.6 of the 2 cores busy) mostly absorb. Either failing
 # fails `make test`.
-test: $(VENV)/.installed-test $(VENV)/.bytecode services chromium prometheus agent-clis
+test: $(VENV)/.installed-test $(VENV)/.bytecode services chromium prometheus agent-clis load-tools
 	@$(MAKE) --no-print-directory lint > .lint.log 2>&1 & lint=$$!; \
 	$(MAKE) --no-print-directory warm-tests; \
 	$(BIN)/pytest -q -n 4 --dist loadfile --durations=25; tests=$$?; \
@@ -125,7 +130,7 @@ $(LITELLM_VENV)/.installed:
 	$(LITELLM_VENV)/bin/pip install --quiet 'litellm[proxy]==$(LITELLM_BENCH_VERSION)'
 	touch $@
 
-bench: $(VENV)/.installed-test $(VENV)/.bytecode services $(LITELLM_VENV)/.installed
+bench: $(VENV)/.installed-test $(VENV)/.bytecode services load-tools $(LITELLM_VENV)/.installed
 	$(BIN)/python bench/prefix_bench.py
 	$(BIN)/python bench/rawjson_bench.py
 	$(BIN)/python bench/loop_stall.py

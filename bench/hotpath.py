@@ -39,6 +39,7 @@ from hotpath_load import (
     SMALL_JSON_C64,
     THROUGHPUT,
     Budget,
+    Load,
     LoadSetup,
     LoadWorker,
     Run,
@@ -49,7 +50,7 @@ from hotpath_load import (
     probe_ready,
     write_history,
 )
-from hotpath_procs import GATEWAY_CORE, LOAD_CORE, RssWatch, log_errors
+from hotpath_procs import GATEWAY_CORE, LOAD_CORE, RssWatch, free_port, log_errors
 from hotpath_profile import Profile, finish, start
 from hotpath_report import Context, machine, markdown, report, versions
 from hotpath_targets import (
@@ -57,6 +58,7 @@ from hotpath_targets import (
     POSTGRES_URL,
     REDIS_URL,
     ROOT,
+    UPSTREAM_MODEL,
     Target,
     farebox_workers_flag,
     fresh_database,
@@ -66,6 +68,7 @@ from hotpath_targets import (
     start_minproxy,
     start_mock,
 )
+from native_load import NativeLoad, missing, start_nginx
 
 MODES = {
     "tiny": Budget(
@@ -124,18 +127,20 @@ class Bench:
         self,
         group: list[tuple[Callable[[], Target], tuple[Scenario, ...]]],
         budget: Budget | None = None,
+        load: Load | None = None,
     ) -> None:
         """Start each target of `group` in turn (its first 200 and warm-up alone on the box),
         then measure them in turns, scenario by scenario, pass by pass: what one target's
         figure is compared with (direct's latency, minproxy.py's CPU, one worker's req/s)
-        is measured in the same minutes, not minutes apart on a box whose speed moves."""
-        budget = budget or self.budget
+        is measured in the same minutes, not minutes apart on a box whose speed moves.
+        `load`: what drives the runs (default: loadgen.py and the mock)."""
+        budget, load = budget or self.budget, load or self.setup
         began = time.monotonic()
         started: list[tuple[Target, tuple[Scenario, ...]]] = []
         passes: dict[str, dict[str, list[Run]]] = {}
         try:
             for make, scenarios in group:
-                target = self._started(make)
+                target = self._started(make, load)
                 if target is not None:
                     started.append((target, scenarios))
                     passes[target.name] = {}
@@ -145,8 +150,8 @@ class Bench:
                         if scenario not in scenarios:
                             continue
                         if len(started) > 1:
-                            self._rewarm(target, scenario)
-                        if not self._pass(target, scenario, budget, passes):
+                            self._rewarm(target, scenario, load)
+                        if not self._pass(target, scenario, budget, passes, load):
                             started.remove((target, scenarios))
                             self._stop(target)
             for target, _ in started:
@@ -157,7 +162,7 @@ class Bench:
             names = " + ".join(passes) or "nothing"
             self.seconds[names] = round(time.monotonic() - began)
 
-    def _started(self, make: Callable[[], Target]) -> Target | None:
+    def _started(self, make: Callable[[], Target], load: Load) -> Target | None:
         """A launched target once it served its first 200 and its warm-up; None: it failed."""
         target: Target | None = None
         try:
@@ -169,7 +174,7 @@ class Bench:
                 self.results.ready_s[target.name] = probe_ready(
                     self.setup, target.url, MODEL, target.proc.launched, target.proc.pid
                 )
-                self._prewarm(target)
+                self._prewarm(target, load)
             return target
         except RuntimeError as exc:  # one broken target leaves the others measured
             if target is None:
@@ -184,11 +189,12 @@ class Bench:
         scenario: Scenario,
         budget: Budget,
         passes: dict[str, dict[str, list[Run]]],
+        load: Load,
     ) -> bool:
         """One measured run of `scenario` on `target`; False when the target failed."""
         try:
             run = measure(
-                self.setup, target.name, target.pid, target.url, MODEL, scenario, budget,
+                load, target.name, target.pid, target.url, MODEL, scenario, budget,
                 target.database,
             )  # fmt: skip
         except RuntimeError as exc:
@@ -231,16 +237,16 @@ class Bench:
         if found:
             self.results.log_errors[target.name] = found
 
-    def _prewarm(self, target: Target) -> None:
+    def _prewarm(self, target: Target, load: Load) -> None:
         """Unmeasured c=64 runs: pools filled, caches warm, so runs after are steady state
         (--tiny relies on each run's own warm-up)."""
         if self.tiny:
             return
         short = Budget(seconds=2, small_c1=0, small_c64=256, large=0, warmup_c64=0)
         for scenario in THROUGHPUT:
-            measure(self.setup, target.name, target.pid, target.url, MODEL, scenario, short)
+            measure(load, target.name, target.pid, target.url, MODEL, scenario, short)
 
-    def _rewarm(self, target: Target, scenario: Scenario) -> None:
+    def _rewarm(self, target: Target, scenario: Scenario, load: Load) -> None:
         """Before a c=64 run beside other targets: a short unmeasured one, so the run starts
         at steady state. While the others were measured this one idled past its upstream
         pool's keep-alive (4 s: Farebox closes an idle connection before uvicorn's 5 s), and
@@ -248,7 +254,7 @@ class Bench:
         if self.tiny or target.proc is None or scenario not in THROUGHPUT:
             return
         short = Budget(seconds=2, small_c1=0, small_c64=256, large=0, warmup_c64=0)
-        measure(self.setup, target.name, target.pid, target.url, MODEL, scenario, short)
+        measure(load, target.name, target.pid, target.url, MODEL, scenario, short)
 
     def _profiled(self, target: Target) -> Profile:
         """py-spy over one more (unmeasured) c=64 whole-reply run."""
@@ -318,17 +324,43 @@ class Bench:
 
     def _workers(self) -> None:
         """1 vs 2 workers side by side, SQLite ledger and Redis state (farebox refuses 2
-        workers without it), both allowed on both cores (the load shares core 0 either way)."""
+        workers without it), both allowed on both cores (the load shares core 0 either way).
+        The load is wrk and nginx where installed: perf-floor's Python tools would take as
+        much as half of the 2 cores (bench/native_load.py)."""
         if not farebox_workers_flag():
             self.results.skipped[W2] = "not available (`farebox serve --workers` does not exist)"
         elif self.args.mode == "tiny":
             self.results.skipped[W2] = "not run in --tiny mode"
         else:
-            both = f"{LOAD_CORE},{GATEWAY_CORE}"
-            one = partial(self._farebox, "farebox-1-worker", None, 1, both)
-            self.side_by_side(
-                [(one, THROUGHPUT), (partial(self._farebox, W2, None, 2, both), THROUGHPUT)]
-            )
+            absent = None if self.args.loadgen_workers else missing()
+            if self.args.loadgen_workers or absent:
+                self.results.workers_load = "loadgen and mock"
+                if absent:
+                    self.ctx.notes.append(f"Workers comparison on loadgen.py: {absent}.")
+                self._workers_on(self.setup, self.setup.mock_url)
+                return
+            nginx, base = start_nginx(self.workdir, free_port(), UPSTREAM_MODEL, LOAD_CORE)
+            try:
+                self.ctx.launches["nginx (workers' upstream)"] = nginx.shown(ROOT)
+                redis = self.setup.redis
+                native = NativeLoad(nginx, base, LOAD_CORE, self.workdir, redis)
+                for scenario in THROUGHPUT:
+                    argv = native.shown("URL", scenario, self.budget)
+                    env = [f"WRK_MODEL={MODEL}", f"WRK_STREAM={int(scenario.stream)}"]
+                    self.ctx.loadgen.append(_shown([*env, "WRK_JSON_OUT=OUT.json", *argv]))
+                self.results.workers_load = "wrk and nginx"
+                self._workers_on(native, base)
+            finally:
+                nginx.stop()
+
+    def _workers_on(self, load: Load, upstream: str) -> None:
+        both = f"{LOAD_CORE},{GATEWAY_CORE}"
+        redis = self.args.redis_url
+        one = partial(
+            start_farebox, "farebox-1-worker", self.workdir, upstream, both, None, 1, redis
+        )
+        two = partial(start_farebox, W2, self.workdir, upstream, both, None, 2, redis)
+        self.side_by_side([(one, THROUGHPUT), (two, THROUGHPUT)], load=load)
 
     def configs(self) -> dict[str, str]:
         """The configuration files the gateways ran with."""
@@ -397,6 +429,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--passes", type=int, default=None, help="override the mode's passes")
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument(
+        "--loadgen-workers",
+        action="store_true",
+        help="drive the 1-vs-2 workers comparison with loadgen.py and the mock, not wrk and nginx",
+    )
     parser.add_argument("--floor", type=Path, default=FLOOR, help="perf-floor tools' folder")
     parser.add_argument("--litellm-venv", type=Path, default=LITELLM_VENV)
     parser.add_argument(

@@ -34,6 +34,7 @@ class Results:
     import_uncompiled: tuple[int, int] | None = None  # (without bytecode, of) its modules
     profile_top: str = ""  # the profile's largest parts, when --profile ran
     log_errors: dict[str, str] = field(default_factory=dict)  # target -> its log's errors
+    workers_load: str = "loadgen and mock"  # what drove the 1-vs-2 workers comparison
 
     def run(self, target: str, scenario: str) -> Run | None:
         return self.runs.get(target, {}).get(scenario)
@@ -111,8 +112,9 @@ def workers_bound(r: Results, scenario: str) -> str:
     beside it on the other core, so its whole-process CPU g1 may exceed one core's worth;
     bench/hotpath.py's 22:24 run: 0.602 ms, yet 1,808 req/s, not 1000/0.602 = 1,661), and
     by the 2 cores it shares with the load (2000/(g1 + l + r), 1000/l) where those are less.
-    Two workers share both cores with the load tools (loadgen and the mock, pinned to core
-    0, l ms per request, and Redis, r): together at most 2000/(g2 + l + r), and never more
+    Two workers share both cores with the load tools (`r.workers_load`: wrk and nginx, or
+    loadgen and the mock; pinned to core 0, l ms per request; and Redis, r): together at
+    most 2000/(g2 + l + r), and never more
     than core 0 lets the load tools drive (1000/l). So the attainable ratio is about
     2 m1/(g2 + l + r), well under 2 when l is close to g. What other processes on the box
     took during the 2-worker run (o ms per request sent) is stated beside it: that CPU was
@@ -138,7 +140,7 @@ def workers_bound(r: Results, scenario: str) -> str:
         one_text = f"1 worker {g1:.3g} ms"
     text = (
         f"CPU per request: {one_text}, so one worker serves at most {alone:,.0f} req/s; "
-        f"2 workers {g2:.3g} ms + loadgen and mock {load:.3g} ms + Redis {redis:.3g} ms on "
+        f"2 workers {g2:.3g} ms + {r.workers_load} {load:.3g} ms + Redis {redis:.3g} ms on "
         f"the same 2 cores: at most {shared:,.0f} req/s, so at most {shared / alone:.2f}x "
         f"is attainable here (2m/(g+l+r)); measured {two.rps:,.0f} against "
         f"{one.rps:,.0f} req/s"

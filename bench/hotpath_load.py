@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from hotpath_procs import (
     TICK_S,
@@ -217,6 +218,39 @@ class LoadSetup:
         """The equivalent stand-alone command line."""
         return ["taskset", "-c", self.core, self.python, str(self.floor / "loadgen.py"), *argv]
 
+    def run(self, url: str, model: str, scenario: Scenario, budget: Budget) -> dict[str, object]:
+        """One loadgen.py run of `scenario`: its summary."""
+        with tempfile.TemporaryDirectory(prefix="hotpath-") as folder:
+            out = Path(folder) / "run.json"
+            status, printed = self.worker.run(loadgen_args(self, url, model, scenario, budget, out))
+            if status != 0 or not out.exists():
+                raise RuntimeError(f"loadgen failed ({scenario.key}): {printed[-5:]}")
+            return json.loads(out.read_text().splitlines()[-1])
+
+    def connections(self) -> int | None:
+        """Connections the mock accepted, this request's own included."""
+        try:
+            return int(str(get_json(f"{self.mock_url}/bench/connections")["connections"]))
+        except OSError:
+            return None
+
+
+class Load(Protocol):
+    """What drives a measured run and what it costs: loadgen.py and perf-floor's mock
+    (LoadSetup), or wrk and nginx (bench/native_load.py)."""
+
+    def run(self, url: str, model: str, scenario: Scenario, budget: Budget) -> dict[str, object]:
+        """One run; its summary in loadgen.py's shape. RuntimeError when it failed."""
+        ...
+
+    def load_seconds(self) -> tuple[float, float | None]:
+        """CPU seconds so far of the load tools; Redis's, if it answers."""
+        ...
+
+    def connections(self) -> int | None:
+        """Connections the upstream accepted so far, the asking one included."""
+        ...
+
 
 def loadgen_args(
     setup: LoadSetup, url: str, model: str, scenario: Scenario, budget: Budget, out: Path
@@ -236,7 +270,7 @@ def loadgen_args(
 
 
 def measure(
-    setup: LoadSetup,
+    setup: Load,
     target: str,
     pid: int | None,
     url: str,
@@ -245,27 +279,25 @@ def measure(
     budget: Budget,
     database: str | None = None,
 ) -> Run:
-    """Run loadgen once; `pid` is the process tree under test (None: direct to the mock),
-    `database` the PostgreSQL database of its ledger, if any (its backends' CPU is read)."""
-    with tempfile.TemporaryDirectory(prefix="hotpath-") as folder:
-        out = Path(folder) / "run.json"
-        argv = loadgen_args(setup, url, model, scenario, budget, out)
-        opens_before, snmp_before = _mock_connections(setup), active_opens()
-        ticks_before = cpu_ticks(pid) if pid else 0
-        main_before, box_before = main_thread_ticks(pid) if pid else 0, box_busy_ticks()
-        load_before = setup.load_seconds()
-        backends_before = postgres_backend_ticks(database) if database else {}
-        status, printed = setup.worker.run(argv)
-        ticks_ended, box_ended = cpu_ticks(pid) if pid else 0, box_busy_ticks()
-        load_ended = setup.load_seconds()
-        ticks_after = settle(pid, ticks_ended) if pid else 0
-        main_after = main_thread_ticks(pid) if pid else 0
-        load_after = setup.load_seconds()
-        backends_after = postgres_backend_ticks(database) if database else {}
-        opens_after, snmp_after = _mock_connections(setup), active_opens()
-        if status != 0 or not out.exists():
-            raise RuntimeError(f"loadgen failed ({target} {scenario.key}): {printed[-5:]}")
-        summary = json.loads(out.read_text().splitlines()[-1])
+    """One run of `setup`'s load; `pid` is the process tree under test (None: direct to
+    the mock), `database` the PostgreSQL database of its ledger, if any (its backends' CPU
+    is read)."""
+    opens_before, snmp_before = setup.connections(), active_opens()
+    ticks_before = cpu_ticks(pid) if pid else 0
+    main_before, box_before = main_thread_ticks(pid) if pid else 0, box_busy_ticks()
+    load_before = setup.load_seconds()
+    backends_before = postgres_backend_ticks(database) if database else {}
+    try:
+        summary = setup.run(url, model, scenario, budget)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{target}: {exc}") from None
+    ticks_ended, box_ended = cpu_ticks(pid) if pid else 0, box_busy_ticks()
+    load_ended = setup.load_seconds()
+    ticks_after = settle(pid, ticks_ended) if pid else 0
+    main_after = main_thread_ticks(pid) if pid else 0
+    load_after = setup.load_seconds()
+    backends_after = postgres_backend_ticks(database) if database else {}
+    opens_after, snmp_after = setup.connections(), active_opens()
     run = _from_summary(target, scenario, summary)
     run.active_opens_delta = snmp_after - snmp_before
     run.loadavg_1m = os.getloadavg()[0]
@@ -344,14 +376,6 @@ def redis_cpu_seconds(address: tuple[str, int]) -> float | None:
         return None
 
 
-def _mock_connections(setup: LoadSetup) -> int | None:
-    """Connections the mock accepted, this request's own included."""
-    try:
-        return int(str(get_json(f"{setup.mock_url}/bench/connections")["connections"]))
-    except OSError:
-        return None
-
-
 def _from_summary(target: str, scenario: Scenario, summary: dict[str, object]) -> Run:
     lat = _dict(summary["lat_ms"])
     run = Run(target, scenario.key)
@@ -360,7 +384,7 @@ def _from_summary(target: str, scenario: Scenario, summary: dict[str, object]) -
     run.errors = {str(k): int(str(v)) for k, v in _dict(summary.get("errors") or {}).items()}
     run.rps = float(str(summary["rps"]))
     run.p50_ms, run.p99_ms = float(str(lat["p50"])), float(str(lat["p99"]))
-    if scenario.stream:
+    if scenario.stream and "ttft_content_ms" in summary:  # wrk measures none
         ttft = _dict(summary["ttft_content_ms"])
         run.ttft_p50_ms, run.ttft_p99_ms = float(str(ttft["p50"])), float(str(ttft["p99"]))
     return run

@@ -109,6 +109,13 @@ def _side_by_side(results: Results) -> list[str]:
         "farebox-2-workers: each comparison is of the same minutes; the other targets ran "
         "alone, one after another."
     )
+    if results.workers_load == "wrk and nginx":
+        lines[-1] += (
+            " The workers comparison was driven by wrk (one thread, 64 connections, a run of "
+            "the mode's seconds) with nginx as the upstream (bench/native_load.py): load tools "
+            "in C, which leave the 2 cores to the gateway; wrk reports no TTFT, and its "
+            "requests sent are the ones it completed."
+        )
     passes = max((run.passes for runs in results.runs.values() for run in runs.values()), default=1)
     if passes > 1:
         lines[-1] += (
@@ -258,6 +265,7 @@ def report(
         "rss_total_mib": results.rss_total_mib,
         "pss_uss_mib": results.pss_uss_mib,
         "skipped": results.skipped,
+        "workers_load": results.workers_load,
         "import_s": results.import_s,
         "profile": profile.report() if profile else None,
         "argv": sys.argv,

@@ -28,12 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hotpath_load import redis_cpu_seconds
+from hotpath_load import Scenario, redis_cpu_seconds
 from hotpath_procs import TICK_S, clean_env, cpu_ticks, free_port, tree
 from hotpath_targets import FAREBOX_CONFIG, MODEL, UPSTREAM_MODEL
+from native_load import NativeLoad, start_nginx
+from native_load import summary as native_summary
 
 FLOOR = Path(os.environ.get("FAREBOX_PERF_FLOOR", "/work/shared/perf-floor"))
 REDIS = "redis://127.0.0.1:6379/13"
+NATIVE: NativeLoad | None = None  # --native: wrk and nginx instead of loadgen and the mock
 SYSCALLS = [
     *("epoll_pwait", "epoll_wait", "epoll_ctl", "futex", "read", "write", "writev"),
     *("recvfrom", "sendto", "getpid", "clock_gettime", "pread64", "pwrite64", "fsync"),
@@ -102,6 +105,11 @@ def connections(pid: int, port: int) -> int:
 
 
 def loadgen(url: str, spec: Spec, seconds: int, n: int, out: Path) -> subprocess.Popen[bytes]:
+    if NATIVE is not None:  # wrk: a run of `seconds`
+        scenario = Scenario(f"json-c{spec.concurrency}", "", False, spec.concurrency)
+        env = {**os.environ, "WRK_MODEL": MODEL, "WRK_JSON_OUT": str(out), "WRK_STREAM": "0"}
+        argv = NATIVE.argv(url, scenario, seconds)
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     argv = ["taskset", "-c", "0", sys.executable, str(FLOOR / "loadgen.py"), "--url", url]
     argv += ["--model", MODEL, "-c", str(spec.concurrency), "-n", str(n), "--warmup", "64"]
     argv += ["--max-seconds", str(seconds), "--json-out", str(out), "--timeout", "60"]
@@ -154,6 +162,8 @@ def measured(args: argparse.Namespace, spec: Spec, port: int, gateway_pid: int, 
     perf.send_signal(2)
     perf.wait()
     summary = json.loads((work / "run.json").read_text().splitlines()[-1])
+    if NATIVE is not None:
+        summary = native_summary(summary)
     sent = summary["sent"]
 
     def ms(seconds: float) -> float:
@@ -212,9 +222,22 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=20000, help="requests per run at most")
     parser.add_argument("--seconds", type=int, default=3, help="loadgen's --max-seconds")
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--native", action="store_true", help="wrk and nginx (native_load.py)")
     args = parser.parse_args()
     args.work = Path(tempfile.mkdtemp(prefix="workers-pairs-"))
     mock_port = free_port()
+    if args.native:
+        global NATIVE
+        nginx, base = start_nginx(args.work, mock_port, UPSTREAM_MODEL, "0")
+        NATIVE = NativeLoad(nginx, base, "0", args.work)
+        try:
+            for round_ in range(args.rounds):
+                for text in args.order.split(","):
+                    result = one(args, Spec.parse(text), mock_port, nginx.pid)
+                    print(json.dumps({"round": round_, **result}), flush=True)
+        finally:
+            nginx.stop()
+        return
     argv = ["taskset", "-c", "0", sys.executable, str(FLOOR / "mock_upstream.py")]
     mock = subprocess.Popen(
         [*argv, "--port", str(mock_port)],
