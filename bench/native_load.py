@@ -225,7 +225,8 @@ class NativeLoad:
         ]
 
     def run(self, url: str, model: str, scenario: Scenario, budget: Budget) -> dict[str, object]:
-        """One wrk run; its summary in loadgen.py's shape (every request sent completed)."""
+        """One wrk run; its summary in loadgen.py's shape. wrk counts the requests it saw
+        answered: those still in flight when its time is up are cut, and not counted."""
         if scenario.history or scenario.concurrency < 2:
             raise RuntimeError(f"the native load runs small c=64 requests only, not {scenario.key}")
         with tempfile.TemporaryDirectory(prefix="wrk-") as folder:
