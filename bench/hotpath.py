@@ -68,7 +68,7 @@ from hotpath_targets import (
     start_minproxy,
     start_mock,
 )
-from native_load import NativeLoad, missing, start_nginx
+from native_load import NativeLoad, load_files, missing, start_nginx
 
 MODES = {
     "tiny": Budget(
@@ -363,12 +363,13 @@ class Bench:
         self.side_by_side([(one, THROUGHPUT), (two, THROUGHPUT)], load=load)
 
     def configs(self) -> dict[str, str]:
-        """The configuration files the gateways ran with."""
+        """The configuration files the gateways ran with, and the workers' load's."""
         found = {}
         for name in (f"{FB}.yaml", "litellm.yaml"):
             path = self.workdir / name
             if path.exists():
                 found[name] = path.read_text().replace(self.setup.mock_url, "http://127.0.0.1:MOCK")
+        found.update(load_files(self.workdir))
         return found
 
     def close(self) -> None:

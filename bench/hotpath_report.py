@@ -236,7 +236,8 @@ def markdown(
     lines += [f"# {target}\n{command}" for target, command in ctx.launches.items()]
     lines += ["# load (one per scenario; URL and port vary by target)", *ctx.loadgen, "```"]
     for name, text in ctx.configs.items():
-        lines += ["", f"`{name}`:", "", "```yaml", text.rstrip(), "```"]
+        fence = {"lua": "lua", "conf": "nginx"}.get(name.rsplit(".", 1)[-1], "yaml")
+        lines += ["", f"`{name}`:", "", f"```{fence}", text.rstrip(), "```"]
     if ctx.notes:
         lines += ["", "## Notes", "", *[f"- {note}" for note in ctx.notes]]
     return "\n".join(lines) + "\n"

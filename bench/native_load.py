@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -177,6 +178,21 @@ def start_nginx(workdir: Path, port: int, model: str, core: str) -> tuple[Proc, 
     base = f"http://127.0.0.1:{port}"
     wait_http(f"{base}/health", proc)
     return proc, base
+
+
+def load_files(workdir: Path) -> dict[str, str]:
+    """The wrk script and nginx config a run wrote in `workdir`, for the report: nginx's
+    two replies elided (they are `whole_reply` and `stream_reply`, 4 KB), its port and
+    folders shown as placeholders."""
+    found = {}
+    script, conf = workdir / "wrk-post.lua", workdir / "nginx" / "nginx.conf"
+    if script.exists():
+        found[script.name] = script.read_text()
+    if conf.exists():
+        text = re.sub(r"return 200 '[^\n]{100,}';", "return 200 '...';", conf.read_text())
+        text = re.sub(r"listen 127\.0\.0\.1:\d+;", "listen 127.0.0.1:PORT;", text)
+        found[conf.name] = text.replace(str(conf.parent), "WORK")
+    return found
 
 
 def accepted(base: str) -> int | None:

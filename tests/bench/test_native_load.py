@@ -24,7 +24,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from hotpath_load import SMALL_JSON_C64, SMALL_SSE_C64, Budget, Scenario, measure
 from hotpath_procs import free_port
 from hotpath_targets import MODEL, UPSTREAM_MODEL, popen_mock, start_farebox
-from native_load import NativeLoad, missing, start_nginx, stream_reply, summary, whole_reply
+from native_load import (
+    WRK_SCRIPT,
+    NativeLoad,
+    load_files,
+    missing,
+    nginx_conf,
+    start_nginx,
+    stream_reply,
+    summary,
+    whole_reply,
+)
 
 from tests.redis_service import require_redis
 
@@ -111,6 +121,20 @@ def test_wrks_summary_reads_as_loadgens() -> None:
         "rps": 1500.0,
         "lat_ms": {"p50": 20.5, "p99": 41.0},
     }
+
+
+def test_the_report_shows_the_wrk_script_and_the_nginx_config_without_its_replies(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "nginx").mkdir()
+    (tmp_path / "nginx" / "nginx.conf").write_text(nginx_conf(tmp_path / "nginx", 43210, "m"))
+    (tmp_path / "wrk-post.lua").write_text(WRK_SCRIPT)
+    found = load_files(tmp_path)
+    assert found["wrk-post.lua"] == WRK_SCRIPT
+    conf = found["nginx.conf"]
+    assert conf.count("return 200 '...';") == 2 and "chatcmpl" not in conf
+    assert "listen 127.0.0.1:PORT;" in conf and "pid WORK/nginx.pid;" in conf
+    assert str(tmp_path) not in conf and "43210" not in conf
 
 
 def test_the_native_load_runs_small_c64_requests_only(tools: None, tmp_path: Path) -> None:
