@@ -168,9 +168,11 @@ def test_a_wrk_run_through_farebox_is_counted_and_billed(tools: None, tmp_path: 
             assert run.cpu_ms_per_request and run.main_cpu_ms_per_request
             assert run.load_cpu_ms_per_request and run.load_cpu_ms_per_request > 0
             assert run.redis_cpu_ms_per_request is not None
-            # At steady state the pool reuses its connections, streams included.
+            # The pool reuses its connections, streams included: it opens again only those
+            # it closed when wrk's previous run ended with up to 64 requests cut (a client
+            # gone mid-reply), never one per request.
             assert run.upstream_opens is not None and run.opens_per_request is not None
-            assert run.opens_per_request <= 0.01, run
+            assert run.upstream_opens <= 64 and run.upstream_opens < run.sent / 2, run
     finally:
         gateway.stop()  # SIGTERM: the ledger is flushed
         nginx.stop()
