@@ -14,6 +14,7 @@ import os
 import sqlite3
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -193,6 +194,9 @@ def _until_served(url: str, body: dict[str, object]) -> None:
         try:
             _post(url, body, False)
             return
+        except urllib.error.HTTPError as exc:  # not ready yet: its reply holds a socket
+            exc.close()
         except OSError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     raise AssertionError(f"{url} served nothing in 30 s")
