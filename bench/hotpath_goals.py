@@ -152,7 +152,17 @@ def workers_bound(r: Results, scenario: str) -> str:
             f"; other processes on the box took {others:.3g} ms per request during the "
             f"2-worker run, which left about {left:,.0f} req/s ({left / alone:.2f}x)"
         )
+    text += _pass_ratios(one, two)
     return f"{text}; load average {two.loadavg_1m:.1f}"
+
+
+def _pass_ratios(one: Run, two: Run) -> str:
+    """Each pass's ratio, 2 workers over 1, where the passes ran back to back in turns:
+    the box's speed moves between passes, and a pair of runs shares its minute."""
+    if len(one.rps_passes) < 2 or len(one.rps_passes) != len(two.rps_passes):
+        return ""
+    ratios = [f"{b / a:.2f}x" for a, b in zip(one.rps_passes, two.rps_passes, strict=True) if a]
+    return f"; pass by pass (each pair back to back): {', '.join(ratios)}"
 
 
 def _bytecode(missing: int, total: int) -> str:

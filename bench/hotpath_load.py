@@ -110,6 +110,9 @@ class Run:
     # the target's, the load tools' and Redis's), per request sent
     main_cpu_ms_per_request: float | None = None
     others_cpu_ms_per_request: float | None = None
+    # Each pass's req/s, in the order run (passes of targets measured side by side are
+    # in turns: pass i of one and pass i of another ran back to back)
+    rps_passes: list[float] = field(default_factory=list)
 
     def report(self) -> dict[str, object]:
         return asdict(self)
@@ -121,6 +124,7 @@ def combine(runs: list[Run]) -> Run:
     if len(runs) == 1:
         return runs[0]
     out = Run(runs[0].target, runs[0].scenario, passes=len(runs))
+    out.rps_passes = [run.rps for run in runs]
     out.completed = sum(run.completed for run in runs)
     out.sent = sum(run.sent for run in runs)
     for run in runs:

@@ -93,6 +93,19 @@ def test_passes_combine_the_load_tools_cpu_weighted_by_requests() -> None:
     assert both.redis_cpu_ms_per_request == 0.1  # over the pass that read it
 
 
+def test_each_pass_pair_gives_its_own_ratio_in_the_order_run() -> None:
+    # The medians (1,400 and 1,853) hide that the box moved: 1.69x, then 1.32x, then 1.17x.
+    ones = [_run(W1, 0.75, rps, 0.1, 0.04) for rps in (1269.4, 1399.5, 1466.7)]
+    twos = [_run(W2, 0.9, rps, 0.1, 0.04) for rps in (2146.1, 1852.6, 1715.6)]
+    one, two = combine(ones), combine(twos)
+    assert one.rps_passes == [1269.4, 1399.5, 1466.7] and two.rps == 1852.6
+    text = workers_bound(_results(one, two), "json-c64")
+    assert "pass by pass (each pair back to back): 1.69x, 1.32x, 1.17x" in text
+    # One pass, or passes that do not pair up: no per-pass ratios.
+    assert "pass by pass" not in workers_bound(_results(ones[0], twos[0]), "json-c64")
+    assert "pass by pass" not in workers_bound(_results(one, combine(twos[:2])), "json-c64")
+
+
 def test_redis_cpu_is_read_from_a_real_server_and_none_without_one() -> None:
     host, port = require_redis().split("//")[1].split("/")[0].split(":")
     seconds = redis_cpu_seconds((host, int(port)))
