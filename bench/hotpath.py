@@ -333,25 +333,35 @@ class Bench:
             self.results.skipped[W2] = "not run in --tiny mode"
         else:
             absent = None if self.args.loadgen_workers else missing()
-            if self.args.loadgen_workers or absent:
+            if absent:
+                self.ctx.notes.append(f"Workers comparison on loadgen.py: {absent}.")
+            native = None if self.args.loadgen_workers or absent else self._native_load()
+            if native is None:
                 self.results.workers_load = "loadgen and mock"
-                if absent:
-                    self.ctx.notes.append(f"Workers comparison on loadgen.py: {absent}.")
                 self._workers_on(self.setup, self.setup.mock_url)
                 return
-            nginx, base = start_nginx(self.workdir, free_port(), UPSTREAM_MODEL, LOAD_CORE)
             try:
-                self.ctx.launches["nginx (workers' upstream)"] = nginx.shown(ROOT)
-                redis = self.setup.redis
-                native = NativeLoad(nginx, base, LOAD_CORE, self.workdir, redis)
-                for scenario in THROUGHPUT:
-                    argv = native.shown("URL", scenario, self.budget)
-                    env = [f"WRK_MODEL={MODEL}", f"WRK_STREAM={int(scenario.stream)}"]
-                    self.ctx.loadgen.append(_shown([*env, "WRK_JSON_OUT=OUT.json", *argv]))
                 self.results.workers_load = "wrk and nginx"
-                self._workers_on(native, base)
+                self._workers_on(native, native.mock_url)
             finally:
-                nginx.stop()
+                native.nginx.stop()
+
+    def _native_load(self) -> NativeLoad | None:
+        """wrk, and nginx started as the upstream; None, said in the notes, when nginx
+        would not start (the comparison then runs on loadgen.py)."""
+        try:
+            nginx, base = start_nginx(self.workdir, free_port(), UPSTREAM_MODEL, LOAD_CORE)
+        except RuntimeError as exc:
+            why = str(exc).replace("\n", " ")[:300]
+            self.ctx.notes.append(f"Workers comparison on loadgen.py: nginx did not start: {why}")
+            return None
+        self.ctx.launches["nginx (workers' upstream)"] = nginx.shown(ROOT)
+        native = NativeLoad(nginx, base, LOAD_CORE, self.workdir, self.setup.redis)
+        for scenario in THROUGHPUT:
+            argv = native.shown("URL", scenario, self.budget)
+            env = [f"WRK_MODEL={MODEL}", f"WRK_STREAM={int(scenario.stream)}"]
+            self.ctx.loadgen.append(_shown([*env, "WRK_JSON_OUT=OUT.json", *argv]))
+        return native
 
     def _workers_on(self, load: Load, upstream: str) -> None:
         both = f"{LOAD_CORE},{GATEWAY_CORE}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import sys
 import time
@@ -110,6 +111,15 @@ def test_nginx_answers_what_perf_floors_mock_answers(tools: None, tmp_path: Path
         nginx.stop()
         mock.kill()
         mock.wait()
+
+
+def test_nginx_that_cannot_start_says_why(tools: None, tmp_path: Path) -> None:
+    # bench/hotpath.py then runs the workers comparison on loadgen.py, saying so.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(RuntimeError, match=r"nginx exited:(.|\n)*Address already in use"):
+            start_nginx(tmp_path, taken.getsockname()[1], UPSTREAM_MODEL, "0")
 
 
 def test_wrks_summary_reads_as_loadgens() -> None:
