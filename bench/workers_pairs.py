@@ -231,10 +231,7 @@ def main() -> None:
         nginx, base = start_nginx(args.work, mock_port, UPSTREAM_MODEL, "0")
         NATIVE = NativeLoad(nginx, base, "0", args.work)
         try:
-            for round_ in range(args.rounds):
-                for text in args.order.split(","):
-                    result = one(args, Spec.parse(text), mock_port, nginx.pid)
-                    print(json.dumps({"round": round_, **result}), flush=True)
+            rounds(args, mock_port, nginx.pid)
         finally:
             nginx.stop()
         return
@@ -247,12 +244,17 @@ def main() -> None:
     )
     time.sleep(1.0)
     try:
-        for round_ in range(args.rounds):
-            for text in args.order.split(","):
-                result = one(args, Spec.parse(text), mock_port, mock.pid)
-                print(json.dumps({"round": round_, **result}), flush=True)
+        rounds(args, mock_port, mock.pid)
     finally:
         mock.terminate()
+
+
+def rounds(args: argparse.Namespace, mock_port: int, mock_pid: int) -> None:
+    """Every spec of --order, round after round, one JSON line each."""
+    for round_ in range(args.rounds):
+        for text in args.order.split(","):
+            result = one(args, Spec.parse(text), mock_port, mock_pid)
+            print(json.dumps({"round": round_, **result}), flush=True)
 
 
 if __name__ == "__main__":
