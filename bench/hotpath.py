@@ -68,7 +68,7 @@ from hotpath_targets import (
     start_minproxy,
     start_mock,
 )
-from native_load import NativeLoad, load_files, missing, start_nginx
+from native_load import NativeLoad, load_files, missing, start_nginx, wrk_env
 
 MODES = {
     "tiny": Budget(
@@ -336,8 +336,7 @@ class Bench:
             if absent:
                 self.ctx.notes.append(f"Workers comparison on loadgen.py: {absent}.")
             native = None if self.args.loadgen_workers or absent else self._native_load()
-            if native is None:
-                self.results.workers_load = "loadgen and mock"
+            if native is None:  # results.workers_load stays "loadgen and mock"
                 self._workers_on(self.setup, self.setup.mock_url)
                 return
             try:
@@ -358,9 +357,9 @@ class Bench:
         self.ctx.launches["nginx (workers' upstream)"] = nginx.shown(ROOT)
         native = NativeLoad(nginx, base, LOAD_CORE, self.workdir, self.setup.redis)
         for scenario in THROUGHPUT:
-            argv = native.shown("URL", scenario, self.budget)
-            env = [f"WRK_MODEL={MODEL}", f"WRK_STREAM={int(scenario.stream)}"]
-            self.ctx.loadgen.append(_shown([*env, "WRK_JSON_OUT=OUT.json", *argv]))
+            env = wrk_env(MODEL, scenario.stream, "OUT.json")
+            argv = native.argv("URL", scenario, self.budget.seconds)
+            self.ctx.loadgen.append(_shown([*(f"{k}={v}" for k, v in env.items()), *argv]))
         return native
 
     def _workers_on(self, load: Load, upstream: str) -> None:

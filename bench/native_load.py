@@ -36,6 +36,7 @@ from hotpath_procs import TICK_S, Proc, cpu_ticks, launch, wait_http
 
 TOKENS = 16  # perf-floor's mock's default --tokens
 CREATED = 1_700_000_000
+USAGE = {"prompt_tokens": 4, "completion_tokens": TOKENS, "total_tokens": 4 + TOKENS}
 
 NGINX_CONF = """\
 # bench/native_load.py: an instant OpenAI-compatible upstream, one process.
@@ -128,15 +129,19 @@ def whole_reply(model: str) -> bytes:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 4, "completion_tokens": TOKENS, "total_tokens": 4 + TOKENS},
+        "usage": USAGE,
     }
     return _dumps(reply)
 
 
 def stream_reply(model: str) -> bytes:
     """perf-floor mock's streamed reply, usage included: the events, `[DONE]` last."""
-    head = {"id": "chatcmpl-mock2", "object": "chat.completion.chunk", "created": CREATED}
-    head["model"] = model
+    head: dict[str, object] = {
+        "id": "chatcmpl-mock2",
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": model,
+    }
 
     def choice(delta: dict[str, str], finish: str | None = None) -> dict[str, object]:
         return {
@@ -147,8 +152,7 @@ def stream_reply(model: str) -> bytes:
     events = [choice({"role": "assistant", "content": ""})]
     events += [choice({"content": f" tok{i}"}) for i in range(TOKENS)]
     events.append(choice({}, "stop"))
-    usage = {"prompt_tokens": 4, "completion_tokens": TOKENS, "total_tokens": 4 + TOKENS}
-    events.append({**head, "choices": [], "usage": usage})
+    events.append({**head, "choices": [], "usage": USAGE})
     return b"".join(b"data: " + _dumps(event) + b"\n\n" for event in events) + b"data: [DONE]\n\n"
 
 
@@ -247,8 +251,7 @@ class NativeLoad:
             raise RuntimeError(f"the native load runs small c=64 requests only, not {scenario.key}")
         with tempfile.TemporaryDirectory(prefix="wrk-") as folder:
             out = Path(folder) / "wrk.json"
-            env = {**os.environ, "WRK_MODEL": model, "WRK_JSON_OUT": str(out)}
-            env["WRK_STREAM"] = "1" if scenario.stream else "0"
+            env = os.environ | wrk_env(model, scenario.stream, str(out))
             argv = self.argv(url, scenario, budget.seconds)
             wrk = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
             assert wrk.stderr is not None
@@ -269,8 +272,10 @@ class NativeLoad:
     def connections(self) -> int | None:
         return accepted(self.mock_url)
 
-    def shown(self, url: str, scenario: Scenario, budget: Budget) -> list[str]:
-        return self.argv(url, scenario, budget.seconds)
+
+def wrk_env(model: str, stream: bool, out: str) -> dict[str, str]:
+    """What WRK_SCRIPT reads: the model, whether to stream, where to write its summary."""
+    return {"WRK_MODEL": model, "WRK_STREAM": str(int(stream)), "WRK_JSON_OUT": out}
 
 
 def summary(found: dict[str, int]) -> dict[str, object]:

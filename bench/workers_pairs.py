@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hotpath_load import Scenario, redis_cpu_seconds
 from hotpath_procs import TICK_S, clean_env, cpu_ticks, free_port, tree
 from hotpath_targets import FAREBOX_CONFIG, MODEL, UPSTREAM_MODEL
-from native_load import NativeLoad, start_nginx
+from native_load import NativeLoad, start_nginx, wrk_env
 from native_load import summary as native_summary
 
 FLOOR = Path(os.environ.get("FAREBOX_PERF_FLOOR", "/work/shared/perf-floor"))
@@ -107,7 +107,7 @@ def connections(pid: int, port: int) -> int:
 def loadgen(url: str, spec: Spec, seconds: int, n: int, out: Path) -> subprocess.Popen[bytes]:
     if NATIVE is not None:  # wrk: a run of `seconds`
         scenario = Scenario(f"json-c{spec.concurrency}", "", False, spec.concurrency)
-        env = {**os.environ, "WRK_MODEL": MODEL, "WRK_JSON_OUT": str(out), "WRK_STREAM": "0"}
+        env = os.environ | wrk_env(MODEL, False, str(out))
         argv = NATIVE.argv(url, scenario, seconds)
         return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     argv = ["taskset", "-c", "0", sys.executable, str(FLOOR / "loadgen.py"), "--url", url]
