@@ -77,15 +77,17 @@ async def _context(port: int, config_name: str, stream: bool) -> dict[str, Any]:
     from gateway.settings import Settings
 
     kept: dict[str, Any] = {}
-    finish, reply_cost = chat.finish, chat.with_cost
+    bill, reply_cost = chat.bill, chat.with_cost
 
-    async def keep_finish(ctx: Any, meter: Any, services: Any, **kwargs: Any) -> None:
-        await finish(ctx, meter, services, **kwargs)
-        kept.update(ctx=copy.copy(ctx), meter=meter, services=services)
+    async def keep_bill(ctx: Any, meter: Any, services: Any, **kwargs: Any) -> Any:
+        # A reply is billed before it is sent and booked after (chat._complete, relay).
+        booking = await bill(ctx, meter, services, **kwargs)
+        kept.update(ctx=copy.copy(ctx), meter=meter, services=services)  # before its release
+        return booking
 
-    def keep_reply(payload: Any, raw: bytes, ctx: Any) -> bytes:
+    def keep_reply(payload: Any, raw: bytes, ctx: Any, **kwargs: Any) -> bytes:
         kept.update(payload=payload, raw=raw)
-        return reply_cost(payload, raw, ctx)
+        return reply_cost(payload, raw, ctx, **kwargs)
 
     data = Path(tempfile.mkdtemp(prefix="farebox-ab-"))
     base = f"http://127.0.0.1:{port}/v1"
@@ -95,13 +97,13 @@ async def _context(port: int, config_name: str, stream: bool) -> dict[str, Any]:
     )
     app = create_app(Settings(data_dir=data, config=data / "config.yaml", log_level="warning"))
     async with app.router.lifespan_context(app) as given:
-        chat.finish, chat.with_cost = keep_finish, keep_reply
-        relay.finish, relay.with_cost = keep_finish, keep_reply  # a stream's
+        chat.bill, chat.with_cost = keep_bill, keep_reply
+        relay.bill, relay.with_cost = keep_bill, keep_reply  # a stream's
         try:
             await inproc._round(app, dict(given or {}), 50, 1, stream)
         finally:
-            chat.finish, chat.with_cost = finish, reply_cost
-            relay.finish, relay.with_cost = finish, reply_cost
+            chat.bill, chat.with_cost = bill, reply_cost
+            relay.bill, relay.with_cost = bill, reply_cost
     return kept
 
 

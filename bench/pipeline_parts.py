@@ -145,7 +145,7 @@ async def _time_stages(
 
     import gateway
     import gateway.pipeline.chat as chat
-    from gateway.api.chat import _headers as request_headers
+    from gateway.api.chat import request_headers
     from gateway.app import create_app
     from gateway.ledger.records import RoundedRecord
     from gateway.pipeline.context import BodyEdits, RequestContext
