@@ -11,6 +11,9 @@ under test pinned to core 1: `minproxy.py` (an aiohttp pass-through, the floor) 
 process's utime+stime from /proc before and after the measured run and divides by the
 requests sent; upstream connections opened are `ActiveOpens` (/proc/net/snmp) over the
 run. Prints one JSON object. `--profile` runs py-spy on the gateway during a second run.
+`--worker-metrics library|farebox` has the gateway keep its metrics in prometheus_client's
+multiprocess files as a `--workers` worker does, written by the library's value class or
+by gateway.metric_files' (docs/performance.md, "A worker's metrics files").
 
 `--callgrind` runs each proxy under `valgrind --tool=callgrind` instead and reports the
 instructions it executed per request (counters zeroed after the warm-up, dumped after the
@@ -50,6 +53,14 @@ LAUNCH = (
     "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in "
     "getattr(f, '__module__', '') and 'editable' not in getattr(f, '__name__', '')]; "
     "sys.path.insert(0, sys.argv.pop(1)); from gateway.cli import main; main()"
+)
+# `--worker-metrics`: one process writing its metrics as a `--workers` worker does, in
+# prometheus_client's multiprocess files, through the library's value class or Farebox's.
+WORKER_METRICS = (
+    "import sys; mode = sys.argv.pop(1); from prometheus_client import values; "
+    "from gateway.metric_files import file_values; "
+    "values.ValueClass = file_values() if mode == 'farebox' else values.MultiProcessValue(); "
+    "from gateway.cli import main; main()"
 )
 
 
@@ -186,6 +197,12 @@ def main() -> None:
     parser.add_argument("--keep-callgrind", help="with --callgrind: keep the dumps here")
     parser.add_argument("--only", choices=("farebox", "minproxy"))
     parser.add_argument("--src", help="run the gateway from this checkout instead")
+    parser.add_argument(
+        "--worker-metrics",
+        choices=("library", "farebox"),
+        help="write metrics to multiprocess files, as a worker does, through prometheus_client's "
+        "value class or gateway.metric_files'",
+    )
     parser.add_argument("--direct", action="store_true", help="also load the mock directly")
     parser.add_argument(
         "--callgrind", action="store_true", help="count instructions per request (valgrind)"
@@ -223,6 +240,12 @@ def main() -> None:
             farebox = [shutil.which("farebox", path=str(Path(PY).parent)) or "farebox"]
             if args.src:
                 farebox = [PY, "-c", LAUNCH, args.src]
+            if args.worker_metrics:
+                if args.src:
+                    parser.error("--worker-metrics runs this checkout's gateway: no --src")
+                env["PROMETHEUS_MULTIPROC_DIR"] = str(data / "metrics")
+                (data / "metrics").mkdir()
+                farebox = [PY, "-c", WORKER_METRICS, args.worker_metrics]
             rows.append(_measure(args, "farebox", [*farebox, "serve"], fb_port, env))
     finally:
         mock.terminate()

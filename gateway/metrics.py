@@ -57,8 +57,8 @@ def add(child: Any, amount: float) -> None:
     `Metrics.observe_task` do): in one process a value then has one writer, and the
     lock `inc` takes around `_value += amount` guards nothing, yet costs ten times the
     addition (~0.5 against ~0.06 µs; ~20 a streamed request). A scrape reads the float
-    under the lock, whole either way. Under `--workers` the value is a file's, kept by
-    `inc`.
+    under the lock, whole either way. Under `--workers` the value is a file's, written
+    by its `bump` (gateway.metric_files), without the lock for the same reason.
     """
     if amount < 0:
         child.inc(amount)
@@ -67,7 +67,7 @@ def add(child: Any, amount: float) -> None:
     if type(value) is _PLAIN:
         value._value += amount
     else:
-        value.inc(amount)
+        _file_add(value, amount)
 
 
 def observe(child: Any, amount: float) -> None:
@@ -81,9 +81,28 @@ def observe(child: Any, amount: float) -> None:
         if amount == amount:
             child._buckets[bisect_left(child._upper_bounds, amount)]._value += 1.0
         return
-    total.inc(amount)
+    _file_add(total, amount)
     if amount == amount:
-        child._buckets[bisect_left(child._upper_bounds, amount)].inc(1)
+        _file_add(child._buckets[bisect_left(child._upper_bounds, amount)], 1.0)
+
+
+def _file_add(value: Any, amount: float) -> None:
+    """Add to a value kept in a file (`--workers`): gateway.metric_files' `bump` (no
+    lock: this is the loop's thread), else the library's `inc` (its own class, where
+    PROMETHEUS_MULTIPROC_DIR was set from outside)."""
+    kind = type(value)
+    bumps = _BUMPS.get(kind)
+    if bumps is None:
+        bumps = _BUMPS[kind] = hasattr(kind, "bump")
+    if bumps:
+        value.bump(amount)
+    else:
+        value.inc(amount)
+
+
+_BUMPS: dict[type, bool] = {}
+"""Whether each value class has a lock-free `bump` (a look-up, not an AttributeError
+raised and caught at each add where it has none)."""
 
 
 def observe_alike(children: tuple[Any, ...], amount: float) -> None:
