@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import importlib.util
 import json
 import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -71,40 +69,8 @@ def _per_call(call: Callable[[], Any], n: int) -> float:
 
 
 async def _context(port: int, config_name: str, stream: bool) -> dict[str, Any]:
-    import gateway.pipeline.chat as chat
-    import gateway.pipeline.relay as relay
-    from gateway.app import create_app
-    from gateway.settings import Settings
-
-    kept: dict[str, Any] = {}
-    bill, reply_cost = chat.bill, chat.with_cost
-
-    async def keep_bill(ctx: Any, meter: Any, services: Any, **kwargs: Any) -> Any:
-        # A reply is billed before it is sent and booked after (chat._complete, relay).
-        booking = await bill(ctx, meter, services, **kwargs)
-        kept.update(ctx=copy.copy(ctx), meter=meter, services=services)  # before its release
-        return booking
-
-    def keep_reply(payload: Any, raw: bytes, ctx: Any, **kwargs: Any) -> bytes:
-        kept.update(payload=payload, raw=raw)
-        return reply_cost(payload, raw, ctx, **kwargs)
-
-    data = Path(tempfile.mkdtemp(prefix="farebox-ab-"))
-    base = f"http://127.0.0.1:{port}/v1"
-    hot = inproc.FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
-    (data / "config.yaml").write_text(
-        hot if config_name == "hot" else inproc.PLAIN.format(port=port)
-    )
-    app = create_app(Settings(data_dir=data, config=data / "config.yaml", log_level="warning"))
-    async with app.router.lifespan_context(app) as given:
-        chat.bill, chat.with_cost = keep_bill, keep_reply
-        relay.bill, relay.with_cost = keep_bill, keep_reply  # a stream's
-        try:
-            await inproc._round(app, dict(given or {}), 50, 1, stream)
-        finally:
-            chat.bill, chat.with_cost = bill, reply_cost
-            relay.bill, relay.with_cost = bill, reply_cost
-    return kept
+    async with inproc.last_request(port, config_name, stream, "farebox-ab-") as (_, _, kept):
+        return kept
 
 
 def _stages(kept: dict[str, Any], base: dict[str, ModuleType]) -> dict[str, tuple[Any, Any]]:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import copy
 import json
 import os
 import socket
@@ -34,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +132,52 @@ async def _round(app: Any, state: dict[str, Any], n: int, c: int, stream: bool) 
     if set(statuses) != {200}:
         raise RuntimeError(f"the gateway answered {sorted(set(statuses))}, not 200")
     return spent / n * 1e6
+
+
+@contextlib.asynccontextmanager
+async def last_request(
+    port: int, config_name: str, stream: bool, prefix: str
+) -> AsyncIterator[tuple[Any, dict[str, Any], dict[str, Any]]]:
+    """The app, its lifespan's state and what its 50th request left (`ctx`, `meter`,
+    `services`, the reply's `payload`, `raw` and `reply_kwargs`), inside its lifespan.
+
+    The app is built on a data folder of its own (`prefix`), with bench/hotpath.py's
+    configuration (`config_name` "hot") or PLAIN's, against the mock on `port`; it serves
+    50 requests one at a time while `bill` and `with_cost` of the whole and streamed reply
+    paths (chat, relay) keep their arguments: a reply is billed before it is sent and
+    booked after, so the context is copied before its release."""
+    import gateway.pipeline.chat as chat
+    import gateway.pipeline.relay as relay
+    from gateway.app import create_app
+    from gateway.settings import Settings
+
+    kept: dict[str, Any] = {}
+    bill, reply_cost = chat.bill, chat.with_cost
+
+    async def keep_bill(ctx: Any, meter: Any, services: Any, **kwargs: Any) -> Any:
+        booking = await bill(ctx, meter, services, **kwargs)
+        kept.update(ctx=copy.copy(ctx), meter=meter, services=services)
+        return booking
+
+    def keep_reply(payload: Any, raw: bytes, ctx: Any, **kwargs: Any) -> bytes:
+        kept.update(payload=payload, raw=raw, reply_kwargs=kwargs)
+        return reply_cost(payload, raw, ctx, **kwargs)
+
+    data = Path(tempfile.mkdtemp(prefix=prefix))
+    base = f"http://127.0.0.1:{port}/v1"
+    hot = FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
+    (data / "config.yaml").write_text(hot if config_name == "hot" else PLAIN.format(port=port))
+    app = create_app(Settings(data_dir=data, config=data / "config.yaml", log_level="warning"))
+    async with app.router.lifespan_context(app) as given:
+        state = dict(given or {})
+        chat.bill, chat.with_cost = keep_bill, keep_reply
+        relay.bill, relay.with_cost = keep_bill, keep_reply  # a stream's
+        try:
+            await _round(app, state, 50, 1, stream)
+        finally:
+            chat.bill, chat.with_cost = bill, reply_cost
+            relay.bill, relay.with_cost = bill, reply_cost
+        yield app, state, kept
 
 
 async def _run(args: argparse.Namespace, port: int) -> dict[str, Any]:

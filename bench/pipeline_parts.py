@@ -138,15 +138,11 @@ def _stages(n: int, config: str = "plain", profile: str | None = None) -> dict[s
 async def _time_stages(
     inproc: Any, port: int, n: int, config_name: str, profile: str | None
 ) -> dict[str, Any]:
-    import copy
-    import tempfile
     from dataclasses import fields
-    from pathlib import Path
 
     import gateway
     import gateway.pipeline.chat as chat
     from gateway.api.chat import request_headers
-    from gateway.app import create_app
     from gateway.ledger.records import RoundedRecord
     from gateway.pipeline.context import BodyEdits, RequestContext
     from gateway.pipeline.finish import _judge_prefix, settle
@@ -156,35 +152,9 @@ async def _time_stages(
     from gateway.pipeline.price import price_usage
     from gateway.pipeline.record import BookedCost, booked_cost, ledger_record, observe_metrics
     from gateway.pipeline.respond import cost_headers, with_cost
-    from gateway.settings import Settings
 
-    kept: dict[str, Any] = {}
-    bill, reply_cost = chat.bill, chat.with_cost
-
-    async def keep_bill(ctx: Any, meter: Any, services: Any, **kwargs: Any) -> Any:
-        # A whole reply is billed before it is sent and booked after (chat._complete).
-        booking = await bill(ctx, meter, services, **kwargs)
-        kept.update(ctx=copy.copy(ctx), meter=meter, services=services)  # before its release
-        return booking
-
-    def keep_reply(payload: Any, raw: bytes, ctx: Any, **kwargs: Any) -> bytes:
-        kept.update(payload=payload, raw=raw, reply_kwargs=kwargs)
-        return reply_cost(payload, raw, ctx, **kwargs)
-
-    data = Path(tempfile.mkdtemp(prefix="farebox-stages-"))
-    base = f"http://127.0.0.1:{port}/v1"
-    hot = inproc.FAREBOX_CONFIG.format(model="bench-gpt", upstream="mock-model", base=base)
-    (data / "config.yaml").write_text(
-        hot if config_name == "hot" else inproc.PLAIN.format(port=port)
-    )
-    app = create_app(Settings(data_dir=data, config=data / "config.yaml", log_level="warning"))
-    async with app.router.lifespan_context(app) as given:
-        state = dict(given or {})
-        chat.bill, chat.with_cost = keep_bill, keep_reply
-        try:
-            await inproc._round(app, state, 50, 1, False)
-        finally:
-            chat.bill, chat.with_cost = bill, reply_cost
+    async with inproc.last_request(port, config_name, False, "farebox-stages-") as last:
+        _, state, kept = last
         ctx, meter, services = kept["ctx"], kept["meter"], kept["services"]
         payload, raw, reply_kwargs = kept["payload"], kept["raw"], kept["reply_kwargs"]
         config, prices = services.config, services.prices
