@@ -82,8 +82,51 @@ async def test_a_record_kept_under_two_keys_comes_back_once(backend: str) -> Non
         await state.remember_prefix(["caller:c"], {"stable_count": 3}, 60, 4)
         history = await state.prefix_history(["task:t", "caller:c"])
         assert [record["stable_count"] for record in history] == [2, 1, 3]
+        alone = await state.prefix_history(["caller:c"])  # a request without a task
+        assert [record["stable_count"] for record in alone] == [3, 2, 1]
+        assert await state.prefix_history(["caller:never-seen"]) == []
     finally:
         if isinstance(state, FallbackState):
             redis = state.redis
             await redis.client.delete(redis._prefix_key("task:t"), redis._prefix_key("caller:c"))
+        await state.aclose()
+
+
+async def test_a_callers_history_is_one_lrange_and_a_tasks_one_script() -> None:
+    # What Redis receives (MONITOR): a request without a task reads its caller's list
+    # with LRANGE (as a script, Redis spent three times the CPU: bench/redis_history.py);
+    # with a task, both lists come in one script's reply.
+    url = require_redis()
+    namespace = f"test-{uuid.uuid4().hex}"
+    state = await open_state(url, namespace=namespace)
+    assert isinstance(state, FallbackState)
+    redis = state.redis
+    try:
+        await state.remember_prefix(["task:t", "caller:c"], {"stable_count": 1}, 60, 4)
+        async with redis.client.monitor() as monitor:
+            seen: list[str] = []
+
+            async def watch() -> None:
+                while True:
+                    command = await monitor.next_command()
+                    if command["client_type"] != "lua":  # not the script's own calls
+                        seen.append(command["command"])
+
+            watching = asyncio.create_task(watch())
+            await asyncio.sleep(0.1)  # MONITOR is on before the reads
+            alone = await state.prefix_history(["caller:c"])
+            both = await state.prefix_history(["task:t", "caller:c"])
+            await redis.client.ping()
+            for _ in range(100):  # until the monitor has shown the PING that follows
+                if any(command.startswith("PING") for command in seen):
+                    break
+                await asyncio.sleep(0.02)
+            watching.cancel()
+        assert [record["stable_count"] for record in alone + both] == [1, 1]
+        ours = [command for command in seen if namespace in command]
+        assert len(ours) == 2, ours
+        assert ours[0].startswith("LRANGE ") and "caller:c" in ours[0]
+        assert ours[1].startswith("EVALSHA ") and "task:t" in ours[1] and "caller:c" in ours[1]
+    finally:
+        await redis.client.delete(redis._prefix_key("task:t"), redis._prefix_key("caller:c"))
         await state.aclose()

@@ -1,0 +1,106 @@
+"""Redis's own CPU per prefix-history read: a Lua script against a plain LRANGE.
+
+Run: `python bench/redis_history.py [--redis-url redis://127.0.0.1:6379/12] [-n 20000]
+[--batch 16] [--records 8] [--rounds 5]`.
+
+The shared state reads a request's prefix history before its upstream call. It used to
+read it with a script (LRANGE of each key inside Lua); it now sends LRANGE itself. This
+fills one key with `--records` records of a small prompt's size, then reads it `-n` times
+each way, in pipelines of `--batch` calls (the state's batch sends the calls of
+concurrent requests together), the two ways alternating round by round; Redis's CPU is
+`used_cpu_user + used_cpu_sys` from `INFO cpu` around each run, so other clients of the
+same Redis count too: run it on a quiet one. Also measured, for comparison, the remember
+script (LPUSH, LTRIM, EXPIRE in Lua), which stays a script: those three must apply
+together. Prints one JSON object: the median over the rounds, µs of Redis CPU a call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+HISTORY = """
+local lists = {}
+for i, key in ipairs(KEYS) do
+  lists[i] = redis.call('LRANGE', key, 0, -1)
+end
+return lists
+"""
+REMEMBER = """
+for _, key in ipairs(KEYS) do
+  redis.call('LPUSH', key, ARGV[1])
+  redis.call('LTRIM', key, 0, ARGV[2] - 1)
+  redis.call('EXPIRE', key, ARGV[3])
+end
+return #KEYS
+"""
+# A small prompt's record, as gateway.prefix.record writes it: digests, a chain, tokens.
+RECORD = (
+    b'{"segment_digests":["'
+    + b"a" * 32
+    + b'","'
+    + b"b" * 32
+    + b'"],"chain":["'
+    + b"c" * 32
+    + b'","'
+    + b"d" * 32
+    + b'"],"segment_tokens":[12,30],"breakpoints":[],'
+    b'"reported_prompt_tokens":42}'
+)
+
+
+def _cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _per_call_us(client: redis.Redis, call: Callable[[Any], Any], n: int, batch: int) -> float:
+    before = _cpu_s(client)
+    for _ in range(n // batch):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(batch):
+            call(pipe)
+        pipe.execute()
+    return (_cpu_s(client) - before) / (n // batch * batch) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
+    parser.add_argument("-n", type=int, default=20_000, help="calls per run")
+    parser.add_argument("--batch", type=int, default=16, help="calls per pipeline")
+    parser.add_argument("--records", type=int, default=8, help="records in the history")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    client = redis.Redis.from_url(args.redis_url)
+    key = f"farebox-bench:{uuid.uuid4().hex}:prefix:caller:anonymous:bench-chat"
+    scratch = key + ":remember"
+    try:
+        client.delete(key)
+        client.lpush(key, *[RECORD] * args.records)
+        history, remember = client.register_script(HISTORY), client.register_script(REMEMBER)
+        ways: dict[str, Callable[[Any], Any]] = {
+            "history_script": lambda pipe: history(keys=[key], client=pipe),
+            "history_lrange": lambda pipe: pipe.lrange(key, 0, -1),
+            "remember_script": lambda pipe: remember(
+                keys=[scratch], args=[RECORD, args.records, 600], client=pipe
+            ),
+        }
+        runs: dict[str, list[float]] = {name: [] for name in ways}
+        for _ in range(args.rounds):
+            for name, call in ways.items():
+                runs[name].append(_per_call_us(client, call, args.n, args.batch))
+    finally:
+        client.delete(key, scratch)
+    medians = {name: round(statistics.median(values), 2) for name, values in runs.items()}
+    print(json.dumps({"batch": args.batch, "records": args.records, "us_per_call": medians}))
+
+
+if __name__ == "__main__":
+    main()
