@@ -25,21 +25,9 @@ from typing import Any
 
 import redis
 
-HISTORY = """
-local lists = {}
-for i, key in ipairs(KEYS) do
-  lists[i] = redis.call('LRANGE', key, 0, -1)
-end
-return lists
-"""
-REMEMBER = """
-for _, key in ipairs(KEYS) do
-  redis.call('LPUSH', key, ARGV[1])
-  redis.call('LTRIM', key, 0, ARGV[2] - 1)
-  redis.call('EXPIRE', key, ARGV[3])
-end
-return #KEYS
-"""
+from gateway.state.redis import _HISTORY as HISTORY  # the read a task still sends
+from gateway.state.redis import _REMEMBER as REMEMBER
+
 # A small prompt's record, as gateway.prefix.record writes it: digests, a chain, tokens.
 RECORD = (
     b'{"segment_digests":["'

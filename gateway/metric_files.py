@@ -72,8 +72,11 @@ def file_values(pid: list[int] = PID) -> Any:
     # `values.close_all_multiprocess_files()` closes these too, as it does the library's.
     getattr(values, "_multi_process_cleanups", []).append(close)
 
-    def reopen() -> None:
-        """After a fork: this process's own files, each value read back from its own."""
+    def own_files() -> None:
+        """After a fork: this process's own files, each value read back from its own.
+        Called with the lock held."""
+        if opened[0] == pid[0]:
+            return
         close_files()
         opened[0] = pid[0]
         for value in made:
@@ -95,12 +98,10 @@ def file_values(pid: list[int] = PID) -> Any:
             multiprocess_mode: str = "",
             **kwargs: Any,
         ) -> None:
-            prefix = f"{typ}_{multiprocess_mode}" if typ == "gauge" else typ
-            self._prefix = prefix
+            self._prefix = f"{typ}_{multiprocess_mode}" if typ == "gauge" else typ
             self._key = mmap_key(metric_name, name, labelnames, labelvalues, help_text)
             with lock:
-                if opened[0] != pid[0]:
-                    reopen()
+                own_files()
                 self._open()
                 made.append(self)
 
@@ -120,35 +121,31 @@ def file_values(pid: list[int] = PID) -> Any:
             has it. The value is one aligned 8-byte store: a scrape reads it whole."""
             if opened[0] != pid[0]:
                 with lock:
-                    reopen()
+                    own_files()
             self._value += amount
             self._doubles[self._slot] = self._value
 
         def inc(self, amount: float) -> None:
             with lock:
-                if opened[0] != pid[0]:
-                    reopen()
-                self._value += amount
-                self._timestamp = 0.0
-                self._doubles[self._slot] = self._value
-                self._doubles[self._slot + 1] = 0.0
+                own_files()
+                self._store(self._value + amount, 0.0)
 
         def set(self, value: float, timestamp: float | None = None) -> None:
             with lock:
-                if opened[0] != pid[0]:
-                    reopen()
-                self._value = value
-                self._timestamp = timestamp or 0.0
-                self._doubles[self._slot] = value
-                self._doubles[self._slot + 1] = self._timestamp
+                own_files()
+                self._store(value, timestamp or 0.0)
+
+        def _store(self, value: float, timestamp: float) -> None:
+            self._value, self._timestamp = value, timestamp
+            self._doubles[self._slot] = value
+            self._doubles[self._slot + 1] = timestamp
 
         def set_exemplar(self, exemplar: Any) -> None:
             return  # prometheus_client keeps no exemplars in multiprocess mode either
 
         def get(self) -> float:
             with lock:
-                if opened[0] != pid[0]:
-                    reopen()
+                own_files()
                 return float(self._value)
 
         def get_exemplar(self) -> None:

@@ -186,8 +186,9 @@ class RedisState:
             # (bench/redis_history.py), and the gateway 4,000 instructions more.
             lists = [await self._batch.command("LRANGE", self._prefix_key(keys[0]), 0, -1)]
         else:
-            # Its task's too: one script, one reply. Two LRANGE replies cost the gateway
-            # 41,000 instructions more a request (bench/state_calls.py --task --callgrind).
+            # Its task's too: one script, one reply. Two LRANGE replies (tried, not kept)
+            # cost the gateway 41,000 instructions more a request (bench/state_calls.py
+            # --task --callgrind).
             names = [self._prefix_key(key) for key in keys]
             lists = await self._batch.script(self._history, names, [])
         # A request is remembered under its task and its caller: parse each record once.

@@ -105,7 +105,7 @@ def test_the_files_are_byte_for_byte_prometheus_clients(
     assert _samples(ours) == _samples(theirs)
 
 
-def test_the_worker_gets_the_fast_class(tmp_path: Path) -> None:
+def test_the_worker_gets_the_fast_class() -> None:
     # Were prometheus_client's file class to change, file_values would hand back the
     # library's own class: right, but the 6.5% would be back. This says so.
     made = file_values()
