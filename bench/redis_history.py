@@ -1,7 +1,7 @@
 """Redis's own CPU per prefix-history read: a Lua script against a plain LRANGE.
 
 Run: `python bench/redis_history.py [--redis-url redis://127.0.0.1:6379/12] [-n 20000]
-[--batch 16] [--records 8] [--rounds 5]`.
+[--batch 16] [--records 8] [--appended 4] [--rounds 5]`.
 
 The shared state reads a request's prefix history before its upstream call. It used to
 read it with a script (LRANGE of each key inside Lua); it now sends LRANGE itself. This
@@ -9,9 +9,11 @@ fills one key with `--records` records of a small prompt's size, then reads it `
 each way, in pipelines of `--batch` calls (the state's batch sends the calls of
 concurrent requests together), the two ways alternating round by round; Redis's CPU is
 `used_cpu_user + used_cpu_sys` from `INFO cpu` around each run, so other clients of the
-same Redis count too: run it on a quiet one. Also measured, for comparison, the remember
-script (LPUSH, LTRIM, EXPIRE in Lua), which stays a script: those three must apply
-together. Prints one JSON object: the median over the rounds, µs of Redis CPU a call.
+same Redis count too: run it on a quiet one. Also measured: the remember script (LPUSH,
+LTRIM, EXPIRE in Lua), which stays a script, since those three must apply together, with
+one record a call (`remember_script`) and with `--appended` records a call, as the batch
+sends concurrent requests' records for the same keys (`remember_appended`, per record).
+Prints one JSON object: the median over the rounds, µs of Redis CPU a call (a record).
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=20_000, help="calls per run")
     parser.add_argument("--batch", type=int, default=16, help="calls per pipeline")
     parser.add_argument("--records", type=int, default=8, help="records in the history")
+    parser.add_argument(
+        "--appended", type=int, default=4, help="records a remember call carries, appended"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     client = redis.Redis.from_url(args.redis_url)
@@ -77,17 +82,23 @@ def main() -> None:
             "history_script": lambda pipe: history(keys=[key], client=pipe),
             "history_lrange": lambda pipe: pipe.lrange(key, 0, -1),
             "remember_script": lambda pipe: remember(
-                keys=[scratch], args=[RECORD, args.records, 600], client=pipe
+                keys=[scratch], args=[args.records, 600, RECORD], client=pipe
+            ),
+            "remember_appended": lambda pipe: remember(
+                keys=[scratch], args=[args.records, 600, *[RECORD] * args.appended], client=pipe
             ),
         }
+        per = {"remember_appended": args.appended}
         runs: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.rounds):
             for name, call in ways.items():
-                runs[name].append(_per_call_us(client, call, args.n, args.batch))
+                n = args.n // per.get(name, 1)
+                runs[name].append(_per_call_us(client, call, n, args.batch) / per.get(name, 1))
     finally:
         client.delete(key, scratch)
     medians = {name: round(statistics.median(values), 2) for name, values in runs.items()}
-    print(json.dumps({"batch": args.batch, "records": args.records, "us_per_call": medians}))
+    shape = {"batch": args.batch, "records": args.records, "appended": args.appended}
+    print(json.dumps({**shape, "us_per_call": medians}))
 
 
 if __name__ == "__main__":

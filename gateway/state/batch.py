@@ -39,6 +39,14 @@ read, not closed by Redis, else connected again), as is one the pool lends. It i
 back when an exchange fails, when Redis forgot its scripts, when shared state reconnects
 after an outage (`release_idle`) and when it closes; a pool of one connection gets it back
 after every spell, so other calls never wait for it.
+
+Writes that only add to a list (`script_appending`: a request's prompt pushed onto its
+caller's and its task's history) go further: the calls for the same keys made before a
+batch leaves are one script call in it, with every caller's item. Redis spent 11.5 µs of
+CPU on the remember script for one record, and 3.6-3.9 µs a record for four in one call
+(bench/redis_history.py): under load Redis's CPU caps every replica's throughput together.
+Applying a later caller's push with an earlier one's is a legal order: both calls are in
+flight at once, and a write moved earlier is seen sooner, never later.
 """
 
 from __future__ import annotations
@@ -46,8 +54,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
@@ -56,13 +64,53 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 MAX_BATCH = 256  # calls in one pipeline; the rest wait for the next
+MAX_APPENDED = 64  # items in one appending call (Lua's `unpack` takes ~8,000 at most)
 
 Command = tuple[Any, ...]
 """One command's words: `("GET", key)`; str, bytes and int (as redis-py encodes them)."""
 Again = Callable[[], Awaitable[Any]]
 """Makes a script's call on its own, loading it first (after NOSCRIPT)."""
-Call = tuple[Command, Again | None, "asyncio.Future[Any]", float]
+
+
+class Reply(Protocol):
+    """Where a call's answer goes: its caller's future, or its callers' (`Replies`)."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: Any, /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+Call = tuple[Command | list[Any], Again | None, Reply, float]
 """A call's command, its retry after NOSCRIPT, its reply, and when it was made (loop time)."""
+
+
+class Replies(list["asyncio.Future[Any]"]):
+    """The callers of one appending call (their futures), answered together, each unless
+    it gave up (cancelled: it cancels only its own future, never the others' call)."""
+
+    __slots__ = ()
+
+    def done(self) -> bool:
+        """Every caller gave up (or has its answer): the call need not be sent."""
+        for future in self:  # noqa: SIM110 (`all(...)`'s generator cost more, at c=1)
+            if not future.done():
+                return False
+        return True
+
+    def set_result(self, result: Any, /) -> None:
+        for future in self:
+            if not future.done():
+                future.set_result(result)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        for future in self:
+            if not future.done():
+                future.set_exception(exception)
+
+
+Appending = tuple[list[Any], Replies]
+"""A queued `script_appending` call: its command (items appended until it leaves), and its
+callers."""
 
 
 def _hiredis_packer() -> Callable[[Command], bytes] | None:
@@ -86,6 +134,8 @@ class CommandBatch:
         # the caller bounds it).
         self.deadline_s = deadline_s
         self._waiting: list[Call] = []
+        # `script_appending` calls still waiting, by group: later callers' items join them.
+        self._appending: dict[Hashable, Appending] = {}
         self._sender: asyncio.Task[None] | None = None
         # The sender's connection between two batches (see the module); `_idle`: taken
         # back after an idle spell, so checked first.
@@ -102,6 +152,26 @@ class CommandBatch:
             ("EVALSHA", script.sha, len(keys), *keys, *args), lambda: script(keys=keys, args=args)
         )
 
+    def script_appending(
+        self, script: AsyncScript, keys: list[Any], head: list[Any], item: Any, group: Hashable
+    ) -> asyncio.Future[Any]:
+        """Run `script` with `keys` and the args `[*head, item, ...]` in the next batch, the
+        items of every call of this `group` made before it leaves in one call; await its
+        reply. A group's calls must share `script`, `keys` and `head`, and the script must
+        treat each item alike, in order, as if each were its own call."""
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Any] = loop.create_future()
+        queued = self._appending.get(group)
+        if queued is None or len(queued[1]) >= MAX_APPENDED:
+            command: list[Any] = ["EVALSHA", script.sha, len(keys), *keys, *head]
+            start = 3 + len(keys)
+            queued = self._appending[group] = (command, Replies())
+            again = lambda: script(keys=keys, args=command[start:])  # noqa: E731
+            self._queue((command, again, queued[1], loop.time()))
+        queued[0].append(item)
+        queued[1].append(reply)
+        return reply
+
     def command(self, *words: Any) -> asyncio.Future[Any]:
         """Send the command `words` (`"GET", key`) in the next batch; await Redis's reply."""
         return self._call(words, None)
@@ -114,6 +184,11 @@ class CommandBatch:
             self._sender = asyncio.create_task(self._send_all(), name="redis-batch")
         return reply
 
+    def _queue(self, call: Call) -> None:
+        self._waiting.append(call)
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_all(), name="redis-batch")
+
     async def aclose(self) -> None:
         """Stop sending: calls still waiting fail as if Redis were away (callers fall back)."""
         sender = self._sender
@@ -125,6 +200,7 @@ class CommandBatch:
         self._sender = None
         _fail([call[2] for call in self._waiting])
         self._waiting.clear()
+        self._appending.clear()
         await self._release_held()
 
     async def release_idle(self) -> None:
@@ -141,6 +217,11 @@ class CommandBatch:
                 while self._waiting:
                     batch = self._waiting[:MAX_BATCH]
                     del self._waiting[:MAX_BATCH]
+                    if self._appending:  # they leave: later items start a call anew
+                        if self._waiting:
+                            self._close_appending(batch)
+                        else:
+                            self._appending.clear()
                     linger = len(batch) > 1
                     await self._send(batch)
                 if not linger:
@@ -158,6 +239,14 @@ class CommandBatch:
                 await self._release_held()
             _fail([call[2] for call in self._waiting])  # stopped: no call is left hanging
             self._waiting.clear()
+            self._appending.clear()
+
+    def _close_appending(self, batch: list[Call]) -> None:
+        """The batch's appending calls take no more items (more calls wait than it took)."""
+        leaving = {id(call[0]) for call in batch}
+        for group, (command, _) in list(self._appending.items()):
+            if id(command) in leaving:
+                del self._appending[group]
 
     async def _send(self, batch: list[Call]) -> None:
         live = [call for call in batch if not call[2].done()]  # a caller may have given up
@@ -179,8 +268,8 @@ class CommandBatch:
 
     async def _send_live(self, live: list[Call]) -> None:
         self.sent += 1
-        replies = await self._exchange([call[0] for call in live])
-        forgotten: list[tuple[Again, asyncio.Future[Any]]] = []
+        replies = await self._exchange([tuple(call[0]) for call in live])
+        forgotten: list[tuple[Again, Reply]] = []
         for (_, again, reply, _), answer in zip(live, replies, strict=True):
             if isinstance(answer, NoScriptError) and again is not None:
                 forgotten.append((again, reply))
@@ -283,14 +372,14 @@ def _pack(connection: AbstractConnection, commands: Sequence[Command]) -> list[b
     return connection.pack_commands(commands)
 
 
-def _fail(replies: list[asyncio.Future[Any]]) -> None:
+def _fail(replies: list[Reply]) -> None:
     """Answer calls the batch will not send with an outage, not a cancel of their callers."""
     for reply in replies:
         if not reply.done():
             reply.set_exception(RedisConnectionError("shared state is closing: Redis not asked"))
 
 
-async def _again(again: Again, reply: asyncio.Future[Any]) -> None:
+async def _again(again: Again, reply: Reply) -> None:
     """Call one script on its own (it loads itself first); hand the outcome to its caller."""
     if reply.done():
         return

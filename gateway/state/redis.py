@@ -44,13 +44,15 @@ for i, key in ipairs(KEYS) do
 end
 return lists
 """
-# Push one record under each key, keep the newest ARGV[2], expire after ARGV[3] seconds:
-# atomic as MULTI/EXEC was, in one command with one reply instead of 3 per key plus two.
+# Push the records ARGV[3], ARGV[4], ... under each key in that order (the last newest),
+# keep the newest ARGV[1], expire after ARGV[2] seconds: atomic as MULTI/EXEC was, in one
+# command with one reply instead of 3 per key plus two. Concurrent requests' records for
+# the same keys go in one call (`CommandBatch.script_appending`).
 _REMEMBER = """
 for _, key in ipairs(KEYS) do
-  redis.call('LPUSH', key, ARGV[1])
-  redis.call('LTRIM', key, 0, ARGV[2] - 1)
-  redis.call('EXPIRE', key, ARGV[3])
+  redis.call('LPUSH', key, unpack(ARGV, 3))
+  redis.call('LTRIM', key, 0, ARGV[1] - 1)
+  redis.call('EXPIRE', key, ARGV[2])
 end
 return #KEYS
 """
@@ -221,8 +223,9 @@ class RedisState:
         if not keys:
             return
         names = [self._prefix_key(key) for key in keys]
-        args = [orjson.dumps(record), keep, max(math.ceil(ttl_s), 1)]
-        await self._batch.script(self._remember, names, args)
+        head = [keep, max(math.ceil(ttl_s), 1)]
+        group = (_REMEMBER, *names, *head)
+        await self._batch.script_appending(self._remember, names, head, orjson.dumps(record), group)
 
     async def task_value(self, task_id: str, name: str) -> str | None:
         key = self._pin_key(task_id, name)

@@ -12,7 +12,7 @@ from gateway.settings import RedisLimits
 from gateway.state import MemoryState, open_state
 from gateway.state.fallback import FallbackState
 from tests.e2e.conftest import GatewayFactory
-from tests.redis_service import require_redis
+from tests.redis_service import commands_sent, require_redis
 
 pytestmark = pytest.mark.redis
 
@@ -103,31 +103,15 @@ async def test_a_callers_history_is_one_lrange_and_a_tasks_one_script() -> None:
     redis = state.redis
     try:
         await state.remember_prefix(["task:t", "caller:c"], {"stable_count": 1}, 60, 4)
-        async with redis.client.monitor() as monitor:
-            seen: list[str] = []
+        reads: dict[str, list[dict[str, object]]] = {}
 
-            async def watch() -> None:
-                while True:
-                    command = await monitor.next_command()
-                    if command["client_type"] != "lua":  # not the script's own calls
-                        seen.append(command["command"])
+        async def read() -> None:
+            reads["alone"] = await state.prefix_history(["caller:c"])
+            reads["both"] = await state.prefix_history(["task:t", "caller:c"])
 
-            watching = asyncio.create_task(watch())
-            await asyncio.sleep(0.1)  # MONITOR is on before the reads
-            alone = await state.prefix_history(["caller:c"])
-            both = await state.prefix_history(["task:t", "caller:c"])
-            # A marker of our own after the reads: the monitor shows commands in the order
-            # Redis ran them, so once it shows the marker it has shown the reads.
-            marker = f"ECHO {namespace}:done"
-            await redis.client.echo(f"{namespace}:done")
-            for _ in range(250):
-                if marker in seen:
-                    break
-                await asyncio.sleep(0.02)
-            watching.cancel()
-        assert marker in seen
+        ours = await commands_sent(redis.client, namespace, read)
+        alone, both = reads["alone"], reads["both"]
         assert [record["stable_count"] for record in alone + both] == [1, 1]
-        ours = [command for command in seen if namespace in command and command != marker]
         assert len(ours) == 2, ours
         assert ours[0].startswith("LRANGE ") and "caller:c" in ours[0]
         assert ours[1].startswith("EVALSHA ") and "task:t" in ours[1] and "caller:c" in ours[1]
