@@ -108,9 +108,10 @@ class Replies(list["asyncio.Future[Any]"]):
                 future.set_exception(exception)
 
 
-Appending = tuple[list[Any], Replies]
-"""A queued `script_appending` call: its command (items appended until it leaves), and its
-callers."""
+Appending = tuple[list[Any], Replies, Call]
+"""A queued `script_appending` call: its command (items appended until it leaves), its
+callers, and the call as queued (its reply the first caller's own future until another
+joins, so that a lone call costs what `script`'s does)."""
 
 
 def _hiredis_packer() -> Callable[[Command], bytes] | None:
@@ -162,15 +163,30 @@ class CommandBatch:
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
         queued = self._appending.get(group)
-        if queued is None or len(queued[1]) >= MAX_APPENDED:
-            command: list[Any] = ["EVALSHA", script.sha, len(keys), *keys, *head]
-            start = 3 + len(keys)
-            queued = self._appending[group] = (command, Replies())
-            again = lambda: script(keys=keys, args=command[start:])  # noqa: E731
-            self._queue((command, again, queued[1], loop.time()))
-        queued[0].append(item)
-        queued[1].append(reply)
+        if queued is not None and len(queued[1]) < MAX_APPENDED and self._joinable(queued):
+            queued[0].append(item)
+            queued[1].append(reply)
+            return reply
+        command: list[Any] = ["EVALSHA", script.sha, len(keys), *keys, *head, item]
+        start = 3 + len(keys)
+        again = lambda: script(keys=keys, args=command[start:])  # noqa: E731
+        call: Call = (command, again, reply, loop.time())
+        self._appending[group] = (command, Replies((reply,)), call)
+        self._queue(call)
         return reply
+
+    def _joinable(self, queued: Appending) -> bool:
+        """Whether the queued call answers all its callers: the first to join puts them in
+        the place of its own reply (its first caller's) while it still waits."""
+        _, callers, call = queued
+        if len(callers) > 1:
+            return True
+        waiting = self._waiting
+        for at in range(len(waiting) - 1, -1, -1):  # queued most likely late
+            if waiting[at] is call:
+                waiting[at] = (call[0], call[1], callers, call[3])
+                return True
+        return False  # gone with a batch (never, as batches close their calls): a new one
 
     def command(self, *words: Any) -> asyncio.Future[Any]:
         """Send the command `words` (`"GET", key`) in the next batch; await Redis's reply."""
@@ -244,7 +260,7 @@ class CommandBatch:
     def _close_appending(self, batch: list[Call]) -> None:
         """The batch's appending calls take no more items (more calls wait than it took)."""
         leaving = {id(call[0]) for call in batch}
-        for group, (command, _) in list(self._appending.items()):
+        for group, (command, _, _) in list(self._appending.items()):
             if id(command) in leaving:
                 del self._appending[group]
 

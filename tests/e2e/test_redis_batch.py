@@ -356,6 +356,26 @@ async def test_a_writer_that_gives_up_leaves_the_others_writing_with_it_their_re
         await state.aclose()
 
 
+async def test_a_lone_writer_that_gives_up_before_its_batch_leaves_sends_nothing() -> None:
+    # Alone, its call's reply is its own future (as a plain script call's): given up, the
+    # batch drops the call, as it drops any other whose caller left.
+    state = await _state(require_redis())
+    try:
+        await state.prefix_history(["k"])  # the batch's connection in hand
+        quitter = asyncio.create_task(state.remember_prefix(["k"], {"n": 0}, 60, 8))
+        await asyncio.sleep(0)  # its record waits for the next batch
+        quitter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await quitter
+        await state.remember_prefix(["k"], {"n": 1}, 60, 8)  # a later batch, a call anew
+        history = await state.prefix_history(["k"])
+        assert [record["n"] for record in history] == [1]
+        assert not state.degraded
+    finally:
+        await _drop(state)
+        await state.aclose()
+
+
 async def _drop(state: FallbackState) -> None:
     redis_state = state.redis
     names = await redis_state.client.keys(f"{redis_state.namespace}:*")
