@@ -12,7 +12,10 @@ concurrent requests together), the two ways alternating round by round; Redis's 
 same Redis count too: run it on a quiet one. Also measured: the remember script (LPUSH,
 LTRIM, EXPIRE in Lua), which stays a script, since those three must apply together, with
 one record a call (`remember_script`) and with `--appended` records a call, as the batch
-sends concurrent requests' records for the same keys (`remember_appended`, per record).
+sends concurrent requests' records (`remember_appended`, per record); and records of
+requests of a task, each pushed to its task's list and the caller's, one a call
+(`remember_task_alone`) and `--appended` tasks' records a call (`remember_tasks_appended`,
+per record).
 Prints one JSON object: the median over the rounds, µs of Redis CPU a call (a record).
 """
 
@@ -74,6 +77,9 @@ def main() -> None:
     client = redis.Redis.from_url(args.redis_url)
     key = f"farebox-bench:{uuid.uuid4().hex}:prefix:caller:anonymous:bench-chat"
     scratch = key + ":remember"
+    # Agents side by side: each push goes to its task's list and the shared caller's.
+    tasks = [f"{key}:task:{n}" for n in range(args.appended)]
+    task_pushes = [value for n in range(args.appended) for value in (2, n + 2, 1, RECORD)]
     try:
         client.delete(key)
         client.lpush(key, *[RECORD] * args.records)
@@ -81,21 +87,30 @@ def main() -> None:
         ways: dict[str, Callable[[Any], Any]] = {
             "history_script": lambda pipe: history(keys=[key], client=pipe),
             "history_lrange": lambda pipe: pipe.lrange(key, 0, -1),
+            # Each push: its key count, its keys' indices into KEYS, its record.
             "remember_script": lambda pipe: remember(
-                keys=[scratch], args=[args.records, 600, RECORD], client=pipe
+                keys=[scratch], args=[args.records, 600, 1, 1, RECORD], client=pipe
             ),
             "remember_appended": lambda pipe: remember(
-                keys=[scratch], args=[args.records, 600, *[RECORD] * args.appended], client=pipe
+                keys=[scratch],
+                args=[args.records, 600, *[1, 1, RECORD] * args.appended],
+                client=pipe,
+            ),
+            "remember_task_alone": lambda pipe: remember(
+                keys=[tasks[0], scratch], args=[args.records, 600, 2, 1, 2, RECORD], client=pipe
+            ),
+            "remember_tasks_appended": lambda pipe: remember(
+                keys=[scratch, *tasks], args=[args.records, 600, *task_pushes], client=pipe
             ),
         }
-        per = {"remember_appended": args.appended}
+        per = {"remember_appended": args.appended, "remember_tasks_appended": args.appended}
         runs: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.rounds):
             for name, call in ways.items():
                 n = args.n // per.get(name, 1)
                 runs[name].append(_per_call_us(client, call, n, args.batch) / per.get(name, 1))
     finally:
-        client.delete(key, scratch)
+        client.delete(key, scratch, *tasks)
     medians = {name: round(statistics.median(values), 2) for name, values in runs.items()}
     shape = {"batch": args.batch, "records": args.records, "appended": args.appended}
     print(json.dumps({**shape, "us_per_call": medians}))

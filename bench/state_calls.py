@@ -1,14 +1,16 @@
 """CPU per request of the shared-state calls the chat path makes, against a real Redis.
 
-Run: `python bench/state_calls.py [--redis-url redis://127.0.0.1:6379/12] [--task] [-n 8000]
-[-c 32] [--src DIR] [--callgrind PAIRS]`.
+Run: `python bench/state_calls.py [--redis-url redis://127.0.0.1:6379/12] [--task | --tasks]
+[-n 8000] [-c 32] [--src DIR] [--callgrind PAIRS]`.
 
 Each simulated request makes the calls a small chat request makes through `FallbackState`
 (the gateway's shared state with Redis configured), in the pipeline's order: read the
 prefix history (and, for a request of a task, its pinned effort first), rebuild the
 records the prefix check compares with, remember this prompt's record, and (a task) add
-its cost. `-c` requests run at once, as under load. Prints the process's CPU time per
-request (utime+stime, `time.process_time`) and wall time per request. `--src` imports
+its cost. `-c` requests run at once, as under load: of one task (`--task`), or each
+client's of its own (`--tasks`, as agents running side by side). Prints the process's CPU time per
+request (utime+stime, `time.process_time`), wall time per request and Redis's CPU per
+request (`INFO cpu`: run it on a Redis nothing else uses). `--src` imports
 `gateway` from another checkout (an A/B of two trees, run alternately); to compare with
 and without hiredis, put a directory holding a `hiredis.py` that raises ImportError
 first on PYTHONPATH. Every key lives under a namespace of the run's own, deleted after.
@@ -71,38 +73,58 @@ async def _run(args: argparse.Namespace) -> None:
     namespace = f"bench-state-{uuid.uuid4().hex}"
     limits = RedisLimits(timeout_s=5, connect_timeout_s=5, pool_wait_s=10)
     state = await FallbackState.connect(args.redis_url, namespace, limits)
-    task = "t1" if args.task else None
-    keys = [f"task:{task}"] if task else []
-    keys.append("caller:anonymous:bench-chat")
+
+    def task_of(client: int) -> str | None:
+        return f"t{client}" if args.tasks else "t1" if args.task else None
+
+    def keys_of(task: str | None) -> list[str]:
+        return [*([f"task:{task}"] if task else []), "caller:anonymous:bench-chat"]
+
     per_client = args.n // args.c
     try:
         for _ in range(20):  # connections opened, scripts loaded: not per-request costs
-            await asyncio.gather(*(_request(state, _record_of, keys, task) for _ in range(args.c)))
+            await asyncio.gather(
+                *(
+                    _request(state, _record_of, keys_of(task_of(i)), task_of(i))
+                    for i in range(args.c)
+                )
+            )
 
-        async def client() -> None:
+        async def client(number: int) -> None:
+            task = task_of(number)
+            keys = keys_of(task)
             for _ in range(per_client):
                 await _request(state, _record_of, keys, task)
 
         markers = ctypes.CDLL(args.markers) if args.markers else None
         if markers is not None:
             markers.cg_toggle()  # counted from here (callgrind's collection on)
+        redis_cpu = await _redis_cpu_s(state)
         cpu, wall = time.process_time(), time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(args.c)))
+        await asyncio.gather(*(client(number) for number in range(args.c)))
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        redis_cpu = await _redis_cpu_s(state) - redis_cpu
         if markers is not None:
             markers.cg_toggle()
         if state.degraded:
             raise SystemExit("Redis went away during the run: the numbers are not Redis's")
         sent = per_client * args.c
         print(
-            f"{args.src or 'this checkout'}: task={bool(task)} c={args.c} n={sent} "
-            f"cpu/req={cpu / sent * 1e6:.1f} us wall/req={wall / sent * 1e6:.1f} us"
+            f"{args.src or 'this checkout'}: task={args.task} tasks={args.tasks} c={args.c} "
+            f"n={sent} cpu/req={cpu / sent * 1e6:.1f} us wall/req={wall / sent * 1e6:.1f} us "
+            f"redis cpu/req={redis_cpu / sent * 1e6:.1f} us"
         )
     finally:
         names = await state.redis.client.keys(f"{namespace}:*")
         if names:
             await state.redis.client.delete(*names)
         await state.aclose()
+
+
+async def _redis_cpu_s(state: Any) -> float:
+    """Redis's CPU seconds so far (`INFO cpu`; its other clients' work counts too)."""
+    info = await state.redis.client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _counted(args: argparse.Namespace, tree: str | None) -> dict[str, Any]:
@@ -116,6 +138,7 @@ def _counted(args: argparse.Namespace, tree: str | None) -> dict[str, Any]:
         *("valgrind", "--tool=callgrind", "--collect-atstart=no", f"--callgrind-out-file={out}"),
         *(sys.executable, __file__, "--markers", str(library), "--redis-url", args.redis_url),
         *("-n", str(args.n), "-c", str(args.c), *(["--task"] if args.task else [])),
+        *(["--tasks"] if args.tasks else []),
         *(["--src", tree] if tree else []),
     ]
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -130,6 +153,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
     parser.add_argument("--task", action="store_true", help="requests of one task (X-Task-Id)")
+    parser.add_argument(
+        "--tasks", action="store_true", help="each client's requests of a task of its own"
+    )
     parser.add_argument("-n", type=int, default=8000)
     parser.add_argument("-c", type=int, default=32)
     parser.add_argument("--src", help="import gateway from this checkout")

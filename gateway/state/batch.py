@@ -40,13 +40,14 @@ back when an exchange fails, when Redis forgot its scripts, when shared state re
 after an outage (`release_idle`) and when it closes; a pool of one connection gets it back
 after every spell, so other calls never wait for it.
 
-Writes that only add to a list (`script_appending`: a request's prompt pushed onto its
-caller's and its task's history) go further: the calls for the same keys made before a
-batch leaves are one script call in it, with every caller's item. Redis spent 11.5 µs of
-CPU on the remember script for one record, and 3.6-3.9 µs a record for four in one call
+Pushes onto lists (`script_appending`: a request's prompt record pushed onto its caller's
+and its task's history) go further: every such call made before a batch leaves is one
+script call in it, whatever its keys (gateway/state/appending.py). Redis spent 12.7 µs of
+CPU on the remember script for one record, and ~3.4 µs a record for four in one call
 (bench/redis_history.py): under load Redis's CPU caps every replica's throughput together.
 Applying a later caller's push with an earlier one's is a legal order: both calls are in
-flight at once, and a write moved earlier is seen sooner, never later.
+flight at once, and a write moved earlier is seen sooner, never later. Reads are never
+moved: a step that follows its previous step's push still sees it.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
@@ -63,8 +64,10 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
+from gateway.state.appending import Pushes, Replies
+
 MAX_BATCH = 256  # calls in one pipeline; the rest wait for the next
-MAX_APPENDED = 64  # items in one appending call (Lua's `unpack` takes ~8,000 at most)
+MAX_APPENDED = 64  # pushes in one appending call: a bound on one script's run
 
 Command = tuple[Any, ...]
 """One command's words: `("GET", key)`; str, bytes and int (as redis-py encodes them)."""
@@ -80,38 +83,17 @@ class Reply(Protocol):
     def set_exception(self, exception: BaseException, /) -> None: ...
 
 
-Call = tuple[Command | list[Any], Again | None, Reply, float]
+Call = tuple[Command | Pushes, Again | None, Reply, float]
 """A call's command, its retry after NOSCRIPT, its reply, and when it was made (loop time)."""
 
 
-class Replies(list["asyncio.Future[Any]"]):
-    """The callers of one appending call (their futures), answered together, each unless
-    it gave up (cancelled: it cancels only its own future, never the others' call)."""
-
-    __slots__ = ()
-
-    def done(self) -> bool:
-        """Every caller gave up (or has its answer): the call need not be sent."""
-        for future in self:  # noqa: SIM110 (`all(...)`'s generator cost more, at c=1)
-            if not future.done():
-                return False
-        return True
-
-    def set_result(self, result: Any, /) -> None:
-        for future in self:
-            if not future.done():
-                future.set_result(result)
-
-    def set_exception(self, exception: BaseException, /) -> None:
-        for future in self:
-            if not future.done():
-                future.set_exception(exception)
-
-
-Appending = tuple[list[Any], Replies, Call]
-"""A queued `script_appending` call: its command (items appended until it leaves), its
-callers, and the call as queued (its reply the first caller's own future until another
-joins, so that a lone call costs what `script`'s does)."""
+Shared = tuple[Call, Pushes, Replies]
+"""A queued appending call of several callers: the call, its pushes (added to until it
+leaves), its callers."""
+Lone = tuple[Call, AsyncScript, list[Any], list[Any], Any]
+"""A queued appending call of one caller, a plain script call (its reply the caller's own
+future, as `script`'s is): the call, and its script, head, keys and item, from which the
+first to join makes it a `Shared` one."""
 
 
 def _hiredis_packer() -> Callable[[Command], bytes] | None:
@@ -136,7 +118,7 @@ class CommandBatch:
         self.deadline_s = deadline_s
         self._waiting: list[Call] = []
         # `script_appending` calls still waiting, by group: later callers' items join them.
-        self._appending: dict[Hashable, Appending] = {}
+        self._appending: dict[Hashable, Shared | Lone] = {}
         self._sender: asyncio.Task[None] | None = None
         # The sender's connection between two batches (see the module); `_idle`: taken
         # back after an idle spell, so checked first.
@@ -154,39 +136,46 @@ class CommandBatch:
         )
 
     def script_appending(
-        self, script: AsyncScript, keys: list[Any], head: list[Any], item: Any, group: Hashable
+        self, script: AsyncScript, head: list[Any], keys: list[Any], item: Any, group: Hashable
     ) -> asyncio.Future[Any]:
-        """Run `script` with `keys` and the args `[*head, item, ...]` in the next batch, the
-        items of every call of this `group` made before it leaves in one call; await its
-        reply. A group's calls must share `script`, `keys` and `head`, and the script must
-        treat each item alike, in order, as if each were its own call."""
+        """Push `item` onto `keys` with `script` in the next batch; await its reply.
+
+        The pushes of every call of this `group` (the same `script` and `head`) made before
+        that batch leaves are one call, with the args `Pushes` lays out: the script must
+        apply them in order, each as if it were its own call.
+        """
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
         queued = self._appending.get(group)
-        if queued is not None and len(queued[1]) < MAX_APPENDED and self._joinable(queued):
-            queued[0].append(item)
-            queued[1].append(reply)
-            return reply
-        command: list[Any] = ["EVALSHA", script.sha, len(keys), *keys, *head, item]
-        start = 3 + len(keys)
-        again = lambda: script(keys=keys, args=command[start:])  # noqa: E731
-        call: Call = (command, again, reply, loop.time())
-        self._appending[group] = (command, Replies((reply,)), call)
+        if queued is not None:
+            shared = self._shared(group, queued) if len(queued) == 5 else queued
+            if shared is not None and len(shared[2]) < MAX_APPENDED:
+                shared[1].add(keys, item)
+                shared[2].append(reply)
+                return reply
+        count = len(keys)
+        args = [*head, count, *range(1, count + 1), item]  # as `Pushes` lays one out
+        again = lambda: script(keys=keys, args=args)  # noqa: E731
+        call: Call = (("EVALSHA", script.sha, count, *keys, *args), again, reply, loop.time())
+        self._appending[group] = (call, script, head, keys, item)
         self._queue(call)
         return reply
 
-    def _joinable(self, queued: Appending) -> bool:
-        """Whether the queued call answers all its callers: the first to join puts them in
-        the place of its own reply (its first caller's) while it still waits."""
-        _, callers, call = queued
-        if len(callers) > 1:
-            return True
-        waiting = self._waiting
-        for at in range(len(waiting) - 1, -1, -1):  # queued most likely late
-            if waiting[at] is call:
-                waiting[at] = (call[0], call[1], callers, call[3])
-                return True
-        return False  # gone with a batch (never, as batches close their calls): a new one
+    def _shared(self, group: Hashable, lone: Lone) -> Shared | None:
+        """The lone call of `group` made one that answers every caller, in its place in the
+        queue (None if it left with a batch: never, as batches close their calls)."""
+        call, script, head, keys, item = lone
+        at = _last_index(self._waiting, call)
+        if at is None:
+            return None
+        pushes = Pushes(script.sha, head)
+        pushes.add(keys, item)
+        again = lambda: script(keys=pushes.keys, args=pushes.args())  # noqa: E731
+        callers = Replies((cast("asyncio.Future[Any]", call[2]),))  # a lone call's: its own
+        shared: Shared = ((pushes, again, callers, call[3]), pushes, callers)
+        self._waiting[at] = shared[0]
+        self._appending[group] = shared
+        return shared
 
     def command(self, *words: Any) -> asyncio.Future[Any]:
         """Send the command `words` (`"GET", key`) in the next batch; await Redis's reply."""
@@ -258,10 +247,10 @@ class CommandBatch:
             self._appending.clear()
 
     def _close_appending(self, batch: list[Call]) -> None:
-        """The batch's appending calls take no more items (more calls wait than it took)."""
-        leaving = {id(call[0]) for call in batch}
-        for group, (command, _, _) in list(self._appending.items()):
-            if id(command) in leaving:
+        """The batch's appending calls take no more pushes (more calls wait than it took)."""
+        leaving = {id(call) for call in batch}
+        for group, queued in list(self._appending.items()):
+            if id(queued[0]) in leaving:
                 del self._appending[group]
 
     async def _send(self, batch: list[Call]) -> None:
@@ -386,6 +375,14 @@ def _pack(connection: AbstractConnection, commands: Sequence[Command]) -> list[b
         except TypeError:
             pass
     return connection.pack_commands(commands)
+
+
+def _last_index(calls: list[Call], call: Call) -> int | None:
+    """Where `call` itself is in `calls` (looked for from the end, where it most likely is)."""
+    for at in range(len(calls) - 1, -1, -1):
+        if calls[at] is call:
+            return at
+    return None
 
 
 def _fail(replies: list[Reply]) -> None:

@@ -44,13 +44,22 @@ for i, key in ipairs(KEYS) do
 end
 return lists
 """
-# Push the records ARGV[3], ARGV[4], ... under each key in that order (the last newest),
-# keep the newest ARGV[1], expire after ARGV[2] seconds: atomic as MULTI/EXEC was, in one
-# command with one reply instead of 3 per key plus two. Concurrent requests' records for
-# the same keys go in one call (`CommandBatch.script_appending`).
+# Push records onto lists, keep the newest ARGV[1] of each, expire each after ARGV[2]
+# seconds: atomic as MULTI/EXEC was, in one command with one reply. After the two, each
+# push is its key count n, n indices into KEYS, its record (`appending.Pushes`): the
+# records of concurrent requests, whatever their keys, go in one call
+# (`CommandBatch.script_appending`), pushed in the order they were made.
 _REMEMBER = """
+local at, last = 3, #ARGV
+while at <= last do
+  local n = tonumber(ARGV[at])
+  local record = ARGV[at + n + 1]
+  for i = at + 1, at + n do
+    redis.call('LPUSH', KEYS[tonumber(ARGV[i])], record)
+  end
+  at = at + n + 2
+end
 for _, key in ipairs(KEYS) do
-  redis.call('LPUSH', key, unpack(ARGV, 3))
   redis.call('LTRIM', key, 0, ARGV[1] - 1)
   redis.call('EXPIRE', key, ARGV[2])
 end
@@ -223,9 +232,10 @@ class RedisState:
         if not keys:
             return
         names = [self._prefix_key(key) for key in keys]
-        head = [keep, max(math.ceil(ttl_s), 1)]
-        group = (_REMEMBER, *names, *head)
-        await self._batch.script_appending(self._remember, names, head, orjson.dumps(record), group)
+        ttl = max(math.ceil(ttl_s), 1)
+        await self._batch.script_appending(
+            self._remember, [keep, ttl], names, orjson.dumps(record), (_REMEMBER, keep, ttl)
+        )
 
     async def task_value(self, task_id: str, name: str) -> str | None:
         key = self._pin_key(task_id, name)
