@@ -117,7 +117,7 @@ class CommandBatch:
         # the caller bounds it).
         self.deadline_s = deadline_s
         self._waiting: list[Call] = []
-        # `script_appending` calls still waiting, by group: later callers' items join them.
+        # `script_appending` calls still waiting, by script and head: later pushes join them.
         self._appending: dict[Hashable, Shared | Lone] = {}
         self._sender: asyncio.Task[None] | None = None
         # The sender's connection between two batches (see the module); `_idle`: taken
@@ -136,16 +136,17 @@ class CommandBatch:
         )
 
     def script_appending(
-        self, script: AsyncScript, head: list[Any], keys: list[Any], item: Any, group: Hashable
+        self, script: AsyncScript, head: list[Any], keys: list[Any], item: Any
     ) -> asyncio.Future[Any]:
         """Push `item` onto `keys` with `script` in the next batch; await its reply.
 
-        The pushes of every call of this `group` (the same `script` and `head`) made before
-        that batch leaves are one call, with the args `Pushes` lays out: the script must
-        apply them in order, each as if it were its own call.
+        The pushes of every call with the same `script` and `head` made before that batch
+        leaves are one call, with the args `Pushes` lays out: the script must apply them
+        in order, each as if it were its own call.
         """
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
+        group = (script.sha, *head)
         queued = self._appending.get(group)
         if queued is not None:
             shared = self._shared(group, queued) if len(queued) == 5 else queued
@@ -184,9 +185,7 @@ class CommandBatch:
     def _call(self, command: Command, again: Again | None) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
-        self._waiting.append((command, again, reply, loop.time()))
-        if self._sender is None:
-            self._sender = asyncio.create_task(self._send_all(), name="redis-batch")
+        self._queue((command, again, reply, loop.time()))
         return reply
 
     def _queue(self, call: Call) -> None:
@@ -222,11 +221,8 @@ class CommandBatch:
                 while self._waiting:
                     batch = self._waiting[:MAX_BATCH]
                     del self._waiting[:MAX_BATCH]
-                    if self._appending:  # they leave: later items start a call anew
-                        if self._waiting:
-                            self._close_appending(batch)
-                        else:
-                            self._appending.clear()
+                    if self._appending:
+                        self._close_appending(batch)
                     linger = len(batch) > 1
                     await self._send(batch)
                 if not linger:
@@ -247,7 +243,10 @@ class CommandBatch:
             self._appending.clear()
 
     def _close_appending(self, batch: list[Call]) -> None:
-        """The batch's appending calls take no more pushes (more calls wait than it took)."""
+        """The batch's appending calls take no more pushes: later ones start a call anew."""
+        if not self._waiting:  # the batch took every call
+            self._appending.clear()
+            return
         leaving = {id(call) for call in batch}
         for group, queued in list(self._appending.items()):
             if id(queued[0]) in leaving:

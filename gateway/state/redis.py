@@ -233,9 +233,7 @@ class RedisState:
             return
         names = [self._prefix_key(key) for key in keys]
         ttl = max(math.ceil(ttl_s), 1)
-        await self._batch.script_appending(
-            self._remember, [keep, ttl], names, orjson.dumps(record), (_REMEMBER, keep, ttl)
-        )
+        await self._batch.script_appending(self._remember, [keep, ttl], names, orjson.dumps(record))
 
     async def task_value(self, task_id: str, name: str) -> str | None:
         key = self._pin_key(task_id, name)

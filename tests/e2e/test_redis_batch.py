@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -33,56 +34,54 @@ async def _state(url: str) -> FallbackState:
     return state
 
 
-async def test_concurrent_callers_each_get_their_own_history_in_few_pipelines() -> None:
-    state = await _state(require_redis())
+@pytest.fixture
+async def state() -> AsyncIterator[FallbackState]:
+    """Shared state on the local Redis in a namespace of its own, dropped and closed after."""
+    shared = await _state(require_redis())
     try:
-        await asyncio.gather(
-            *(state.remember_prefix([f"k{i}", "shared"], {"i": i}, 60, 4) for i in range(100))
-        )
-        histories = await asyncio.gather(*(state.prefix_history([f"k{i}"]) for i in range(100)))
-        assert histories == [[{"i": i}] for i in range(100)]
-        # 200 calls, made together, went out in far fewer round trips than one each.
-        assert state.redis._batch.sent < 100
-        shared = await state.prefix_history(["shared"])
-        assert len(shared) == 4  # trimmed to the newest four, as the pipeline did
-        assert await state.redis.client.ttl(state.redis._prefix_key("shared")) in range(55, 61)
+        yield shared
     finally:
-        await _drop(state)
-        await state.aclose()
+        await _drop(shared)
+        await shared.aclose()
 
 
-async def test_the_same_stored_record_parses_to_the_same_dict() -> None:
-    state = await _state(require_redis())
-    try:
-        await state.remember_prefix(["small"], {"fingerprints": ["a" * 32]}, 60, 4)
-        first, again = await state.prefix_history(["small"]), await state.prefix_history(["small"])
-        assert first == again == [{"fingerprints": ["a" * 32]}]
-        assert first[0] is again[0]  # the prefix stage reuses what it rebuilt from it
-        big = {"fingerprints": ["b" * 32] * (PARSED_MAX_BYTES // 32)}
-        await state.remember_prefix(["big"], big, 60, 4)
-        first, again = await state.prefix_history(["big"]), await state.prefix_history(["big"])
-        assert first == again == [big]
-        assert first[0] is not again[0]  # a large record is not pinned in memory
-    finally:
-        await _drop(state)
-        await state.aclose()
+async def test_concurrent_callers_each_get_their_own_history_in_few_pipelines(
+    state: FallbackState,
+) -> None:
+    await asyncio.gather(
+        *(state.remember_prefix([f"k{i}", "shared"], {"i": i}, 60, 4) for i in range(100))
+    )
+    histories = await asyncio.gather(*(state.prefix_history([f"k{i}"]) for i in range(100)))
+    assert histories == [[{"i": i}] for i in range(100)]
+    # 200 calls, made together, went out in far fewer round trips than one each.
+    assert state.redis._batch.sent < 100
+    shared = await state.prefix_history(["shared"])
+    assert len(shared) == 4  # trimmed to the newest four, as the pipeline did
+    assert await state.redis.client.ttl(state.redis._prefix_key("shared")) in range(55, 61)
 
 
-async def test_a_caller_that_gives_up_leaves_the_others_their_replies() -> None:
-    state = await _state(require_redis())
-    try:
-        await state.remember_prefix(["k"], {"n": 1}, 60, 4)
-        quitter = asyncio.create_task(state.prefix_history(["k"]))
-        await asyncio.sleep(0)  # its call waits for the next batch
-        quitter.cancel()
-        others = await asyncio.gather(*(state.prefix_history(["k"]) for _ in range(10)))
-        assert others == [[{"n": 1}]] * 10
-        with pytest.raises(asyncio.CancelledError):
-            await quitter
-        assert not state.degraded
-    finally:
-        await _drop(state)
-        await state.aclose()
+async def test_the_same_stored_record_parses_to_the_same_dict(state: FallbackState) -> None:
+    await state.remember_prefix(["small"], {"fingerprints": ["a" * 32]}, 60, 4)
+    first, again = await state.prefix_history(["small"]), await state.prefix_history(["small"])
+    assert first == again == [{"fingerprints": ["a" * 32]}]
+    assert first[0] is again[0]  # the prefix stage reuses what it rebuilt from it
+    big = {"fingerprints": ["b" * 32] * (PARSED_MAX_BYTES // 32)}
+    await state.remember_prefix(["big"], big, 60, 4)
+    first, again = await state.prefix_history(["big"]), await state.prefix_history(["big"])
+    assert first == again == [big]
+    assert first[0] is not again[0]  # a large record is not pinned in memory
+
+
+async def test_a_caller_that_gives_up_leaves_the_others_their_replies(state: FallbackState) -> None:
+    await state.remember_prefix(["k"], {"n": 1}, 60, 4)
+    quitter = asyncio.create_task(state.prefix_history(["k"]))
+    await asyncio.sleep(0)  # its call waits for the next batch
+    quitter.cancel()
+    others = await asyncio.gather(*(state.prefix_history(["k"]) for _ in range(10)))
+    assert others == [[{"n": 1}]] * 10
+    with pytest.raises(asyncio.CancelledError):
+        await quitter
+    assert not state.degraded
 
 
 async def test_closing_answers_waiting_calls_with_an_outage_not_a_cancel() -> None:
@@ -255,24 +254,19 @@ async def test_a_pooled_connection_redis_closed_while_idle_is_connected_again(
         await state.aclose()
 
 
-async def test_reconnecting_after_an_outage_drops_the_kept_connection() -> None:
+async def test_reconnecting_after_an_outage_drops_the_kept_connection(state: FallbackState) -> None:
     """After an outage the kept connection is likely dead: `reconnect` gives it back with
     the pool's idle ones (which it drops), and the next call takes a live one."""
-    state = await _state(require_redis())
     batch = state.redis._batch
-    try:
-        assert await state.prefix_history(["k"]) == []
-        kept = batch._held
-        assert kept is not None
-        socket = kept._writer
-        await state.redis.reconnect()
-        assert batch._held is None
-        assert kept._writer is not socket  # closed with the pool's idle ones (the ping
-        # after it may have connected it again: the pool lends its newest)
-        assert await state.prefix_history(["k"]) == []
-    finally:
-        await _drop(state)
-        await state.aclose()
+    assert await state.prefix_history(["k"]) == []
+    kept = batch._held
+    assert kept is not None
+    socket = kept._writer
+    await state.redis.reconnect()
+    assert batch._held is None
+    assert kept._writer is not socket  # closed with the pool's idle ones (the ping
+    # after it may have connected it again: the pool lends its newest)
+    assert await state.prefix_history(["k"]) == []
 
 
 async def test_a_pool_of_one_connection_gets_it_back_after_every_spell() -> None:
@@ -289,118 +283,99 @@ async def test_a_pool_of_one_connection_gets_it_back_after_every_spell() -> None
         await state.aclose()
 
 
-async def test_concurrent_records_are_pushed_in_one_call_whatever_their_keys() -> None:
+async def test_concurrent_records_are_pushed_in_one_call_whatever_their_keys(
+    state: FallbackState,
+) -> None:
     # What Redis receives (MONITOR): the writes of concurrent requests (a caller's and
     # two tasks' lists) are one script call (Redis's CPU: 12.7 us for one record, ~3.4
     # us a record for four in one call, bench/redis_history.py), pushed in their order.
-    state = await _state(require_redis())
     redis_state, namespace = state.redis, state.redis.namespace
-    try:
-        both = [(["task:t", "caller:c"], {"n": n}) for n in range(6)]
-        alone = [(["caller:c"], {"alone": n}) for n in range(3)]
-        other = [(["task:u", "caller:c"], {"u": 0})]
-        calls = [both[0], alone[0], *both[1:3], alone[1], *other, *both[3:], alone[2]]
+    both = [(["task:t", "caller:c"], {"n": n}) for n in range(6)]
+    alone = [(["caller:c"], {"alone": n}) for n in range(3)]
+    other = [(["task:u", "caller:c"], {"u": 0})]
+    calls = [both[0], alone[0], *both[1:3], alone[1], *other, *both[3:], alone[2]]
 
-        async def write() -> None:
-            await asyncio.gather(*(state.remember_prefix(k, r, 60, 4) for k, r in calls))
+    async def write() -> None:
+        await asyncio.gather(*(state.remember_prefix(k, r, 60, 4) for k, r in calls))
 
-        ours = await commands_sent(redis_state.client, namespace, write)
-        assert len(ours) == 1 and ours[0].startswith("EVALSHA "), ours
-        # Each list holds its records in the order they were made, the newest first,
-        # trimmed to the newest four, as nine calls one after another would leave it.
-        task = await state.prefix_history(["task:t"])
-        assert [record["n"] for record in task] == [5, 4, 3, 2]
-        assert await state.prefix_history(["task:u"]) == [{"u": 0}]
-        caller = await state.prefix_history(["caller:c"])
-        assert caller == [{"alone": 2}, {"n": 5}, {"n": 4}, {"n": 3}]
-        for key in ("task:t", "task:u", "caller:c"):
-            assert await redis_state.client.ttl(redis_state._prefix_key(key)) in range(55, 61)
-        assert not state.degraded
-    finally:
-        await _drop(state)
-        await state.aclose()
+    ours = await commands_sent(redis_state.client, namespace, write)
+    assert len(ours) == 1 and ours[0].startswith("EVALSHA "), ours
+    # Each list holds its records in the order they were made, the newest first,
+    # trimmed to the newest four, as nine calls one after another would leave it.
+    task = await state.prefix_history(["task:t"])
+    assert [record["n"] for record in task] == [5, 4, 3, 2]
+    assert await state.prefix_history(["task:u"]) == [{"u": 0}]
+    caller = await state.prefix_history(["caller:c"])
+    assert caller == [{"alone": 2}, {"n": 5}, {"n": 4}, {"n": 3}]
+    for key in ("task:t", "task:u", "caller:c"):
+        assert await redis_state.client.ttl(redis_state._prefix_key(key)) in range(55, 61)
+    assert not state.degraded
 
 
-async def test_records_kept_for_another_time_go_in_a_call_of_their_own() -> None:
-    state = await _state(require_redis())
+async def test_records_kept_for_another_time_go_in_a_call_of_their_own(
+    state: FallbackState,
+) -> None:
     redis_state, namespace = state.redis, state.redis.namespace
-    try:
 
-        async def write() -> None:
-            await asyncio.gather(
-                state.remember_prefix(["caller:c"], {"ttl": 60}, 60, 4),
-                state.remember_prefix(["caller:d"], {"ttl": 3600}, 3600, 4),
-                state.remember_prefix(["caller:e"], {"ttl": 60}, 60, 4),
-            )
-
-        ours = await commands_sent(redis_state.client, namespace, write)
-        assert len(ours) == 2, ours
-        ttl = redis_state.client.ttl
-        assert await ttl(redis_state._prefix_key("caller:c")) in range(55, 61)
-        assert await ttl(redis_state._prefix_key("caller:d")) in range(3590, 3601)
-        assert await ttl(redis_state._prefix_key("caller:e")) in range(55, 61)
-    finally:
-        await _drop(state)
-        await state.aclose()
-
-
-async def test_more_concurrent_records_than_one_call_takes_all_land_in_order() -> None:
-    state = await _state(require_redis())
-    try:
-        count = 2 * MAX_APPENDED + 22  # three calls: 64, 64 and 22 records
+    async def write() -> None:
         await asyncio.gather(
-            *(state.remember_prefix(["k"], {"n": n}, 60, 500) for n in range(count))
+            state.remember_prefix(["caller:c"], {"ttl": 60}, 60, 4),
+            state.remember_prefix(["caller:d"], {"ttl": 3600}, 3600, 4),
+            state.remember_prefix(["caller:e"], {"ttl": 60}, 60, 4),
         )
-        history = await state.prefix_history(["k"])
-        assert [record["n"] for record in history] == list(reversed(range(count)))
-        assert not state.degraded
-    finally:
-        await _drop(state)
-        await state.aclose()
+
+    ours = await commands_sent(redis_state.client, namespace, write)
+    assert len(ours) == 2, ours
+    ttl = redis_state.client.ttl
+    assert await ttl(redis_state._prefix_key("caller:c")) in range(55, 61)
+    assert await ttl(redis_state._prefix_key("caller:d")) in range(3590, 3601)
+    assert await ttl(redis_state._prefix_key("caller:e")) in range(55, 61)
 
 
-async def test_a_writer_that_gives_up_leaves_the_others_writing_with_it_their_replies() -> None:
-    state = await _state(require_redis())
+async def test_more_concurrent_records_than_one_call_takes_all_land_in_order(
+    state: FallbackState,
+) -> None:
+    count = 2 * MAX_APPENDED + 22  # three calls: 64, 64 and 22 records
+    await asyncio.gather(*(state.remember_prefix(["k"], {"n": n}, 60, 500) for n in range(count)))
+    history = await state.prefix_history(["k"])
+    assert [record["n"] for record in history] == list(reversed(range(count)))
+    assert not state.degraded
+
+
+async def test_a_writer_that_gives_up_leaves_the_others_writing_with_it_their_replies(
+    state: FallbackState,
+) -> None:
     batch = state.redis._batch
-    try:
-        await state.prefix_history(["k"])  # the batch's connection in hand
-        sent = batch.sent
-        writers = [
-            asyncio.create_task(state.remember_prefix(["k"], {"n": n}, 60, 8)) for n in range(3)
-        ]
-        await asyncio.sleep(0)  # all three records wait for the next batch, in one call
-        writers[0].cancel()
-        assert await asyncio.gather(*writers[1:]) == [None, None]
-        with pytest.raises(asyncio.CancelledError):
-            await writers[0]
-        assert batch.sent == sent + 1
-        # The one call carried every record: the quitter's was on its way already.
-        history = await state.prefix_history(["k"])
-        assert [record["n"] for record in history] == [2, 1, 0]
-        assert not state.degraded
-    finally:
-        await _drop(state)
-        await state.aclose()
+    await state.prefix_history(["k"])  # the batch's connection in hand
+    sent = batch.sent
+    writers = [asyncio.create_task(state.remember_prefix(["k"], {"n": n}, 60, 8)) for n in range(3)]
+    await asyncio.sleep(0)  # all three records wait for the next batch, in one call
+    writers[0].cancel()
+    assert await asyncio.gather(*writers[1:]) == [None, None]
+    with pytest.raises(asyncio.CancelledError):
+        await writers[0]
+    assert batch.sent == sent + 1
+    # The one call carried every record: the quitter's was on its way already.
+    history = await state.prefix_history(["k"])
+    assert [record["n"] for record in history] == [2, 1, 0]
+    assert not state.degraded
 
 
-async def test_a_lone_writer_that_gives_up_before_its_batch_leaves_sends_nothing() -> None:
+async def test_a_lone_writer_that_gives_up_before_its_batch_leaves_sends_nothing(
+    state: FallbackState,
+) -> None:
     # Alone, its call's reply is its own future (as a plain script call's): given up, the
     # batch drops the call, as it drops any other whose caller left.
-    state = await _state(require_redis())
-    try:
-        await state.prefix_history(["k"])  # the batch's connection in hand
-        quitter = asyncio.create_task(state.remember_prefix(["k"], {"n": 0}, 60, 8))
-        await asyncio.sleep(0)  # its record waits for the next batch
-        quitter.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await quitter
-        await state.remember_prefix(["k"], {"n": 1}, 60, 8)  # a later batch, a call anew
-        history = await state.prefix_history(["k"])
-        assert [record["n"] for record in history] == [1]
-        assert not state.degraded
-    finally:
-        await _drop(state)
-        await state.aclose()
+    await state.prefix_history(["k"])  # the batch's connection in hand
+    quitter = asyncio.create_task(state.remember_prefix(["k"], {"n": 0}, 60, 8))
+    await asyncio.sleep(0)  # its record waits for the next batch
+    quitter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await quitter
+    await state.remember_prefix(["k"], {"n": 1}, 60, 8)  # a later batch, a call anew
+    history = await state.prefix_history(["k"])
+    assert [record["n"] for record in history] == [1]
+    assert not state.degraded
 
 
 async def _drop(state: FallbackState) -> None:
