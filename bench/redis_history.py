@@ -15,7 +15,9 @@ one record a call (`remember_script`) and with `--appended` records a call, as t
 sends concurrent requests' records (`remember_appended`, per record); and records of
 requests of a task, each pushed to its task's list and the caller's, one a call
 (`remember_task_alone`) and `--appended` tasks' records a call (`remember_tasks_appended`,
-per record).
+per record); and the task-cost script (INCRBY, a floor, EXPIRE) with one task's addition a
+call (`add_cost_alone`) and `--appended` tasks' additions a call, as the batch gathers
+concurrent requests' (`add_costs_gathered`, per addition).
 Prints one JSON object: the median over the rounds, µs of Redis CPU a call (a record).
 """
 
@@ -30,6 +32,7 @@ from typing import Any
 
 import redis
 
+from gateway.state.redis import _ADD_WITH_FLOOR as ADD
 from gateway.state.redis import _HISTORY as HISTORY  # the read a task still sends
 from gateway.state.redis import _REMEMBER as REMEMBER
 
@@ -80,10 +83,13 @@ def main() -> None:
     # Agents side by side: each push goes to its task's list and the shared caller's.
     tasks = [f"{key}:task:{n}" for n in range(args.appended)]
     task_pushes = [value for n in range(args.appended) for value in (2, n + 2, 1, RECORD)]
+    costs = [f"{key}:task-cost:{n}" for n in range(args.appended)]
+    additions = [value for _ in costs for value in (1250000, 0, 600)]  # units, floor, TTL
     try:
         client.delete(key)
         client.lpush(key, *[RECORD] * args.records)
         history, remember = client.register_script(HISTORY), client.register_script(REMEMBER)
+        add = client.register_script(ADD)
         ways: dict[str, Callable[[Any], Any]] = {
             "history_script": lambda pipe: history(keys=[key], client=pipe),
             "history_lrange": lambda pipe: pipe.lrange(key, 0, -1),
@@ -102,15 +108,21 @@ def main() -> None:
             "remember_tasks_appended": lambda pipe: remember(
                 keys=[scratch, *tasks], args=[args.records, 600, *task_pushes], client=pipe
             ),
+            "add_cost_alone": lambda pipe: add(keys=costs[:1], args=additions[:3], client=pipe),
+            "add_costs_gathered": lambda pipe: add(keys=costs, args=additions, client=pipe),
         }
-        per = {"remember_appended": args.appended, "remember_tasks_appended": args.appended}
+        per = {
+            "remember_appended": args.appended,
+            "remember_tasks_appended": args.appended,
+            "add_costs_gathered": args.appended,
+        }
         runs: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.rounds):
             for name, call in ways.items():
                 n = args.n // per.get(name, 1)
                 runs[name].append(_per_call_us(client, call, n, args.batch) / per.get(name, 1))
     finally:
-        client.delete(key, scratch, *tasks)
+        client.delete(key, scratch, *tasks, *costs)
     medians = {name: round(statistics.median(values), 2) for name, values in runs.items()}
     shape = {"batch": args.batch, "records": args.records, "appended": args.appended}
     print(json.dumps({**shape, "us_per_call": medians}))

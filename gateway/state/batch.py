@@ -48,6 +48,11 @@ CPU on the remember script for one record, and ~3.4 µs a record for four in one
 Applying a later caller's push with an earlier one's is a legal order: both calls are in
 flight at once, and a write moved earlier is seen sooner, never later. Reads are never
 moved: a step that follows its previous step's push still sees it.
+
+Additions to counters (`script_gathering`: a task request's cost added to its task's
+total) are joined the same way, each caller answered with its own keys' values (the new
+totals): requests of different tasks, or of one task, in one script call, in the order
+they were made (gateway/state/appending.py's `Gathered` and `Parts`).
 """
 
 from __future__ import annotations
@@ -64,10 +69,10 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-from gateway.state.appending import Pushes, Replies
+from gateway.state.appending import Gathered, Parts, Pushes, Replies
 
 MAX_BATCH = 256  # calls in one pipeline; the rest wait for the next
-MAX_APPENDED = 64  # pushes in one appending call: a bound on one script's run
+MAX_JOINED = 64  # callers in one joined call: a bound on one script's run
 
 Command = tuple[Any, ...]
 """One command's words: `("GET", key)`; str, bytes and int (as redis-py encodes them)."""
@@ -83,17 +88,18 @@ class Reply(Protocol):
     def set_exception(self, exception: BaseException, /) -> None: ...
 
 
-Call = tuple[Command | Pushes, Again | None, Reply, float]
+Call = tuple[Command | Pushes | Gathered, Again | None, Reply, float]
 """A call's command, its retry after NOSCRIPT, its reply, and when it was made (loop time)."""
 
 
-Shared = tuple[Call, Pushes, Replies]
-"""A queued appending call of several callers: the call, its pushes (added to until it
-leaves), its callers."""
-Lone = tuple[Call, AsyncScript, list[Any], list[Any], Any]
-"""A queued appending call of one caller, a plain script call (its reply the caller's own
-future, as `script`'s is): the call, and its script, head, keys and item, from which the
-first to join makes it a `Shared` one."""
+Joined = Pushes | Gathered
+"""A joined call's words, added to by each caller until it leaves."""
+Shared = tuple[Call, Joined, Replies]
+"""A queued joined call of several callers: the call, its words, its callers."""
+Lone = tuple[Call, type[Joined], AsyncScript, list[Any], list[Any], Any]
+"""A queued joinable call of one caller, a plain script call (its reply the caller's own
+future, as `script`'s is): the call, and its kind, script, head, keys and item, from which
+the first to join makes it a `Shared` one."""
 
 
 def _hiredis_packer() -> Callable[[Command], bytes] | None:
@@ -117,8 +123,9 @@ class CommandBatch:
         # the caller bounds it).
         self.deadline_s = deadline_s
         self._waiting: list[Call] = []
-        # `script_appending` calls still waiting, by script and head: later pushes join them.
-        self._appending: dict[Hashable, Shared | Lone] = {}
+        # Joinable calls still waiting (`script_appending`, `script_gathering`), by kind,
+        # script and head: later calls join them.
+        self._joinable: dict[Hashable, Shared | Lone] = {}
         self._sender: asyncio.Task[None] | None = None
         # The sender's connection between two batches (see the module); `_idle`: taken
         # back after an idle spell, so checked first.
@@ -144,38 +151,60 @@ class CommandBatch:
         leaves are one call, with the args `Pushes` lays out: the script must apply them
         in order, each as if it were its own call.
         """
+        return self._joining(Pushes, script, head, keys, item)
+
+    def script_gathering(
+        self, script: AsyncScript, keys: list[Any], args: list[Any]
+    ) -> asyncio.Future[Any]:
+        """Run `script` with `keys` and `args` in the next batch; await its values of `keys`.
+
+        Every call of `script` made before that batch leaves is one call, each caller's
+        keys and args after the ones before (`Gathered`): the script must handle each key
+        with the same number of args, in order, and answer a list of a value per key.
+        """
+        return self._joining(Gathered, script, [], keys, args)
+
+    def _joining(
+        self,
+        kind: type[Joined],
+        script: AsyncScript,
+        head: list[Any],
+        keys: list[Any],
+        item: Any,
+    ) -> asyncio.Future[Any]:
+        """Join the waiting call of `kind`, `script` and `head`, or queue one of its own."""
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
-        group = (script.sha, *head)
-        queued = self._appending.get(group)
+        group = (kind, script.sha, *head)
+        queued = self._joinable.get(group)
         if queued is not None:
-            shared = self._shared(group, queued) if len(queued) == 5 else queued
-            if shared is not None and len(shared[2]) < MAX_APPENDED:
+            shared = self._shared(group, queued) if len(queued) == 6 else queued
+            if shared is not None and len(shared[2]) < MAX_JOINED:
                 shared[1].add(keys, item)
                 shared[2].append(reply)
                 return reply
-        count = len(keys)
-        args = [*head, count, *range(1, count + 1), item]  # as `Pushes` lays one out
+        args = kind.alone(head, keys, item)
         again = lambda: script(keys=keys, args=args)  # noqa: E731
-        call: Call = (("EVALSHA", script.sha, count, *keys, *args), again, reply, loop.time())
-        self._appending[group] = (call, script, head, keys, item)
+        call: Call = (("EVALSHA", script.sha, len(keys), *keys, *args), again, reply, loop.time())
+        self._joinable[group] = (call, kind, script, head, keys, item)
         self._queue(call)
         return reply
 
     def _shared(self, group: Hashable, lone: Lone) -> Shared | None:
         """The lone call of `group` made one that answers every caller, in its place in the
         queue (None if it left with a batch: never, as batches close their calls)."""
-        call, script, head, keys, item = lone
+        call, kind, script, head, keys, item = lone
         at = _last_index(self._waiting, call)
         if at is None:
             return None
-        pushes = Pushes(script.sha, head)
-        pushes.add(keys, item)
-        again = lambda: script(keys=pushes.keys, args=pushes.args())  # noqa: E731
-        callers = Replies((cast("asyncio.Future[Any]", call[2]),))  # a lone call's: its own
-        shared: Shared = ((pushes, again, callers, call[3]), pushes, callers)
+        joined = kind(script.sha, head)
+        joined.add(keys, item)
+        again = lambda: script(keys=joined.keys, args=joined.args())  # noqa: E731
+        first = cast("asyncio.Future[Any]", call[2])  # a lone call's reply: its caller's own
+        callers = Parts(first, joined) if isinstance(joined, Gathered) else Replies((first,))
+        shared: Shared = ((joined, again, callers, call[3]), joined, callers)
         self._waiting[at] = shared[0]
-        self._appending[group] = shared
+        self._joinable[group] = shared
         return shared
 
     def command(self, *words: Any) -> asyncio.Future[Any]:
@@ -204,7 +233,7 @@ class CommandBatch:
         self._sender = None
         _fail([call[2] for call in self._waiting])
         self._waiting.clear()
-        self._appending.clear()
+        self._joinable.clear()
         await self._release_held()
 
     async def release_idle(self) -> None:
@@ -221,8 +250,8 @@ class CommandBatch:
                 while self._waiting:
                     batch = self._waiting[:MAX_BATCH]
                     del self._waiting[:MAX_BATCH]
-                    if self._appending:
-                        self._close_appending(batch)
+                    if self._joinable:
+                        self._close_joinable(batch)
                     linger = len(batch) > 1
                     await self._send(batch)
                 if not linger:
@@ -240,17 +269,17 @@ class CommandBatch:
                 await self._release_held()
             _fail([call[2] for call in self._waiting])  # stopped: no call is left hanging
             self._waiting.clear()
-            self._appending.clear()
+            self._joinable.clear()
 
-    def _close_appending(self, batch: list[Call]) -> None:
-        """The batch's appending calls take no more pushes: later ones start a call anew."""
+    def _close_joinable(self, batch: list[Call]) -> None:
+        """The batch's joinable calls take no more callers: later ones start a call anew."""
         if not self._waiting:  # the batch took every call
-            self._appending.clear()
+            self._joinable.clear()
             return
         leaving = {id(call) for call in batch}
-        for group, queued in list(self._appending.items()):
+        for group, queued in list(self._joinable.items()):
             if id(queued[0]) in leaving:
-                del self._appending[group]
+                del self._joinable[group]
 
     async def _send(self, batch: list[Call]) -> None:
         live = [call for call in batch if not call[2].done()]  # a caller may have given up

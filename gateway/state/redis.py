@@ -21,6 +21,8 @@ PUSH_BATCH = 500
 # Per key: INCRBY, then raise the total to a floor (the caller's own view of it, which a
 # Redis restarted without its data would otherwise forget), then EXPIRE. Totals are
 # non-negative integers, compared as strings so that none is rounded through a double.
+# Three args a key and a total a key, in order: the additions of concurrent requests
+# (`CommandBatch.script_gathering`) go in one call, a key twice if two name one task.
 _ADD_WITH_FLOOR = """
 local totals = {}
 for i, key in ipairs(KEYS) do
@@ -181,7 +183,8 @@ class RedisState:
         """Add to the task's total; with `floor`, the total is at least that afterwards."""
         floor_units = max(to_units(floor), 0) if floor is not None else 0
         args = [to_units(amount), floor_units, max(math.ceil(ttl_s), 1)]
-        (total,) = await self._batch.script(self._add, [self._key(task_id)], args)
+        # Concurrent requests' additions, whatever their tasks, go in one script call.
+        (total,) = await self._batch.script_gathering(self._add, [self._key(task_id)], args)
         return from_units(int(total))
 
     async def task_cost(self, task_id: str) -> Decimal:

@@ -11,13 +11,14 @@ import asyncio
 import signal
 import uuid
 from collections.abc import AsyncIterator
+from decimal import Decimal
 
 import pytest
 import redis
 
 from gateway.settings import RedisLimits
 from gateway.state import outage
-from gateway.state.batch import MAX_APPENDED
+from gateway.state.batch import MAX_JOINED
 from gateway.state.fallback import FallbackState
 from gateway.state.redis import PARSED_MAX_BYTES
 from tests.e2e.test_state_outage import RedisServer, redis_server  # noqa: F401 (fixture)
@@ -335,7 +336,7 @@ async def test_records_kept_for_another_time_go_in_a_call_of_their_own(
 async def test_more_concurrent_records_than_one_call_takes_all_land_in_order(
     state: FallbackState,
 ) -> None:
-    count = 2 * MAX_APPENDED + 22  # three calls: 64, 64 and 22 records
+    count = 2 * MAX_JOINED + 22  # three calls: 64, 64 and 22 records
     await asyncio.gather(*(state.remember_prefix(["k"], {"n": n}, 60, 500) for n in range(count)))
     history = await state.prefix_history(["k"])
     assert [record["n"] for record in history] == list(reversed(range(count)))
@@ -376,6 +377,87 @@ async def test_a_lone_writer_that_gives_up_before_its_batch_leaves_sends_nothing
     history = await state.prefix_history(["k"])
     assert [record["n"] for record in history] == [1]
     assert not state.degraded
+
+
+async def test_concurrent_cost_additions_are_one_call_each_told_its_own_total(
+    state: FallbackState,
+) -> None:
+    # What Redis receives (MONITOR): the additions of concurrent requests of three tasks
+    # are one script call; each caller is told its own task's total just after its own
+    # addition, as calls one after another in the order they were made would tell it.
+    redis_state, namespace = state.redis, state.redis.namespace
+    calls = [("a", "0.1"), ("b", "2"), ("a", "0.3"), ("c", "7"), ("a", "0.5"), ("b", "4")]
+
+    async def add() -> list[Decimal]:
+        adds = (state.add_task_cost(task, Decimal(amount), 60) for task, amount in calls)
+        return list(await asyncio.gather(*adds))
+
+    ours = await commands_sent(redis_state.client, namespace, add)
+    assert len(ours) == 1 and ours[0].startswith("EVALSHA "), ours
+    totals = await add()  # the same again, without MONITOR: the totals go on from there
+    assert totals == [Decimal(n) for n in ("1.0", "8", "1.3", "14", "1.8", "12")]
+    for task, total in (("a", "1.8"), ("b", "12"), ("c", "14")):
+        assert await redis_state.task_cost(task) == Decimal(total)
+        assert await redis_state.client.ttl(redis_state._key(task)) in range(55, 61)
+        assert await state.local.task_cost(task) == Decimal(total)  # each caller's view
+    assert not state.degraded
+
+
+async def test_a_gathered_addition_is_raised_to_its_own_floor_alone(state: FallbackState) -> None:
+    redis_state = state.redis
+    await redis_state.add_task_cost("low", Decimal("1"), 60)  # a known start for each
+    await redis_state.add_task_cost("kept", Decimal("1"), 60)
+    sent = redis_state._batch.sent
+    totals = await asyncio.gather(
+        redis_state.add_task_cost("low", Decimal("2"), 60, floor=Decimal("10")),
+        redis_state.add_task_cost("kept", Decimal("2"), 60, floor=Decimal("1")),
+        redis_state.add_task_cost("low", Decimal("1"), 60),
+    )
+    assert totals == [Decimal("10"), Decimal("3"), Decimal("11")]
+    assert redis_state._batch.sent == sent + 1
+
+
+async def test_more_concurrent_additions_than_one_call_takes_are_all_counted_in_order(
+    state: FallbackState,
+) -> None:
+    count = 2 * MAX_JOINED + 22  # three calls: 64, 64 and 22 additions
+    totals = await asyncio.gather(
+        *(state.redis.add_task_cost("t", Decimal(1), 60) for _ in range(count))
+    )
+    assert totals == [Decimal(n) for n in range(1, count + 1)]
+    assert await state.redis.task_cost("t") == Decimal(count)
+
+
+async def test_an_adder_that_gives_up_leaves_the_others_their_totals(state: FallbackState) -> None:
+    redis_state = state.redis
+    await state.prefix_history(["k"])  # the batch's connection in hand
+    adders = [
+        asyncio.create_task(redis_state.add_task_cost(task, Decimal(n), 60))
+        for n, task in enumerate(("a", "b", "a"), start=1)
+    ]
+    await asyncio.sleep(0)  # all three wait for the next batch, in one call
+    adders[0].cancel()
+    assert await asyncio.gather(*adders[1:]) == [Decimal(2), Decimal(4)]
+    with pytest.raises(asyncio.CancelledError):
+        await adders[0]
+    assert await redis_state.task_cost("a") == Decimal(4)  # the quitter's went with them
+
+
+async def test_additions_redis_forgot_the_script_of_are_made_again(
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    redis_server.start()
+    state = await _state(redis_server.url)
+    try:
+        await state.add_task_cost("a", Decimal(1), 60)
+        with redis.Redis(port=redis_server.port) as admin:
+            admin.script_flush()  # as after a restart: every cached script is gone
+        adds = (state.add_task_cost(task, Decimal(n), 60) for n, task in ((2, "a"), (5, "b")))
+        assert await asyncio.gather(*adds) == [Decimal(3), Decimal(5)]
+        assert await state.redis.task_cost("a") == Decimal(3)
+        assert not state.degraded
+    finally:
+        await state.aclose()
 
 
 async def _drop(state: FallbackState) -> None:
