@@ -21,14 +21,18 @@ PUSH_BATCH = 500
 # Per key: INCRBY, then raise the total to a floor (the caller's own view of it, which a
 # Redis restarted without its data would otherwise forget), then EXPIRE. Totals are
 # non-negative integers, compared as strings so that none is rounded through a double.
+# A key that holds no integer (written by something else, or of another type) takes
+# the floor: INCRBY's error would otherwise fail every caller whose addition shares the
+# call, and every later push of the local totals with it.
 # Three args a key and a total a key, in order: the additions of concurrent requests
 # (`CommandBatch.script_gathering`) go in one call, a key twice if two name one task.
 _ADD_WITH_FLOOR = """
 local totals = {}
 for i, key in ipairs(KEYS) do
   local at = (i - 1) * 3
-  redis.call('INCRBY', key, ARGV[at + 1])
-  local total, floor = redis.call('GET', key), ARGV[at + 2]
+  local floor = ARGV[at + 2]
+  local added = redis.pcall('INCRBY', key, ARGV[at + 1])
+  local total = type(added) == 'number' and redis.call('GET', key) or ''
   if #total < #floor or (#total == #floor and total < floor) then
     redis.call('SET', key, floor)
     total = floor

@@ -20,7 +20,7 @@ from gateway.settings import RedisLimits
 from gateway.state import outage
 from gateway.state.batch import MAX_JOINED
 from gateway.state.fallback import FallbackState
-from gateway.state.redis import PARSED_MAX_BYTES
+from gateway.state.redis import PARSED_MAX_BYTES, CostDelta
 from tests.e2e.test_state_outage import RedisServer, redis_server  # noqa: F401 (fixture)
 from tests.redis_service import commands_sent, require_redis
 
@@ -441,6 +441,30 @@ async def test_an_adder_that_gives_up_leaves_the_others_their_totals(state: Fall
     with pytest.raises(asyncio.CancelledError):
         await adders[0]
     assert await redis_state.task_cost("a") == Decimal(4)  # the quitter's went with them
+
+
+async def test_a_task_total_redis_holds_no_integer_for_takes_the_callers_view_alone(
+    state: FallbackState,
+) -> None:
+    # A task-cost key overwritten by something else (text, or a list): INCRBY's error
+    # failed the whole joined call, so every caller beside it fell back, and with three
+    # of them at once shared state was marked away. Now that key takes its caller's own
+    # view of the total (its floor) and the others are told theirs.
+    redis_state = state.redis
+    await redis_state.client.set(redis_state._key("text"), "not a number")
+    await redis_state.client.rpush(redis_state._key("list"), "x")
+    await state.add_task_cost("good", Decimal(1), 60)
+    calls = [("good", 2), ("text", 3), ("list", 4), ("good", 5), ("text", 6)]
+    adds = (state.add_task_cost(task, Decimal(n), 60) for task, n in calls)
+    assert await asyncio.gather(*adds) == [Decimal(n) for n in (3, 3, 4, 8, 9)]
+    for task, total in (("good", 8), ("text", 9), ("list", 4)):
+        assert await redis_state.task_cost(task) == Decimal(total)
+        assert await redis_state.client.ttl(redis_state._key(task)) in range(55, 61)
+    assert not state.degraded
+    # The push of totals kept locally through an outage takes the same way.
+    await redis_state.client.set(redis_state._key("text"), "garbage again")
+    await redis_state.add_units({"text": CostDelta(10**10, 10**11, 60)})
+    assert await redis_state.task_cost("text") == Decimal(10)
 
 
 async def test_additions_redis_forgot_the_script_of_are_made_again(
