@@ -54,14 +54,20 @@ return lists
 # seconds: atomic as MULTI/EXEC was, in one command with one reply. After the two, each
 # push is its key count n, n indices into KEYS, its record (`appending.Pushes`): the
 # records of concurrent requests, whatever their keys, go in one call
-# (`CommandBatch.script_appending`), pushed in the order they were made.
+# (`CommandBatch.script_appending`), pushed in the order they were made. A key that holds
+# no list (written by something else) is started anew: LPUSH's error would otherwise
+# fail every caller whose record shares the call.
 _REMEMBER = """
 local at, last = 3, #ARGV
 while at <= last do
   local n = tonumber(ARGV[at])
   local record = ARGV[at + n + 1]
   for i = at + 1, at + n do
-    redis.call('LPUSH', KEYS[tonumber(ARGV[i])], record)
+    local key = KEYS[tonumber(ARGV[i])]
+    if type(redis.pcall('LPUSH', key, record)) ~= 'number' then
+      redis.call('DEL', key)
+      redis.call('LPUSH', key, record)
+    end
   end
   at = at + n + 2
 end

@@ -313,6 +313,32 @@ async def test_concurrent_records_are_pushed_in_one_call_whatever_their_keys(
     assert not state.degraded
 
 
+async def test_a_history_key_redis_holds_no_list_for_is_started_anew_alone(
+    state: FallbackState,
+) -> None:
+    # A history key overwritten by something else (text, a hash): LPUSH's error failed
+    # the whole joined call, so every caller beside it fell back, and with three of them
+    # at once shared state was marked away. Now that key starts a history anew.
+    redis_state = state.redis
+    await redis_state.client.set(redis_state._prefix_key("caller:text"), "not a list")
+    await redis_state.client.hset(redis_state._prefix_key("task:hash"), "a", "b")
+    calls = [
+        (["task:t", "caller:c"], {"n": 0}),
+        (["caller:text"], {"n": 1}),
+        (["task:hash", "caller:c"], {"n": 2}),
+        (["caller:text"], {"n": 3}),
+    ]
+    await asyncio.gather(*(state.remember_prefix(k, r, 60, 4) for k, r in calls))
+    assert not state.degraded
+    assert await state.prefix_history(["caller:text"]) == [{"n": 3}, {"n": 1}]
+    assert await state.prefix_history(["task:hash"]) == [{"n": 2}]
+    assert await state.prefix_history(["caller:c"]) == [{"n": 2}, {"n": 0}]
+    assert await state.prefix_history(["task:t"]) == [{"n": 0}]
+    for key in ("caller:text", "task:hash"):
+        assert await redis_state.client.ttl(redis_state._prefix_key(key)) in range(55, 61)
+    assert not state.degraded
+
+
 async def test_records_kept_for_another_time_go_in_a_call_of_their_own(
     state: FallbackState,
 ) -> None:
