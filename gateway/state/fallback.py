@@ -17,6 +17,10 @@ While down, nothing calls Redis but the probe, and:
   so a task seen before the outage keeps its owner here; a task first used during it is
   claimed per process and pushed with SET NX on recovery (a claim made meanwhile wins).
 
+A call that meets a key of another type than it reads (WRONGTYPE: written there by
+something else) is answered locally too, but Redis answered: it does not count towards
+`failures`, so one bad key never switches every request to per-process state.
+
 Exactly one log line marks each transition; `StateObserver` gets the degraded flag and
 one call per request served locally (the metrics `farebox_state_degraded` and
 `farebox_state_fallbacks_total`).
@@ -236,6 +240,8 @@ class FallbackState:
                 async with asyncio.timeout(self._deadline):
                     result = await call(self.redis)
         except outage.CAUGHT as exc:
+            if outage.is_misshapen_key(exc):  # Redis is up: this call alone is answered here
+                raise _Unavailable from exc
             if not outage.is_outage(exc):
                 raise
             self._failed(exc)

@@ -10,6 +10,11 @@ types raised inside redis-py's connection module, or inside its reply parsers (t
 hiredis one or the pure-Python ones, which read that connection's stream), is an outage
 too. Any other RuntimeError or AttributeError (raised in our code) is a bug and is not
 hidden.
+
+A reply that a key holds another shape than the call reads (WRONGTYPE: a list where a
+string was written, say; written there by something else) comes from a Redis that is up:
+`is_misshapen_key` tells it apart, so that the call is answered locally without counting
+towards marking Redis away (one bad key would otherwise degrade every request's state).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import os
 
 import redis._parsers
 import redis.asyncio.connection
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 CAUGHT = (RedisError, OSError, RuntimeError, AttributeError)
 """Catch these around a Redis call, then ask `is_outage` whether to fall back."""
@@ -35,6 +40,11 @@ def is_outage(exc: BaseException) -> bool:
     if isinstance(exc, RuntimeError) and str(exc).startswith(_CLOSED_TRANSPORT):
         return True
     return isinstance(exc, RuntimeError | AttributeError) and _raised_in_connection(exc)
+
+
+def is_misshapen_key(exc: BaseException) -> bool:
+    """Whether `exc` is Redis's answer that a key holds a value of another type."""
+    return type(exc) is ResponseError and str(exc).startswith("WRONGTYPE")
 
 
 def _raised_in_connection(exc: BaseException) -> bool:

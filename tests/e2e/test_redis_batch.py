@@ -339,6 +339,24 @@ async def test_a_history_key_redis_holds_no_list_for_is_started_anew_alone(
     assert not state.degraded
 
 
+async def test_reads_of_a_key_of_another_type_are_answered_here_without_marking_redis_away(
+    state: FallbackState,
+) -> None:
+    # WRONGTYPE comes from a Redis that is up: each such call is answered from this
+    # process's state, and however many in a row, shared state stays on Redis.
+    redis_state = state.redis
+    await redis_state.client.hset(redis_state._prefix_key("caller:hash"), "a", "b")
+    await redis_state.client.hset(redis_state._pin_key("t", "effort"), "a", "b")
+    await state.local.remember_prefix(["caller:hash"], {"here": 1}, 60, 4)
+    for _ in range(2 * state.limits.failures):
+        assert await state.prefix_history(["caller:hash"]) == [{"here": 1}]
+        assert await state.prefix_history(["task:u", "caller:hash"]) == [{"here": 1}]
+        assert await state.task_value("t", "effort") is None
+    assert not state.degraded
+    await state.remember_prefix(["caller:c"], {"n": 1}, 60, 4)  # Redis still serves others
+    assert await redis_state.prefix_history(["caller:c"]) == [{"n": 1}]
+
+
 async def test_records_kept_for_another_time_go_in_a_call_of_their_own(
     state: FallbackState,
 ) -> None:

@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 import uvloop
+from redis.exceptions import BusyLoadingError, ReadOnlyError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.state.outage import CAUGHT, is_outage
+from gateway.state.outage import CAUGHT, is_misshapen_key, is_outage
 
 
 async def _closed_transport_error() -> RuntimeError:
@@ -46,3 +47,26 @@ def test_a_closed_transport_is_an_outage() -> None:
 @pytest.mark.parametrize("error", [RuntimeError("a bug"), ValueError("bad"), KeyError("x")])
 def test_other_errors_are_not_hidden(error: BaseException) -> None:
     assert not is_outage(error)
+
+
+@pytest.mark.parametrize(
+    ("error", "misshapen"),
+    [
+        (ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), True),
+        (
+            ResponseError("WRONGTYPE Operation against a key ... script: 08a8, on @user_script:1."),
+            True,
+        ),
+        (ResponseError("ERR unknown command 'LRANGEX'"), False),
+        (BusyLoadingError("LOADING Redis is loading the dataset in memory"), False),
+        (ReadOnlyError("READONLY You can't write against a read only replica."), False),
+        (RedisConnectionError("WRONGTYPE in a connection error's text"), False),
+    ],
+)
+def test_only_a_wrongtype_reply_says_a_key_is_misshapen(
+    error: BaseException, misshapen: bool
+) -> None:
+    # A key of another type is Redis answering (not counted as away); a Redis loading its
+    # data, a replica that refuses writes, a dead socket are not.
+    assert is_misshapen_key(error) is misshapen
+    assert is_outage(error)  # what the caller does with it if not misshapen
