@@ -21,9 +21,10 @@ PUSH_BATCH = 500
 # Per key: INCRBY, then raise the total to a floor (the caller's own view of it, which a
 # Redis restarted without its data would otherwise forget), then EXPIRE. Totals are
 # non-negative integers, compared as strings so that none is rounded through a double.
-# A key that holds no integer (written by something else, or of another type) takes
-# the floor: INCRBY's error would otherwise fail every caller whose addition shares the
-# call, and every later push of the local totals with it.
+# A key that holds no integer (written by something else, or of another type: WRONGTYPE,
+# "not an integer", an overflow) takes the floor: the error would otherwise fail every
+# caller whose addition shares the call, and every later push of the local totals with it.
+# Any other error (OOM: Redis refuses writes) ends the call, the total kept.
 # Three args a key and a total a key, in order: the additions of concurrent requests
 # (`CommandBatch.script_gathering`) go in one call, a key twice if two name one task.
 _ADD_WITH_FLOOR = """
@@ -31,8 +32,12 @@ local totals = {}
 for i, key in ipairs(KEYS) do
   local at = (i - 1) * 3
   local floor = ARGV[at + 2]
-  local added = redis.pcall('INCRBY', key, ARGV[at + 1])
-  local total = type(added) == 'number' and redis.call('GET', key) or ''
+  local added, total = redis.pcall('INCRBY', key, ARGV[at + 1]), ''
+  if type(added) == 'number' then
+    total = redis.call('GET', key)
+  elseif string.sub(added.err, 1, 9) ~= 'WRONGTYPE' and string.sub(added.err, 1, 4) ~= 'ERR ' then
+    return added
+  end
   if #total < #floor or (#total == #floor and total < floor) then
     redis.call('SET', key, floor)
     total = floor
@@ -55,8 +60,9 @@ return lists
 # push is its key count n, n indices into KEYS, its record (`appending.Pushes`): the
 # records of concurrent requests, whatever their keys, go in one call
 # (`CommandBatch.script_appending`), pushed in the order they were made. A key that holds
-# no list (written by something else) is started anew: LPUSH's error would otherwise
-# fail every caller whose record shares the call.
+# no list (WRONGTYPE: written by something else) is started anew: the error would
+# otherwise fail every caller whose record shares the call. Any other error (OOM: Redis
+# refuses writes) ends the call as before, the list kept.
 _REMEMBER = """
 local at, last = 3, #ARGV
 while at <= last do
@@ -64,7 +70,11 @@ while at <= last do
   local record = ARGV[at + n + 1]
   for i = at + 1, at + n do
     local key = KEYS[tonumber(ARGV[i])]
-    if type(redis.pcall('LPUSH', key, record)) ~= 'number' then
+    local pushed = redis.pcall('LPUSH', key, record)
+    if type(pushed) == 'table' then
+      if string.sub(pushed.err, 1, 9) ~= 'WRONGTYPE' then
+        return pushed
+      end
       redis.call('DEL', key)
       redis.call('LPUSH', key, record)
     end

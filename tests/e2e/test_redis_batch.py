@@ -291,6 +291,7 @@ async def test_concurrent_records_are_pushed_in_one_call_whatever_their_keys(
     # two tasks' lists) are one script call (Redis's CPU: 12.7 us for one record, ~3.4
     # us a record for four in one call, bench/redis_history.py), pushed in their order.
     redis_state, namespace = state.redis, state.redis.namespace
+    await state.remember_prefix(["warm"], {}, 60, 4)  # the script loaded (a fresh Redis)
     both = [(["task:t", "caller:c"], {"n": n}) for n in range(6)]
     alone = [(["caller:c"], {"alone": n}) for n in range(3)]
     other = [(["task:u", "caller:c"], {"u": 0})]
@@ -339,6 +340,37 @@ async def test_a_history_key_redis_holds_no_list_for_is_started_anew_alone(
     assert not state.degraded
 
 
+async def test_a_redis_that_refuses_writes_keeps_every_history_and_total(
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    # Out of memory (maxmemory, noeviction), Redis refuses writes inside the scripts too:
+    # the write that meets it ends the call. It used to be taken for a key of another
+    # type: the history deleted and started anew, the total set to this process's view.
+    redis_server.start()
+    state = await _state(redis_server.url)
+    try:
+        await asyncio.gather(
+            state.remember_prefix(["task:t", "caller:c"], {"n": 0}, 60, 4),
+            state.add_task_cost("t", Decimal(1), 60),
+        )
+        # Another replica's addition: this process's own view of the total stays 1.
+        await state.redis.client.incrby(state.redis._key("t"), 100 * 10**10)
+        with redis.Redis(port=redis_server.port) as admin:
+            admin.config_set("maxmemory", 1)
+            await asyncio.gather(  # answered here: each caller falls back
+                *(state.remember_prefix(["task:t", "caller:c"], {"n": n}, 60, 4) for n in (1, 2)),
+                *(state.add_task_cost("t", Decimal(n), 60) for n in (2, 3)),
+            )
+            admin.config_set("maxmemory", 0)
+        assert await state.redis.prefix_history(["task:t"]) == [{"n": 0}]
+        assert await state.redis.prefix_history(["caller:c"]) == [{"n": 0}]
+        # As it was, or with the two additions kept here pushed since (Redis came back);
+        # never this process's own view (the floor, 6) in its place.
+        assert await state.redis.task_cost("t") in (Decimal(101), Decimal(106))
+    finally:
+        await state.aclose()
+
+
 async def test_reads_of_a_key_of_another_type_are_answered_here_without_marking_redis_away(
     state: FallbackState,
 ) -> None:
@@ -361,6 +393,7 @@ async def test_records_kept_for_another_time_go_in_a_call_of_their_own(
     state: FallbackState,
 ) -> None:
     redis_state, namespace = state.redis, state.redis.namespace
+    await state.remember_prefix(["warm"], {}, 60, 4)  # the script loaded (a fresh Redis)
 
     async def write() -> None:
         await asyncio.gather(
@@ -430,6 +463,7 @@ async def test_concurrent_cost_additions_are_one_call_each_told_its_own_total(
     # are one script call; each caller is told its own task's total just after its own
     # addition, as calls one after another in the order they were made would tell it.
     redis_state, namespace = state.redis, state.redis.namespace
+    await state.add_task_cost("warm", Decimal(0), 60)  # the script loaded (a fresh Redis)
     calls = [("a", "0.1"), ("b", "2"), ("a", "0.3"), ("c", "7"), ("a", "0.5"), ("b", "4")]
 
     async def add() -> list[Decimal]:

@@ -103,6 +103,7 @@ async def test_a_callers_history_is_one_lrange_and_a_tasks_one_script() -> None:
     redis = state.redis
     try:
         await state.remember_prefix(["task:t", "caller:c"], {"stable_count": 1}, 60, 4)
+        await state.prefix_history(["task:t", "caller:c"])  # its script loaded (a fresh Redis)
         reads: dict[str, list[dict[str, object]]] = {}
 
         async def read() -> None:
