@@ -15,9 +15,12 @@ one record a call (`remember_script`) and with `--appended` records a call, as t
 sends concurrent requests' records (`remember_appended`, per record); and records of
 requests of a task, each pushed to its task's list and the caller's, one a call
 (`remember_task_alone`) and `--appended` tasks' records a call (`remember_tasks_appended`,
-per record); and the task-cost script (INCRBY, a floor, EXPIRE) with one task's addition a
-call (`add_cost_alone`) and `--appended` tasks' additions a call, as the batch gathers
-concurrent requests' (`add_costs_gathered`, per addition).
+per record); a request of a task's history read (its task's list and the caller's, the
+script), one a call (`history_task_alone`) and `--appended` tasks' reads a call, as the
+batch joins concurrent requests' (`history_tasks_gathered`, per read); and the task-cost
+script (INCRBY, a floor, EXPIRE) with one task's addition a call (`add_cost_alone`) and
+`--appended` tasks' additions a call, as the batch gathers concurrent requests'
+(`add_costs_gathered`, per addition).
 Prints one JSON object: the median over the rounds, µs of Redis CPU a call (a record).
 """
 
@@ -84,15 +87,20 @@ def main() -> None:
     tasks = [f"{key}:task:{n}" for n in range(args.appended)]
     task_pushes = [value for n in range(args.appended) for value in (2, n + 2, 1, RECORD)]
     costs = [f"{key}:task-cost:{n}" for n in range(args.appended)]
+    read_lists = [f"{key}:task-read:{n}" for n in range(args.appended)]
+    read_keys = [name for task in read_lists for name in (task, key)]  # task's, caller's
     additions = [value for _ in costs for value in (1250000, 0, 600)]  # units, floor, TTL
     try:
         client.delete(key)
-        client.lpush(key, *[RECORD] * args.records)
+        for name in (key, *read_lists):
+            client.lpush(name, *[RECORD] * args.records)
         history, remember = client.register_script(HISTORY), client.register_script(REMEMBER)
         add = client.register_script(ADD)
         ways: dict[str, Callable[[Any], Any]] = {
             "history_script": lambda pipe: history(keys=[key], client=pipe),
             "history_lrange": lambda pipe: pipe.lrange(key, 0, -1),
+            "history_task_alone": lambda pipe: history(keys=read_keys[:2], client=pipe),
+            "history_tasks_gathered": lambda pipe: history(keys=read_keys, client=pipe),
             # Each push: its key count, its keys' indices into KEYS, its record.
             "remember_script": lambda pipe: remember(
                 keys=[scratch], args=[args.records, 600, 1, 1, RECORD], client=pipe
@@ -115,6 +123,7 @@ def main() -> None:
             "remember_appended": args.appended,
             "remember_tasks_appended": args.appended,
             "add_costs_gathered": args.appended,
+            "history_tasks_gathered": args.appended,
         }
         runs: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.rounds):
@@ -122,7 +131,7 @@ def main() -> None:
                 n = args.n // per.get(name, 1)
                 runs[name].append(_per_call_us(client, call, n, args.batch) / per.get(name, 1))
     finally:
-        client.delete(key, scratch, *tasks, *costs)
+        client.delete(key, scratch, *tasks, *costs, *read_lists)
     medians = {name: round(statistics.median(values), 2) for name, values in runs.items()}
     shape = {"batch": args.batch, "records": args.records, "appended": args.appended}
     print(json.dumps({**shape, "us_per_call": medians}))

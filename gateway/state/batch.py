@@ -53,6 +53,12 @@ Additions to counters (`script_gathering`: a task request's cost added to its ta
 total) are joined the same way, each caller answered with its own keys' values (the new
 totals): requests of different tasks, or of one task, in one script call, in the order
 they were made (gateway/state/appending.py's `Gathered` and `Parts`).
+
+Reads by script (`script_reading`: a task request's history, its task's list and its
+caller's) are joined too, but moved later, never earlier: the joined read goes at the end
+of the first batch that carries every call made before its last reader. Each reader sees
+every write made before it; a write made after it may be seen too, as it may (both were
+in flight at once).
 """
 
 from __future__ import annotations
@@ -102,6 +108,34 @@ future, as `script`'s is): the call, and its kind, script, head, keys and item, 
 the first to join makes it a `Shared` one."""
 
 
+class _Reads:
+    """A read call for the end of a batch (`script_reading`): one reader's plain script
+    call, until a second joins and makes it a `Gathered` one."""
+
+    __slots__ = ("call", "callers", "first", "gathered", "needs", "script")
+
+    def __init__(self, call: Call, script: AsyncScript, keys: list[Any], needs: int) -> None:
+        self.call, self.script, self.first = call, script, keys
+        self.needs = needs  # calls queued before its last reader: all leave before it
+        self.gathered: Gathered | None = None
+        self.callers: Parts | None = None
+
+    def full(self) -> bool:
+        return self.callers is not None and len(self.callers) >= MAX_JOINED
+
+    def join(self, keys: list[Any], reply: asyncio.Future[Any]) -> None:
+        """`keys` read for `reply` too, in the same call."""
+        if self.gathered is None or self.callers is None:  # the first to join
+            call, script = self.call, self.script
+            gathered = self.gathered = Gathered(script.sha, [])
+            gathered.add(self.first, [])
+            self.callers = Parts(cast("asyncio.Future[Any]", call[2]), gathered)
+            again = lambda: script(keys=gathered.keys, args=[])  # noqa: E731
+            self.call = (gathered, again, self.callers, call[3])
+        self.gathered.add(keys, [])
+        self.callers.append(reply)
+
+
 def _hiredis_packer() -> Callable[[Command], bytes] | None:
     """hiredis's `pack_command` (a dependency); None without it: redis-py's packer then."""
     try:
@@ -126,6 +160,11 @@ class CommandBatch:
         # Joinable calls still waiting (`script_appending`, `script_gathering`), by kind,
         # script and head: later calls join them.
         self._joinable: dict[Hashable, Shared | Lone] = {}
+        # Reads for the end of a batch (`script_reading`), in order, and the one that
+        # takes more readers, by script; calls queued and taken so far (`_Reads.needs`).
+        self._reads: list[_Reads] = []
+        self._reading: dict[str, _Reads] = {}
+        self._queued = self._taken = 0
         self._sender: asyncio.Task[None] | None = None
         # The sender's connection between two batches (see the module); `_idle`: taken
         # back after an idle spell, so checked first.
@@ -207,6 +246,28 @@ class CommandBatch:
         self._joinable[group] = shared
         return shared
 
+    def script_reading(self, script: AsyncScript, keys: list[Any]) -> asyncio.Future[Any]:
+        """Run the read `script` with `keys` (no args); await its values of `keys`.
+
+        Every call of `script` made before the batch that sends it leaves is one call,
+        each caller's keys after the ones before (`Gathered`): the script must answer a
+        list of a value per key, in order. It goes at the end of the first batch that
+        carries every call made before its last reader (see the module).
+        """
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Any] = loop.create_future()
+        reads = self._reading.get(script.sha)
+        if reads is not None and not reads.full():
+            reads.join(keys, reply)
+            reads.needs = self._queued
+            return reply
+        again = lambda: script(keys=keys, args=[])  # noqa: E731
+        call: Call = (("EVALSHA", script.sha, len(keys), *keys), again, reply, loop.time())
+        reads = self._reading[script.sha] = _Reads(call, script, keys, self._queued)
+        self._reads.append(reads)
+        self._wake()
+        return reply
+
     def command(self, *words: Any) -> asyncio.Future[Any]:
         """Send the command `words` (`"GET", key`) in the next batch; await Redis's reply."""
         return self._call(words, None)
@@ -219,6 +280,11 @@ class CommandBatch:
 
     def _queue(self, call: Call) -> None:
         self._waiting.append(call)
+        self._queued += 1
+        if self._sender is None:  # `_wake`'s, inline: every call comes through here
+            self._sender = asyncio.create_task(self._send_all(), name="redis-batch")
+
+    def _wake(self) -> None:
         if self._sender is None:
             self._sender = asyncio.create_task(self._send_all(), name="redis-batch")
 
@@ -231,9 +297,7 @@ class CommandBatch:
                 await sender
         # A sender cancelled before it ever ran left its calls waiting: answer them too.
         self._sender = None
-        _fail([call[2] for call in self._waiting])
-        self._waiting.clear()
-        self._joinable.clear()
+        self._drop_waiting()
         await self._release_held()
 
     async def release_idle(self) -> None:
@@ -247,13 +311,15 @@ class CommandBatch:
         try:
             linger = False
             while True:
-                while self._waiting:
+                while self._waiting or self._reads:
                     batch = self._waiting[:MAX_BATCH]
                     del self._waiting[:MAX_BATCH]
+                    self._taken += len(batch)
                     if self._joinable:
                         self._close_joinable(batch)
+                    reads = self._add_reads(batch) if self._reads else False
                     linger = len(batch) > 1
-                    await self._send(batch)
+                    await self._send(batch, reads)
                 if not linger:
                     break
                 # Callers of a busy gateway (a batch of several calls), woken by the
@@ -267,9 +333,30 @@ class CommandBatch:
                 self._idle = True  # checked when next taken, as the pool would
             else:
                 await self._release_held()
-            _fail([call[2] for call in self._waiting])  # stopped: no call is left hanging
-            self._waiting.clear()
-            self._joinable.clear()
+            if self._waiting or self._reads:  # stopped: no call is left hanging
+                self._drop_waiting()
+
+    def _drop_waiting(self) -> None:
+        """Answer every call not sent with an outage; forget them."""
+        _fail([call[2] for call in self._waiting] + [reads.call[2] for reads in self._reads])
+        self._waiting.clear()
+        self._joinable.clear()
+        self._reads.clear()
+        self._reading.clear()
+
+    def _add_reads(self, batch: list[Call]) -> bool:
+        """The reads whose readers' earlier calls have all left, at the end of `batch`;
+        whether any went."""
+        taken, kept, count = self._taken, [], len(batch)
+        for reads in self._reads:
+            if reads.needs > taken:
+                kept.append(reads)
+                continue
+            batch.append(reads.call)
+            if self._reading.get(reads.script.sha) is reads:
+                del self._reading[reads.script.sha]
+        self._reads = kept
+        return len(batch) > count
 
     def _close_joinable(self, batch: list[Call]) -> None:
         """The batch's joinable calls take no more callers: later ones start a call anew."""
@@ -281,15 +368,18 @@ class CommandBatch:
             if id(queued[0]) in leaving:
                 del self._joinable[group]
 
-    async def _send(self, batch: list[Call]) -> None:
+    async def _send(self, batch: list[Call], reads: bool = False) -> None:
+        """Send `batch` under its oldest call's deadline: its first's, as calls are queued
+        in order, unless it ends with `reads` (`_add_reads`), which may be older."""
         live = [call for call in batch if not call[2].done()]  # a caller may have given up
         if not live:
             return
         try:
             if self.deadline_s is None:
                 await self._send_live(live)
-            else:  # ends with the oldest call's deadline (calls are queued in order)
-                async with asyncio.timeout_at(live[0][3] + self.deadline_s):
+            else:
+                made = min([call[3] for call in live]) if reads else live[0][3]
+                async with asyncio.timeout_at(made + self.deadline_s):
                     await self._send_live(live)
         except asyncio.CancelledError:
             _fail([call[2] for call in live])

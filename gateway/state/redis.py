@@ -222,9 +222,9 @@ class RedisState:
         else:
             # Its task's too: one script, one reply. Two LRANGE replies (tried, not kept)
             # cost the gateway 41,000 instructions more a request (bench/state_calls.py
-            # --task --callgrind).
+            # --task --callgrind). Concurrent requests' reads go in one call.
             names = [self._prefix_key(key) for key in keys]
-            lists = await self._batch.script(self._history, names, [])
+            lists = await self._batch.script_reading(self._history, names)
         # A request is remembered under its task and its caller: parse each record once.
         unique = dict.fromkeys(item for items in lists for item in items)
         return [self._parse(item) for item in unique]

@@ -18,7 +18,7 @@ import redis
 
 from gateway.settings import RedisLimits
 from gateway.state import outage
-from gateway.state.batch import MAX_JOINED
+from gateway.state.batch import MAX_BATCH, MAX_JOINED
 from gateway.state.fallback import FallbackState
 from gateway.state.redis import PARSED_MAX_BYTES, CostDelta
 from tests.e2e.test_state_outage import RedisServer, redis_server  # noqa: F401 (fixture)
@@ -559,6 +559,127 @@ async def test_additions_redis_forgot_the_script_of_are_made_again(
         assert await state.redis.task_cost("a") == Decimal(3)
         assert not state.degraded
     finally:
+        await state.aclose()
+
+
+async def test_concurrent_reads_of_tasks_are_one_call_each_given_its_own_lists(
+    state: FallbackState,
+) -> None:
+    # What Redis receives (MONITOR): the history reads of concurrent requests of tasks
+    # (a task's list and its caller's, one script) are one script call; each reader gets
+    # its own task's records and its caller's.
+    redis_state, namespace = state.redis, state.redis.namespace
+    for n, task in enumerate(("a", "b", "c")):
+        await state.remember_prefix([f"task:{task}", f"caller:{task}"], {"n": n}, 60, 4)
+    await state.prefix_history(["task:a", "caller:a"])  # its script loaded (a fresh Redis)
+    tasks = ["a", "b", "a", "c", "b", "a"]
+    reads: list[list[dict[str, object]]] = []
+
+    async def read() -> None:
+        calls = (state.prefix_history([f"task:{t}", f"caller:{t}"]) for t in tasks)
+        reads.extend(await asyncio.gather(*calls))
+
+    ours = await commands_sent(redis_state.client, namespace, read)
+    assert len(ours) == 1 and ours[0].startswith("EVALSHA "), ours
+    assert reads == [[{"n": "abc".index(t)}] for t in tasks]
+    assert not state.degraded
+
+
+async def test_a_joined_read_sees_every_write_made_before_its_readers(state: FallbackState) -> None:
+    # The reads go at the end of the batch, after a write made between two readers: the
+    # later reader sees it (the earlier may too: both were in flight at once).
+    keys = ["task:t", "caller:c"]
+    await state.prefix_history(keys)  # the batch's connection in hand
+    first = asyncio.create_task(state.prefix_history(keys))
+    write = asyncio.create_task(state.remember_prefix(keys, {"n": 1}, 60, 4))
+    later = asyncio.create_task(state.prefix_history(keys))
+    await asyncio.gather(first, write, later)
+    assert later.result() == [{"n": 1}]
+    assert first.result() in ([], [{"n": 1}])
+
+
+async def test_a_joined_read_waits_for_the_batch_that_takes_its_readers_earlier_calls(
+    state: FallbackState,
+) -> None:
+    # A read, more calls than one batch takes, a push, then a second read of that list
+    # that joins the first: the joined read goes with the push's batch (the second),
+    # never ahead of it in the first.
+    batch, history = state.redis._batch, state.redis._history
+    key, other = state.redis._prefix_key("task:t"), state.redis._prefix_key("caller:c")
+    await state.prefix_history(["caller:c"])  # the batch's connection in hand
+    sent = batch.sent
+    first = batch.script_reading(history, [other, key])
+    pings = [batch.command("PING") for _ in range(MAX_BATCH + 10)]
+    push = batch.command("LPUSH", key, b'{"n": 1}')
+    later = batch.script_reading(history, [key])
+    assert await later == [[b'{"n": 1}']]
+    assert await first == [[], [b'{"n": 1}']]  # joined, so it went as late
+    assert await push == 1 and all(answer == b"PONG" for answer in await asyncio.gather(*pings))
+    assert batch.sent == sent + 2
+
+
+async def test_a_reader_that_gives_up_leaves_the_others_reading_with_it_their_lists(
+    state: FallbackState,
+) -> None:
+    await state.remember_prefix(["task:t", "caller:c"], {"n": 1}, 60, 4)
+    await state.prefix_history(["caller:c"])  # the batch's connection in hand
+    readers = [
+        asyncio.create_task(state.redis.prefix_history([f"task:{t}", "caller:c"]))
+        for t in ("t", "u", "t")
+    ]
+    await asyncio.sleep(0)  # the three wait for the next batch, in one call
+    readers[0].cancel()
+    assert await asyncio.gather(*readers[1:]) == [[{"n": 1}], [{"n": 1}]]
+    with pytest.raises(asyncio.CancelledError):
+        await readers[0]
+
+
+async def test_reads_redis_forgot_the_script_of_are_made_again(
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    redis_server.start()
+    state = await _state(redis_server.url)
+    try:
+        await state.remember_prefix(["task:t", "caller:c"], {"n": 1}, 60, 4)
+        assert await state.prefix_history(["task:t", "caller:c"]) == [{"n": 1}]
+        with redis.Redis(port=redis_server.port) as admin:
+            admin.script_flush()  # as after a restart: every cached script is gone
+        reads = (state.prefix_history([f"task:{t}", "caller:c"]) for t in ("t", "u"))
+        assert await asyncio.gather(*reads) == [[{"n": 1}], [{"n": 1}]]
+        assert not state.degraded
+    finally:
+        await state.aclose()
+
+
+async def test_a_joined_read_older_than_its_batch_ends_by_its_own_deadline(
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    # A read waits for its readers' earlier calls, so its batch may start with calls made
+    # after it: that batch ends by the read's deadline, not by its first call's.
+    redis_server.start()
+    state = await _state(redis_server.url)
+    deadline = 0.4
+    state.redis.bound_batched_calls(deadline)
+    assert redis_server.process is not None
+    loop = asyncio.get_running_loop()
+    try:
+        await state.prefix_history(["task:t", "caller:c"])  # connected, script loaded
+        redis_server.process.send_signal(signal.SIGSTOP)  # alive, never answering
+        hung = asyncio.create_task(state.redis.prefix_history(["caller:c"]))
+        await asyncio.sleep(0.05)  # its batch is on the wire
+        made = loop.time()
+        first = asyncio.create_task(state.redis.prefix_history(["task:t", "caller:c"]))
+        await asyncio.sleep(0.3)
+        after = asyncio.create_task(state.redis.prefix_history(["caller:d"]))
+        later = asyncio.create_task(state.redis.prefix_history(["task:u", "caller:c"]))
+        outcomes = await asyncio.gather(hung, first, after, later, return_exceptions=True)
+        assert all(isinstance(outcome, TimeoutError) for outcome in outcomes), outcomes
+        waited = loop.time() - made
+        # The next batch (the call made 0.3 s later, then the read) ended when the read's
+        # deadline did; by its first call's it would have waited 0.7 s.
+        assert deadline - 0.05 <= waited <= deadline + 0.2, waited
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
         await state.aclose()
 
 
