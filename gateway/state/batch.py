@@ -34,7 +34,7 @@ more), and through an idle spell too: redis-py's `get_connection` and `release` 
 condition, a timer, the pool's lock, its observability hooks) cost more than the exchange
 of a small batch itself, and at concurrency 1 every call came after an idle spell (the
 state calls of a small request: 657k -> 392k instructions, bench/state_calls.py -c 1
---callgrind). After an idle spell it is checked (`_usable`: connected, nothing left to
+--callgrind). After an idle spell it is checked (`connection.usable`: connected, nothing left to
 read, not closed by Redis, else connected again), as is one the pool lends. It is given
 back when an exchange fails, when Redis forgot its scripts, when shared state reconnects
 after an outage (`release_idle`) and when it closes; a pool of one connection gets it back
@@ -66,7 +66,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Protocol, cast
 
 import redis.asyncio as aioredis
@@ -76,12 +76,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from gateway.state.appending import Gathered, Parts, Pushes, Replies
+from gateway.state.connection import Command, pack, send_unbounded, usable
 
 MAX_BATCH = 256  # calls in one pipeline; the rest wait for the next
 MAX_JOINED = 64  # callers in one joined call: a bound on one script's run
 
-Command = tuple[Any, ...]
-"""One command's words: `("GET", key)`; str, bytes and int (as redis-py encodes them)."""
 Again = Callable[[], Awaitable[Any]]
 """Makes a script's call on its own, loading it first (after NOSCRIPT)."""
 
@@ -134,18 +133,6 @@ class _Reads:
             self.call = (gathered, again, self.callers, call[3])
         self.gathered.add(keys, [])
         self.callers.append(reply)
-
-
-def _hiredis_packer() -> Callable[[Command], bytes] | None:
-    """hiredis's `pack_command` (a dependency); None without it: redis-py's packer then."""
-    try:
-        from hiredis import pack_command
-    except ImportError:
-        return None
-    return pack_command
-
-
-_hiredis_pack = _hiredis_packer()
 
 
 class CommandBatch:
@@ -436,11 +423,11 @@ class CommandBatch:
         self._idle = False
         try:
             if fresh:
-                await _usable(connection)
+                await usable(connection)
             if self.deadline_s is None:
-                await connection.send_packed_command(_pack(connection, commands))
+                await connection.send_packed_command(pack(connection, commands))
             else:  # the whole exchange's deadline bounds the write too
-                await _send_unbounded(connection, _pack(connection, commands))
+                await send_unbounded(connection, pack(connection, commands))
             # Under a deadline (the whole exchange's), no timer per reply: `math.inf`.
             timeout = None if self.deadline_s is None else math.inf
             replies: list[Any] = []
@@ -454,45 +441,6 @@ class CommandBatch:
             raise
         self._held = connection  # every reply read: ready for the next batch's commands
         return replies
-
-
-async def _usable(connection: AbstractConnection) -> None:
-    """Connect `connection` again if Redis closed it while it was idle (its `timeout`,
-    CLIENT KILL, a restart, a proxy that cuts idle connections) or a reply is left unread.
-
-    redis-py's pool makes this check only where its maintenance notifications are off, and
-    they are on by default ("auto", even against a Redis that refuses them): a pooled
-    connection Redis had closed failed its next call ("Connection closed by server").
-    """
-    if connection.is_connected:  # (`connect` goes through redis-py's retry even then)
-        try:
-            if not await connection.can_read():  # EOF, or bytes nobody asked for
-                return
-        except (RedisConnectionError, OSError):  # redis-py closed it already
-            pass
-        await connection.disconnect()
-    await connection.connect()
-
-
-async def _send_unbounded(connection: AbstractConnection, packed: list[bytes]) -> None:
-    """`send_packed_command` without its socket timeout, under the batch's deadline: with
-    one, redis-py wraps the write in `asyncio.wait_for`, a task and a timer per write."""
-    socket_timeout, connection.socket_timeout = connection.socket_timeout, None
-    try:
-        await connection.send_packed_command(packed)
-    finally:
-        connection.socket_timeout = socket_timeout
-
-
-def _pack(connection: AbstractConnection, commands: Sequence[Command]) -> list[bytes]:
-    """The commands in Redis's protocol: hiredis's packer, or redis-py's for what hiredis
-    refuses (a bool, say, which redis-py refuses with its own `DataError`)."""
-    if _hiredis_pack is not None:
-        try:
-            return [b"".join([_hiredis_pack(command) for command in commands])]
-        except TypeError:
-            pass
-    return connection.pack_commands(commands)
 
 
 def _last_index(calls: list[Call], call: Call) -> int | None:

@@ -1,6 +1,6 @@
 """The shared state's batch packs its commands as redis-py would have sent them.
 
-gateway/state/batch.py writes a batch with hiredis's packer instead of redis-py's
+gateway/state/batch.py writes a batch with hiredis (gateway/state/connection.py)'s packer instead of redis-py's
 pipeline; the bytes on the wire must be the ones redis-py's own packer makes for the
 same words, and a word hiredis refuses must meet redis-py's refusal (a `DataError`, which
 the state's fallback treats as Redis being away), not a `TypeError` from hiredis.
@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
-from gateway.state import batch
+from gateway.state import connection as wire
 
 COMMANDS = [
     ("EVALSHA", "a" * 40, 2, "ns:prefix:task:t1", "ns:prefix:caller:x", b'{"n":1}', 4, 600),
@@ -25,12 +25,12 @@ COMMANDS = [
 
 
 def test_hiredis_packs_the_bytes_redis_py_packs() -> None:
-    assert batch._hiredis_pack is not None  # a dependency: its packer is the one in use
+    assert wire._hiredis_pack is not None  # a dependency: its packer is the one in use
     connection = Connection()  # never connected: packing needs no socket
-    ours = b"".join(batch._pack(connection, COMMANDS))
+    ours = b"".join(wire.pack(connection, COMMANDS))
     assert ours == b"".join(connection.pack_commands(COMMANDS))
 
 
 def test_a_word_hiredis_refuses_meets_redis_py_s_refusal() -> None:
     with pytest.raises(DataError):
-        batch._pack(Connection(), [("GET", "k"), ("SET", "k", True)])
+        wire.pack(Connection(), [("GET", "k"), ("SET", "k", True)])
