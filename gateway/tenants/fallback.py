@@ -26,6 +26,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TypeVar
 
+from redis.exceptions import ResponseError
+
 from gateway.ledger.records import utcnow
 from gateway.settings import RedisLimits
 from gateway.state import outage
@@ -43,8 +45,19 @@ MAX_PENDING = 100_000  # settles waiting for Redis; the oldest go first (their h
 PENDING_PER_CALL = 32  # sent before each call, so that no one request waits for a backlog
 
 
+MISSHAPEN = (
+    "Redis holds a key of this budget as another type than Farebox writes "
+    "(written there by something else); delete the key to start its window anew"
+)
+
+
 class _Unavailable(Exception):
-    """Internal: Redis did not answer this call."""
+    """Internal: Redis did not answer this call, or said that a key it needs is of another
+    type; `reason` says which, for a refusal's message."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 Finish = tuple[Reservation, Decimal | None, int, datetime]  # actual None: a release
@@ -90,11 +103,11 @@ class FallbackLimiter:
         now = now or self._clock()
         try:
             return await self._call(lambda: self.redis.reserve(scopes, worst_case_usd, tokens, now))
-        except _Unavailable:
-            pass
+        except _Unavailable as exc:
+            reason = exc.reason
         closed = _first_fail_closed(scopes)
         if closed is not None:
-            return StateUnavailable(closed[0], closed[1], self._reason, self.limits.retry_s)
+            return StateUnavailable(closed[0], closed[1], reason, self.limits.retry_s)
         return await self.local.reserve(scopes, worst_case_usd, tokens, now)
 
     async def settle(
@@ -140,8 +153,8 @@ class FallbackLimiter:
             return await self.local.renew(reservation, now)
         try:
             return await self._call(lambda: self.redis.renew(reservation, now))
-        except _Unavailable:
-            log.warning("budget state: hold %s not renewed: %s", reservation.id, self._reason)
+        except _Unavailable as exc:
+            log.warning("budget state: hold %s not renewed: %s", reservation.id, exc.reason)
             return False
 
     async def usage(self, scope: Scope, period: Period, now: datetime) -> BudgetUsage:
@@ -163,17 +176,19 @@ class FallbackLimiter:
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         """The settles waiting for Redis, then one bounded call (none while down)."""
         if self._down_until is not None and time.monotonic() < self._down_until:
-            raise _Unavailable
+            raise _Unavailable(self._reason)
         try:
             await self._send_pending()
             await self._push_spent()
             async with asyncio.timeout(self._deadline):
                 result = await call()
         except outage.CAUGHT as exc:
+            if outage.is_misshapen_key(exc):  # Redis answered: this call alone is refused
+                raise _Unavailable(MISSHAPEN) from exc
             if not outage.is_outage(exc):
                 raise
             self._failed(exc)
-            raise _Unavailable from exc
+            raise _Unavailable(self._reason) from exc
         if self._down_until is not None:
             log.warning("budget state: Redis answers again")
         self._failures, self._down_until, self._down_since = 0, None, None
@@ -199,14 +214,24 @@ class FallbackLimiter:
             self._pending.popitem(last=False)
 
     async def _send_pending(self) -> None:
-        """Send some settles kept while Redis was away, oldest first; raise if one fails."""
+        """Send some settles kept while Redis was away, oldest first; raise if one fails.
+
+        A settle whose window Redis holds as another type is dropped (logged): sent first
+        before every call, it would fail them all for good. What it settled before that
+        window stays settled, once (a settle is idempotent).
+        """
         for _ in range(min(PENDING_PER_CALL, len(self._pending))):
             rid, (reservation, actual, tokens, now) = next(iter(self._pending.items()))
-            async with asyncio.timeout(self._deadline):
-                if actual is None:
-                    await self.redis.release(reservation, now)
-                else:
-                    await self.redis.settle(reservation, actual, tokens, now)
+            try:
+                async with asyncio.timeout(self._deadline):
+                    if actual is None:
+                        await self.redis.release(reservation, now)
+                    else:
+                        await self.redis.settle(reservation, actual, tokens, now)
+            except ResponseError as exc:
+                if not outage.is_misshapen_key(exc):
+                    raise
+                log.warning("budget state: settle %s dropped: %s: %s", rid, MISSHAPEN, exc)
             self._pending.pop(rid, None)
 
     def _count_locally(self, reservation: Reservation, units: int) -> None:

@@ -188,14 +188,19 @@ return {redis.call('HGET', KEYS[1], 'used') or '0', redis.call('HGET', KEYS[1], 
 )
 
 # KEYS: B1 ... Bn; ARGV: per budget (units, keep_s). Adds spend counted elsewhere (in a
-# process while Redis was away) to each window.
+# process while Redis was away) to each window. A window Redis holds as another type
+# (written there by something else) is skipped: an error would leave the windows before
+# it added to, and every later push would add them again.
 ADD_SPENT = (
     _HELPERS
     + """
 for i, b in ipairs(KEYS) do
-  redis.call('HINCRBY', b, 'used', ARGV[2 * i - 1])
-  redis.call('HINCRBY', b, 'spent', ARGV[2 * i - 1])
-  keep(b, ARGV[2 * i])
+  local kind = redis.call('TYPE', b).ok
+  if kind == 'hash' or kind == 'none' then
+    redis.call('HINCRBY', b, 'used', ARGV[2 * i - 1])
+    redis.call('HINCRBY', b, 'spent', ARGV[2 * i - 1])
+    keep(b, ARGV[2 * i])
+  end
 end
 return #KEYS
 """
