@@ -41,6 +41,10 @@ local function sweep(b, e, now, expired_keep_ms)
     end
   end
 end
+local function shaped(key, kind)  -- absent, or of the type Farebox writes
+  local found = redis.call('TYPE', key).ok
+  return found == 'none' or found == kind
+end
 local function keep(key, seconds)
   if seconds ~= '0' then redis.call('EXPIRE', key, seconds) end
 end
@@ -58,11 +62,19 @@ end
 #       then per budget (amount, limit, keep_s), then per rate (cost, ms_per_unit)
 # Returns {2} when held, {0, i, used, spent} when budget i refuses,
 #         {1, j, over_ms} when rate j refuses (nothing is held on a refusal).
+# A key of another type (written by something else) is refused first, with WRONGTYPE:
+# found after an earlier window had its hold added, it would leave that hold for good.
 RESERVE = (
     _HELPERS
     + """
 local now, id, deadline = ARGV[1], ARGV[2], ARGV[3]
 local n, m, base = tonumber(ARGV[4]), tonumber(ARGV[5]), 7
+for i = 1, 2 * n + m do
+  local kind = i > 2 * n and 'string' or (i % 2 == 1 and 'hash' or 'zset')
+  if not shaped(KEYS[i], kind) then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is no ' .. kind)
+  end
+end
 local function undo(upto)
   for k = 1, upto do sub(KEYS[2 * k - 1], 'used', ARGV[base + (k - 1) * 3 + 1]) end
 end

@@ -88,3 +88,19 @@ async def test_local_spend_pushed_to_a_spoiled_window_leaves_the_others_counted(
     spent = [(plan(budget(scope), Decimal(0), 0, NOW).budgets[0], 10**9) for scope in (ACME, OTHER)]
     await engine.redis.add_spent(spent)  # no error: the spoiled window is skipped
     assert (await engine.redis.usage(OTHER, "day", NOW)).spent_usd == Decimal("0.1")
+
+
+async def test_a_reservation_that_meets_a_spoiled_window_holds_nothing_in_the_others(
+    engine: FallbackLimiter,
+) -> None:
+    # The key's own window first, then its team's: the team's is spoiled. Refused before
+    # anything is added, the key's window holds nothing, however many are refused.
+    key = Scope("key", "k1")
+    scopes = [*budget(key), *budget(ACME)]
+    held = await engine.reserve(scopes, Decimal("0.1"), 0, NOW)
+    assert isinstance(held, Reservation)
+    await engine.release(held, NOW)
+    await _spoil(engine.redis, "acme")
+    for _ in range(3):
+        assert isinstance(await engine.reserve(scopes, Decimal("0.3"), 0, NOW), StateUnavailable)
+    assert await engine.redis.usage(key, "day", NOW) == (Decimal(0), Decimal(0))
