@@ -89,6 +89,8 @@ async def test_closing_answers_waiting_calls_with_an_outage_not_a_cancel() -> No
     state = await _state(require_redis())
     try:
         calls = [asyncio.create_task(state.redis.prefix_history(["k"])) for _ in range(5)]
+        # Reads for the end of a batch (a task's history) wait apart: answered too.
+        calls += [asyncio.create_task(state.redis.prefix_history(["t", "k"])) for _ in range(3)]
         await asyncio.sleep(0)  # the calls wait for a batch whose sender has not yet run
         await state.redis._batch.aclose()
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
