@@ -281,6 +281,60 @@ def test_prefix_history_follows_a_task_from_replica_to_replica(deploy: Deploymen
         assert expected == 0, broken
 
 
+async def _agent(
+    sdks: list[openai.AsyncOpenAI], task: str, n: int
+) -> list[tuple[str, int, Decimal, Decimal]]:
+    """Three steps of agent `n`, its step s on replica n + s: (prefix verdict, expected
+    cached tokens, the step's cost, the task's running total) per step. Its system prompt
+    is its own, so that only its own steps (not the caller's other agents') forecast a hit."""
+    steps = []
+    for step in range(3):
+        messages = _agent_step(step, volatile_first=False)
+        messages[0]["content"] = f"You are agent number {n}.\n{messages[0]['content']}"
+        raw = await sdks[(n + step) % 3].chat.completions.with_raw_response.create(
+            model="chat",
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=8,
+            extra_headers={"X-Task-Id": task},
+        )
+        headers = raw.headers
+        steps.append(
+            (
+                headers["x-farebox-prefix"],
+                int(headers["x-farebox-expected-cached-tokens"]),
+                Decimal(headers["x-farebox-cost-usd"]),
+                Decimal(headers["x-farebox-task-cost-usd"]),
+            )
+        )
+    return steps
+
+
+def test_agents_side_by_side_each_see_their_own_history_and_total(deploy: Deployment) -> None:
+    # Twelve agents at once over three replicas: each replica joins their Redis reads,
+    # records and cost additions into shared script calls; every step must still read
+    # the steps its own task made before it, and be told its own task's total.
+    async def run() -> list[list[tuple[str, int, Decimal, Decimal]]]:
+        sdks = [
+            openai.AsyncOpenAI(
+                base_url=f"{r.url}/v1", api_key="replicas", max_retries=0, timeout=30
+            )
+            for r in deploy.replicas
+        ]
+        try:
+            tasks = [f"task-{uuid.uuid4().hex}" for _ in range(12)]
+            return await asyncio.gather(*(_agent(sdks, t, n) for n, t in enumerate(tasks)))
+        finally:
+            for sdk in sdks:
+                await sdk.close()
+
+    for steps in asyncio.run(run()):
+        assert steps[0][1] == 0, steps  # no step of its own before its first
+        for verdict, expected, _, _ in steps[1:]:
+            assert verdict == "stable" and expected > 1000, steps
+        costs = [cost for _, _, cost, _ in steps]
+        assert [total for *_, total in steps] == [sum(costs[: n + 1]) for n in range(3)], steps
+
+
 @dataclass
 class BudgetRun:
     served: int = 0
