@@ -26,8 +26,6 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TypeVar
 
-from redis.exceptions import ResponseError
-
 from gateway.ledger.records import utcnow
 from gateway.settings import RedisLimits
 from gateway.state import outage
@@ -214,24 +212,14 @@ class FallbackLimiter:
             self._pending.popitem(last=False)
 
     async def _send_pending(self) -> None:
-        """Send some settles kept while Redis was away, oldest first; raise if one fails.
-
-        A settle whose window Redis holds as another type is dropped (logged): sent first
-        before every call, it would fail them all for good. What it settled before that
-        window stays settled, once (a settle is idempotent).
-        """
+        """Send some settles kept while Redis was away, oldest first; raise if one fails."""
         for _ in range(min(PENDING_PER_CALL, len(self._pending))):
             rid, (reservation, actual, tokens, now) = next(iter(self._pending.items()))
-            try:
-                async with asyncio.timeout(self._deadline):
-                    if actual is None:
-                        await self.redis.release(reservation, now)
-                    else:
-                        await self.redis.settle(reservation, actual, tokens, now)
-            except ResponseError as exc:
-                if not outage.is_misshapen_key(exc):
-                    raise
-                log.warning("budget state: settle %s dropped: %s: %s", rid, MISSHAPEN, exc)
+            async with asyncio.timeout(self._deadline):
+                if actual is None:
+                    await self.redis.release(reservation, now)
+                else:
+                    await self.redis.settle(reservation, actual, tokens, now)
             self._pending.pop(rid, None)
 
     def _count_locally(self, reservation: Reservation, units: int) -> None:

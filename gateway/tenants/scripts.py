@@ -117,6 +117,8 @@ return {2}
 #       then per budget (soft or '', keep_s), then per rate (delta_units, ms_per_unit)
 # Returns {0} when every window had it already, else {1, i, spent, ...} for each budget
 # whose soft limit this settle crossed. Rates move only on the first settle in time.
+# A window or rate key of another type (written by something else) is passed over: the
+# others are settled, where an error would have stopped the settle at it.
 SETTLE = (
     _HELPERS
     + """
@@ -125,29 +127,31 @@ local n, m, base = tonumber(ARGV[4]), tonumber(ARGV[5]), 6
 local reply, first = {0}, false
 for i = 1, n do
   local b, e, at = KEYS[2 * i], KEYS[2 * i + 1], base + (i - 1) * 2
-  local held = redis.call('HGET', b, 'h:' .. id)
-  local found = held ~= false
-  if found then
-    sub(b, 'used', held)
-    redis.call('HDEL', b, 'h:' .. id)
-    redis.call('ZREM', e, id)
-    first = first or i == 1
-  elseif redis.call('HDEL', b, 'x:' .. id) == 1 then
-    redis.call('ZREM', e, 'x:' .. id)
-    found = true
-  end
-  if found then
-    reply[1] = 1
-    if actual ~= '0' then
-      local before = redis.call('HGET', b, 'spent') or '0'
-      redis.call('HINCRBY', b, 'used', actual)
-      redis.call('HINCRBY', b, 'spent', actual)
-      local after, soft = redis.call('HGET', b, 'spent'), ARGV[at + 1]
-      if soft ~= '' and gt(soft, before) and not gt(soft, after) then
-        reply[#reply + 1] = i
-        reply[#reply + 1] = after
+  if shaped(b, 'hash') and shaped(e, 'zset') then
+    local held = redis.call('HGET', b, 'h:' .. id)
+    local found = held ~= false
+    if found then
+      sub(b, 'used', held)
+      redis.call('HDEL', b, 'h:' .. id)
+      redis.call('ZREM', e, id)
+      first = first or i == 1
+    elseif redis.call('HDEL', b, 'x:' .. id) == 1 then
+      redis.call('ZREM', e, 'x:' .. id)
+      found = true
+    end
+    if found then
+      reply[1] = 1
+      if actual ~= '0' then
+        local before = redis.call('HGET', b, 'spent') or '0'
+        redis.call('HINCRBY', b, 'used', actual)
+        redis.call('HINCRBY', b, 'spent', actual)
+        local after, soft = redis.call('HGET', b, 'spent'), ARGV[at + 1]
+        if soft ~= '' and gt(soft, before) and not gt(soft, after) then
+          reply[#reply + 1] = i
+          reply[#reply + 1] = after
+        end
+        keep(b, ARGV[at + 2])
       end
-      keep(b, ARGV[at + 2])
     end
   end
 end
@@ -157,7 +161,7 @@ end
 if first and ARGV[6] == '1' then
   for j = 1, m do
     local at, key = base + n * 2 + (j - 1) * 2, KEYS[2 * n + 1 + j]
-    local tat = redis.call('GET', key)
+    local tat = shaped(key, 'string') and redis.call('GET', key)
     local delta = tonumber(ARGV[at + 1]) * tonumber(ARGV[at + 2])
     if tat and delta ~= 0 then set_tat(key, tonumber(tat) + delta, now) end
   end
