@@ -12,10 +12,12 @@ import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
 
 from gateway.settings import RedisLimits
 from gateway.state.base import StateHealth, from_units, to_units
 from gateway.state.batch import CommandBatch
+from gateway.state.outage import is_misshapen_key
 
 PUSH_BATCH = 500
 # Per key: INCRBY, then raise the total to a floor (the caller's own view of it, which a
@@ -270,7 +272,17 @@ class RedisState:
     async def claim_task_value(self, task_id: str, name: str, value: str, ttl_s: float) -> str:
         # SET NX GET (Redis 7.0+): one atomic command sets ours or returns the earlier value.
         key, ex = self._pin_key(task_id, name), max(math.ceil(ttl_s), 1)
-        held = await self._batch.command("SET", key, value, "EX", ex, "NX", "GET")
+        claim = ("SET", key, value, "EX", ex, "NX", "GET")
+        try:
+            held = await self._batch.command(*claim)
+        except ResponseError as exc:
+            if not is_misshapen_key(exc):
+                raise
+            # A key of another type (written by something else) holds no claim: the task
+            # is claimed afresh, as after a Redis that lost its data; of two replicas
+            # doing so at once, the first SET NX wins and the other reads its owner.
+            await self._batch.command("DEL", key)
+            held = await self._batch.command(*claim)
         if held is None:
             return value
         return held.decode() if isinstance(held, bytes) else str(held)

@@ -391,6 +391,25 @@ async def test_reads_of_a_key_of_another_type_are_answered_here_without_marking_
     assert await redis_state.prefix_history(["caller:c"]) == [{"n": 1}]
 
 
+async def test_a_task_claim_key_of_another_type_is_claimed_afresh_in_redis(
+    state: FallbackState,
+) -> None:
+    # A claim key overwritten by something else (a hash) holds no owner: the next claim
+    # takes it in Redis, as after a Redis that lost its data, and every replica then sees
+    # that owner. Answered per process instead, each replica could give the task to
+    # another team.
+    redis_state = state.redis
+    await redis_state.client.hset(redis_state._pin_key("t", "owner"), "a", "b")
+    assert await state.claim_task_value("t", "owner", "team:a", 60) == "team:a"
+    assert await redis_state.client.get(redis_state._pin_key("t", "owner")) == b"team:a"
+    other = await FallbackState.connect(require_redis(), redis_state.namespace, PATIENT)
+    try:  # another replica, nothing cached: Redis answers the owner
+        assert await other.claim_task_value("t", "owner", "team:b", 60) == "team:a"
+    finally:
+        await other.aclose()
+    assert not state.degraded
+
+
 async def test_records_kept_for_another_time_go_in_a_call_of_their_own(
     state: FallbackState,
 ) -> None:
