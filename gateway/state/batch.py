@@ -107,32 +107,40 @@ future, as `script`'s is): the call, and its kind, script, head, keys and item, 
 the first to join makes it a `Shared` one."""
 
 
+def _share(
+    call: Call, kind: type[Joined], script: AsyncScript, head: list[Any], keys: list[Any], item: Any
+) -> Shared:
+    """A lone call (one caller's `keys` and `item`) made one that answers every caller who
+    joins it: its words, its retry after NOSCRIPT, its callers (the lone caller first)."""
+    joined = kind(script.sha, head)
+    joined.add(keys, item)
+    again = lambda: script(keys=joined.keys, args=joined.args())  # noqa: E731
+    first = cast("asyncio.Future[Any]", call[2])  # a lone call's reply: its caller's own
+    callers = Parts(first, joined) if isinstance(joined, Gathered) else Replies((first,))
+    return (joined, again, callers, call[3]), joined, callers
+
+
 class _Reads:
     """A read call for the end of a batch (`script_reading`): one reader's plain script
     call, until a second joins and makes it a `Gathered` one."""
 
-    __slots__ = ("call", "callers", "first", "gathered", "needs", "script")
+    __slots__ = ("call", "first", "needs", "script", "shared")
 
     def __init__(self, call: Call, script: AsyncScript, keys: list[Any], needs: int) -> None:
         self.call, self.script, self.first = call, script, keys
         self.needs = needs  # calls queued before its last reader: all leave before it
-        self.gathered: Gathered | None = None
-        self.callers: Parts | None = None
+        self.shared: Shared | None = None
 
     def full(self) -> bool:
-        return self.callers is not None and len(self.callers) >= MAX_JOINED
+        return self.shared is not None and len(self.shared[2]) >= MAX_JOINED
 
     def join(self, keys: list[Any], reply: asyncio.Future[Any]) -> None:
         """`keys` read for `reply` too, in the same call."""
-        if self.gathered is None or self.callers is None:  # the first to join
-            call, script = self.call, self.script
-            gathered = self.gathered = Gathered(script.sha, [])
-            gathered.add(self.first, [])
-            self.callers = Parts(cast("asyncio.Future[Any]", call[2]), gathered)
-            again = lambda: script(keys=gathered.keys, args=[])  # noqa: E731
-            self.call = (gathered, again, self.callers, call[3])
-        self.gathered.add(keys, [])
-        self.callers.append(reply)
+        if self.shared is None:  # the first to join
+            self.shared = _share(self.call, Gathered, self.script, [], self.first, [])
+            self.call = self.shared[0]
+        self.shared[1].add(keys, [])
+        self.shared[2].append(reply)
 
 
 class CommandBatch:
@@ -219,16 +227,11 @@ class CommandBatch:
     def _shared(self, group: Hashable, lone: Lone) -> Shared | None:
         """The lone call of `group` made one that answers every caller, in its place in the
         queue (None if it left with a batch: never, as batches close their calls)."""
-        call, kind, script, head, keys, item = lone
+        call = lone[0]
         at = _last_index(self._waiting, call)
         if at is None:
             return None
-        joined = kind(script.sha, head)
-        joined.add(keys, item)
-        again = lambda: script(keys=joined.keys, args=joined.args())  # noqa: E731
-        first = cast("asyncio.Future[Any]", call[2])  # a lone call's reply: its caller's own
-        callers = Parts(first, joined) if isinstance(joined, Gathered) else Replies((first,))
-        shared: Shared = ((joined, again, callers, call[3]), joined, callers)
+        shared = _share(*lone)
         self._waiting[at] = shared[0]
         self._joinable[group] = shared
         return shared

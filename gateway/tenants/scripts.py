@@ -211,8 +211,7 @@ ADD_SPENT = (
     _HELPERS
     + """
 for i, b in ipairs(KEYS) do
-  local kind = redis.call('TYPE', b).ok
-  if kind == 'hash' or kind == 'none' then
+  if shaped(b, 'hash') then
     redis.call('HINCRBY', b, 'used', ARGV[2 * i - 1])
     redis.call('HINCRBY', b, 'spent', ARGV[2 * i - 1])
     keep(b, ARGV[2 * i])

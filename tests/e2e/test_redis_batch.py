@@ -46,6 +46,17 @@ async def state() -> AsyncIterator[FallbackState]:
         await shared.aclose()
 
 
+@pytest.fixture
+async def own_state(redis_server: RedisServer) -> AsyncIterator[FallbackState]:  # noqa: F811
+    """Shared state on a Redis of its own (a test may flush its scripts, kill it, fill it)."""
+    redis_server.start()
+    shared = await _state(redis_server.url)
+    try:
+        yield shared
+    finally:
+        await shared.aclose()
+
+
 async def test_concurrent_callers_each_get_their_own_history_in_few_pipelines(
     state: FallbackState,
 ) -> None:
@@ -100,38 +111,32 @@ async def test_closing_answers_waiting_calls_with_an_outage_not_a_cancel() -> No
         await state.aclose()
 
 
-async def test_scripts_redis_forgot_are_loaded_again(redis_server: RedisServer) -> None:  # noqa: F811
-    redis_server.start()
-    state = await _state(redis_server.url)
-    try:
-        await state.remember_prefix(["k"], {"n": 1}, 60, 4)
-        with redis.Redis(port=redis_server.port) as admin:
-            admin.script_flush()  # as after a restart: every cached script is gone
-        await asyncio.gather(*(state.remember_prefix(["k"], {"n": n}, 60, 4) for n in (2, 3)))
-        histories = await asyncio.gather(*(state.prefix_history(["k"]) for _ in range(5)))
-        assert all(sorted(r["n"] for r in history) == [1, 2, 3] for history in histories)
-        assert not state.degraded
-    finally:
-        await state.aclose()
+async def test_scripts_redis_forgot_are_loaded_again(
+    redis_server: RedisServer,  # noqa: F811
+    own_state: FallbackState,
+) -> None:
+    await own_state.remember_prefix(["k"], {"n": 1}, 60, 4)
+    with redis.Redis(port=redis_server.port) as admin:
+        admin.script_flush()  # as after a restart: every cached script is gone
+    await asyncio.gather(*(own_state.remember_prefix(["k"], {"n": n}, 60, 4) for n in (2, 3)))
+    histories = await asyncio.gather(*(own_state.prefix_history(["k"]) for _ in range(5)))
+    assert all(sorted(r["n"] for r in history) == [1, 2, 3] for history in histories)
+    assert not own_state.degraded
 
 
 async def test_a_batch_that_meets_a_dead_redis_is_answered_locally(
     redis_server: RedisServer,  # noqa: F811
+    own_state: FallbackState,
 ) -> None:
-    redis_server.start()
-    state = await _state(redis_server.url)
-    try:
-        await state.remember_prefix(["k"], {"n": 1}, 60, 4)
-        assert await state.prefix_history(["k"]) == [{"n": 1}]
-        redis_server.kill()
-        # Every caller of the failed batch falls back to this process's own history.
-        writes = (state.remember_prefix(["k"], {"n": n}, 60, 4) for n in range(5))
-        await asyncio.gather(*writes)
-        histories = await asyncio.gather(*(state.prefix_history(["k"]) for _ in range(5)))
-        assert all(len(history) == 4 for history in histories)
-        assert state.degraded
-    finally:
-        await state.aclose()
+    await own_state.remember_prefix(["k"], {"n": 1}, 60, 4)
+    assert await own_state.prefix_history(["k"]) == [{"n": 1}]
+    redis_server.kill()
+    # Every caller of the failed batch falls back to this process's own history.
+    writes = (own_state.remember_prefix(["k"], {"n": n}, 60, 4) for n in range(5))
+    await asyncio.gather(*writes)
+    histories = await asyncio.gather(*(own_state.prefix_history(["k"]) for _ in range(5)))
+    assert all(len(history) == 4 for history in histories)
+    assert own_state.degraded
 
 
 async def test_batched_calls_to_a_hung_redis_end_by_their_own_deadlines(
@@ -344,33 +349,29 @@ async def test_a_history_key_redis_holds_no_list_for_is_started_anew_alone(
 
 async def test_a_redis_that_refuses_writes_keeps_every_history_and_total(
     redis_server: RedisServer,  # noqa: F811
+    own_state: FallbackState,
 ) -> None:
     # Out of memory (maxmemory, noeviction), Redis refuses writes inside the scripts too:
     # the write that meets it ends the call. It used to be taken for a key of another
     # type: the history deleted and started anew, the total set to this process's view.
-    redis_server.start()
-    state = await _state(redis_server.url)
-    try:
-        await asyncio.gather(
-            state.remember_prefix(["task:t", "caller:c"], {"n": 0}, 60, 4),
-            state.add_task_cost("t", Decimal(1), 60),
+    await asyncio.gather(
+        own_state.remember_prefix(["task:t", "caller:c"], {"n": 0}, 60, 4),
+        own_state.add_task_cost("t", Decimal(1), 60),
+    )
+    # Another replica's addition: this process's own view of the total stays 1.
+    await own_state.redis.client.incrby(own_state.redis._key("t"), 100 * 10**10)
+    with redis.Redis(port=redis_server.port) as admin:
+        admin.config_set("maxmemory", 1)
+        await asyncio.gather(  # answered here: each caller falls back
+            *(own_state.remember_prefix(["task:t", "caller:c"], {"n": n}, 60, 4) for n in (1, 2)),
+            *(own_state.add_task_cost("t", Decimal(n), 60) for n in (2, 3)),
         )
-        # Another replica's addition: this process's own view of the total stays 1.
-        await state.redis.client.incrby(state.redis._key("t"), 100 * 10**10)
-        with redis.Redis(port=redis_server.port) as admin:
-            admin.config_set("maxmemory", 1)
-            await asyncio.gather(  # answered here: each caller falls back
-                *(state.remember_prefix(["task:t", "caller:c"], {"n": n}, 60, 4) for n in (1, 2)),
-                *(state.add_task_cost("t", Decimal(n), 60) for n in (2, 3)),
-            )
-            admin.config_set("maxmemory", 0)
-        assert await state.redis.prefix_history(["task:t"]) == [{"n": 0}]
-        assert await state.redis.prefix_history(["caller:c"]) == [{"n": 0}]
-        # As it was, or with the two additions kept here pushed since (Redis came back);
-        # never this process's own view (the floor, 6) in its place.
-        assert await state.redis.task_cost("t") in (Decimal(101), Decimal(106))
-    finally:
-        await state.aclose()
+        admin.config_set("maxmemory", 0)
+    assert await own_state.redis.prefix_history(["task:t"]) == [{"n": 0}]
+    assert await own_state.redis.prefix_history(["caller:c"]) == [{"n": 0}]
+    # As it was, or with the two additions kept here pushed since (Redis came back);
+    # never this process's own view (the floor, 6) in its place.
+    assert await own_state.redis.task_cost("t") in (Decimal(101), Decimal(106))
 
 
 async def test_reads_of_a_key_of_another_type_are_answered_here_without_marking_redis_away(
@@ -568,19 +569,15 @@ async def test_a_task_total_redis_holds_no_integer_for_takes_the_callers_view_al
 
 async def test_additions_redis_forgot_the_script_of_are_made_again(
     redis_server: RedisServer,  # noqa: F811
+    own_state: FallbackState,
 ) -> None:
-    redis_server.start()
-    state = await _state(redis_server.url)
-    try:
-        await state.add_task_cost("a", Decimal(1), 60)
-        with redis.Redis(port=redis_server.port) as admin:
-            admin.script_flush()  # as after a restart: every cached script is gone
-        adds = (state.add_task_cost(task, Decimal(n), 60) for n, task in ((2, "a"), (5, "b")))
-        assert await asyncio.gather(*adds) == [Decimal(3), Decimal(5)]
-        assert await state.redis.task_cost("a") == Decimal(3)
-        assert not state.degraded
-    finally:
-        await state.aclose()
+    await own_state.add_task_cost("a", Decimal(1), 60)
+    with redis.Redis(port=redis_server.port) as admin:
+        admin.script_flush()  # as after a restart: every cached script is gone
+    adds = (own_state.add_task_cost(task, Decimal(n), 60) for n, task in ((2, "a"), (5, "b")))
+    assert await asyncio.gather(*adds) == [Decimal(3), Decimal(5)]
+    assert await own_state.redis.task_cost("a") == Decimal(3)
+    assert not own_state.degraded
 
 
 async def test_concurrent_reads_of_tasks_are_one_call_each_given_its_own_lists(
@@ -657,19 +654,15 @@ async def test_a_reader_that_gives_up_leaves_the_others_reading_with_it_their_li
 
 async def test_reads_redis_forgot_the_script_of_are_made_again(
     redis_server: RedisServer,  # noqa: F811
+    own_state: FallbackState,
 ) -> None:
-    redis_server.start()
-    state = await _state(redis_server.url)
-    try:
-        await state.remember_prefix(["task:t", "caller:c"], {"n": 1}, 60, 4)
-        assert await state.prefix_history(["task:t", "caller:c"]) == [{"n": 1}]
-        with redis.Redis(port=redis_server.port) as admin:
-            admin.script_flush()  # as after a restart: every cached script is gone
-        reads = (state.prefix_history([f"task:{t}", "caller:c"]) for t in ("t", "u"))
-        assert await asyncio.gather(*reads) == [[{"n": 1}], [{"n": 1}]]
-        assert not state.degraded
-    finally:
-        await state.aclose()
+    await own_state.remember_prefix(["task:t", "caller:c"], {"n": 1}, 60, 4)
+    assert await own_state.prefix_history(["task:t", "caller:c"]) == [{"n": 1}]
+    with redis.Redis(port=redis_server.port) as admin:
+        admin.script_flush()  # as after a restart: every cached script is gone
+    reads = (own_state.prefix_history([f"task:{t}", "caller:c"]) for t in ("t", "u"))
+    assert await asyncio.gather(*reads) == [[{"n": 1}], [{"n": 1}]]
+    assert not own_state.degraded
 
 
 async def test_a_joined_read_older_than_its_batch_ends_by_its_own_deadline(
